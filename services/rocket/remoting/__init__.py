@@ -1,0 +1,64 @@
+"""The RocketMQ 4.x remoting protocol: codes, frame codec, server and client.
+
+Reference: ``shared/reference/rocketmq-protocol.md`` part A.
+"""
+
+from rocket.remoting.client import RemotingClient
+from rocket.remoting.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    PERM_INHERIT,
+    PERM_PRIORITY,
+    PERM_READ,
+    PERM_WRITE,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
+from rocket.remoting.command import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FrameDecoder,
+    FrameError,
+    HeaderFieldError,
+    RemotingCommand,
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+    decode,
+    encode,
+    loads_lenient,
+)
+from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
+from rocket.remoting.server import RemotingServer
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "PERM_INHERIT",
+    "PERM_PRIORITY",
+    "PERM_READ",
+    "PERM_WRITE",
+    "FrameDecoder",
+    "FrameError",
+    "HeaderFieldError",
+    "LanguageCode",
+    "Processors",
+    "RemotingClient",
+    "RemotingCommand",
+    "RemotingCommandError",
+    "RemotingConnectError",
+    "RemotingConnection",
+    "RemotingError",
+    "RemotingServer",
+    "RemotingTimeoutError",
+    "RequestCode",
+    "ResponseCode",
+    "SerializeType",
+    "decode",
+    "encode",
+    "loads_lenient",
+    "parse_addr",
+]

@@ -1,0 +1,118 @@
+"""An asyncio remoting client: one connection per peer address, reused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rocket.remoting.command import (
+    DEFAULT_MAX_FRAME_SIZE,
+    RemotingCommand,
+    RemotingConnectError,
+    RemotingTimeoutError,
+)
+from rocket.remoting.connection import Handler, Processors, RemotingConnection, parse_addr
+
+log = logging.getLogger("rocket.remoting")
+
+
+class RemotingClient:
+    """Sends requests to peers by address (``"host:port"``).
+
+    Connections are opened on first use and kept; a closed one is reopened on
+    the next request. ``processors`` answers requests the peer sends to us
+    (e.g. NOTIFY_CONSUMER_IDS_CHANGED from a broker).
+    """
+
+    def __init__(
+        self,
+        processors: Processors | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.processors = processors or Processors()
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self._connections: dict[str, RemotingConnection] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+
+    def register(self, code: int, handler: Handler) -> None:
+        """Answer requests with ``code`` sent to us by peers with ``handler``."""
+        self.processors.register(code, handler)
+
+    async def connection(self, addr: str) -> RemotingConnection:
+        """The open connection to ``addr``, opening one if needed.
+
+        Raises ``RemotingConnectError`` when the peer cannot be reached within
+        ``connect_timeout`` seconds, and ``ValueError`` for a malformed address.
+        """
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connecting.setdefault(addr, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            host, port = parse_addr(addr)
+            loop = asyncio.get_running_loop()
+            try:
+                _, protocol = await asyncio.wait_for(
+                    loop.create_connection(
+                        lambda: RemotingConnection(
+                            self.processors,
+                            max_frame_size=self.max_frame_size,
+                            on_close=self._forget,
+                            role="client",
+                        ),
+                        host,
+                        port,
+                    ),
+                    self.connect_timeout,
+                )
+            except (OSError, TimeoutError) as exc:
+                raise RemotingConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc
+            self._connections[addr] = protocol
+            return protocol
+
+    def _forget(self, conn: RemotingConnection) -> None:
+        for addr, known in list(self._connections.items()):
+            if known is conn:
+                del self._connections[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` and return its response.
+
+        Raises ``RemotingConnectError`` or ``RemotingTimeoutError``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        conn = await self.connection(addr)
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise RemotingTimeoutError(f"request {cmd.code} to {addr}: connect used the whole timeout")
+        return await conn.request(cmd, remaining)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` to ``addr`` as a oneway request. Raises ``RemotingConnectError``."""
+        conn = await self.connection(addr)
+        conn.oneway(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        """Close the connection to ``addr`` if one is open."""
+        conn = self._connections.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        """Close every connection and wait for them to go."""
+        conns = list(self._connections.values())
+        self._connections.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            try:
+                await asyncio.wait_for(conn.wait_closed(), 2.0)
+            except TimeoutError:
+                conn.abort()

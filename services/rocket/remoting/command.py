@@ -1,0 +1,488 @@
+"""The remoting command and its frame codec (JSON and RocketMQ binary headers).
+
+Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
+
+    int32 length            bytes after this field = 4 + headerLen + bodyLen
+    int32 headerTag         top 8 bits: serialization type (0 JSON, 1 ROCKETMQ)
+                            low 24 bits: headerLen
+    headerLen bytes         the header
+    the rest                the body
+
+The JSON header is an object with ``code``, ``language``, ``version``,
+``opaque``, ``flag``, optional ``remark`` and ``extFields`` (A2); the binary
+header is laid out as in A3. Replies use the serialization of the request.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rocket.remoting.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    VERSION_V4_9_8,
+    LanguageCode,
+    ResponseCode,
+    SerializeType,
+)
+
+#: Largest frame accepted by default: 16 MiB, as Java's ``frameMaxLength``.
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+_INT = struct.Struct(">i")
+_PREFIX = struct.Struct(">iI")
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_LANGUAGE_NAMES = {lc.value: lc.name for lc in LanguageCode}
+
+
+class RemotingError(Exception):
+    """Base class of every remoting failure."""
+
+
+class FrameError(RemotingError, ValueError):
+    """A frame that cannot be decoded: bad length, bad header, too large.
+
+    The connection that sent it is closed; nothing else is affected.
+    """
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """No response arrived within the request's timeout."""
+
+
+class RemotingConnectError(RemotingError, ConnectionError):
+    """The peer could not be reached, or the connection closed under a request."""
+
+
+class HeaderFieldError(RemotingError, ValueError):
+    """A required ext field is missing or not of its type.
+
+    Servers answer it with SYSTEM_ERROR (1) and the message as remark, as Java
+    does for ``@CFNotNull`` fields.
+    """
+
+
+class RemotingCommandError(RemotingError):
+    """A response arrived with a code the caller did not accept.
+
+    Attributes: ``code`` (int response code) and ``remark`` (str or None).
+    """
+
+    def __init__(self, code: int, remark: str | None, what: str = "") -> None:
+        self.code = code
+        self.remark = remark
+        try:
+            name = ResponseCode(code).name
+        except ValueError:
+            name = str(code)
+        prefix = f"{what}: " if what else ""
+        super().__init__(f"{prefix}{name} ({code}): {remark or ''}".rstrip(": "))
+
+
+def ext_str(value: Any) -> str | None:
+    """Coerce an ext-field value to the string form Java would have sent.
+
+    Other clients send numbers and booleans (A2, quirk Q2): ``True`` becomes
+    ``"true"``, ``3`` becomes ``"3"``; ``None`` stays ``None``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return orjson.dumps(value).decode()
+
+
+def parse_bool(text: str) -> bool:
+    """Parse a boolean ext value: ``true``/``false`` (Java) or ``1``/``0`` (C++).
+
+    Raises ``ValueError`` for anything else.
+    """
+    lowered = text.strip().lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """One request or response.
+
+    ``ext_fields`` always holds strings (input is coerced, A2); ``body`` is raw
+    bytes. ``serialize_type`` is the header serialization this command was
+    read with, and the one its response is written with.
+    """
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    remark: str | None = None
+    language: str = "PYTHON"
+    version: int = VERSION_V4_9_8
+    serialize_type: int = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        """True when the RESPONSE flag bit (1) is set."""
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        """True when the ONEWAY flag bit (2) is set: no response is sent."""
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext_fields: dict[str, Any] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        """Build the response to this request: same ``opaque`` and serialization.
+
+        ``ext_fields`` values are written as strings (the C++ client reads only
+        string-typed response fields, A2).
+        """
+        fields: dict[str, str] = {}
+        if ext_fields:
+            for key, value in ext_fields.items():
+                text = ext_str(value)
+                if text is not None:
+                    fields[key] = text
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            ext_fields=fields,
+            body=body,
+            remark=remark,
+            language="JAVA",
+            serialize_type=self.serialize_type,
+        )
+
+    # -- typed ext-field access -------------------------------------------------
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The ext field ``name`` or ``default``."""
+        return self.ext_fields.get(name, default)
+
+    def require(self, name: str, *aliases: str) -> str:
+        """The ext field ``name`` (or the first present alias).
+
+        Raises ``HeaderFieldError`` when none is present.
+        """
+        value = self.ext_fields.get(name)
+        if value is None:
+            for alias in aliases:
+                value = self.ext_fields.get(alias)
+                if value is not None:
+                    break
+        if value is None:
+            raise HeaderFieldError(f"the custom field <{name}> is null")
+        return value
+
+    def require_int(self, name: str, *aliases: str) -> int:
+        """The ext field ``name`` parsed as a decimal integer.
+
+        Raises ``HeaderFieldError`` when missing or not an integer.
+        """
+        text = self.require(name, *aliases)
+        try:
+            return int(text)
+        except ValueError:
+            raise HeaderFieldError(f"the custom field <{name}> is not an integer: {text!r}") from None
+
+    def get_int(self, name: str, default: int, *aliases: str) -> int:
+        """The ext field ``name`` as an integer, or ``default`` when absent.
+
+        Raises ``HeaderFieldError`` when present but not an integer.
+        """
+        for key in (name, *aliases):
+            text = self.ext_fields.get(key)
+            if text is not None and text != "":
+                try:
+                    return int(text)
+                except ValueError:
+                    raise HeaderFieldError(
+                        f"the custom field <{key}> is not an integer: {text!r}"
+                    ) from None
+        return default
+
+    def get_bool(self, name: str, default: bool, *aliases: str) -> bool:
+        """The ext field ``name`` as a boolean (``true/false/1/0``), or ``default``.
+
+        Raises ``HeaderFieldError`` when present but not a boolean.
+        """
+        for key in (name, *aliases):
+            text = self.ext_fields.get(key)
+            if text is not None:
+                try:
+                    return parse_bool(text)
+                except ValueError:
+                    raise HeaderFieldError(f"the custom field <{key}> is not a boolean: {text!r}") from None
+        return default
+
+
+# -- encoding -------------------------------------------------------------------
+
+
+def _json_header(cmd: RemotingCommand) -> bytes:
+    header: dict[str, Any] = {
+        "code": cmd.code,
+        "extFields": cmd.ext_fields,
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    return orjson.dumps(header)
+
+
+def _binary_header(cmd: RemotingCommand) -> bytes:
+    try:
+        language = LanguageCode[cmd.language].value
+    except KeyError:
+        language = LanguageCode.OTHER.value
+    parts = [_BIN_FIXED.pack(cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts.append(_INT.pack(len(remark)))
+    parts.append(remark)
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        kb, vb = key.encode(), value.encode()
+        ext += struct.pack(">h", len(kb)) + kb + _INT.pack(len(vb)) + vb
+    parts.append(_INT.pack(len(ext)))
+    parts.append(bytes(ext))
+    return b"".join(parts)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """Encode ``cmd`` as one frame, with its ``serialize_type`` header.
+
+    Raises ``FrameError`` if the header exceeds 16 MiB - 1 (24-bit length).
+    """
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        header = _binary_header(cmd)
+    else:
+        header = _json_header(cmd)
+    header_len = len(header)
+    if header_len > 0xFFFFFF:
+        raise FrameError(f"header of {header_len} bytes exceeds the 24-bit length field")
+    body = cmd.body
+    return b"".join(
+        (_PREFIX.pack(4 + header_len + len(body), (cmd.serialize_type << 24) | header_len), header, body)
+    )
+
+
+# -- decoding -------------------------------------------------------------------
+
+# A bare integer map key (fastjson writes ``{0:"addr"}``, quirk Q1).
+_BARE_INT_KEY = re.compile(rb'([{,]\s*)(-?\d+)(\s*:)')
+_STRING_LITERAL = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def loads_lenient(data: bytes | str) -> Any:
+    """Parse JSON, also accepting fastjson's bare integer map keys (quirk Q1).
+
+    Raises ``ValueError`` (``orjson.JSONDecodeError``) when the text is not
+    JSON even after quoting such keys.
+    """
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    # Quote bare integer keys outside string literals only.
+    out: list[bytes] = []
+    pos = 0
+    for match in _STRING_LITERAL.finditer(raw):
+        out.append(_BARE_INT_KEY.sub(rb'\1"\2"\3', raw[pos : match.start()]))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(_BARE_INT_KEY.sub(rb'\1"\2"\3', raw[pos:]))
+    return orjson.loads(b"".join(out))
+
+
+def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        obj = orjson.loads(header)
+    except orjson.JSONDecodeError as exc:
+        raise FrameError(f"header is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError("header JSON is not an object")
+    try:
+        code = int(obj["code"])
+        opaque = int(obj.get("opaque", 0))
+        flag = int(obj.get("flag", 0))
+        version = int(obj.get("version", 0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FrameError(f"header field missing or not an integer: {exc}") from None
+    language = obj.get("language", "OTHER")
+    if isinstance(language, int):
+        language = _LANGUAGE_NAMES.get(language, "OTHER")
+    elif not isinstance(language, str):
+        language = "OTHER"
+    remark = obj.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        remark = str(remark)
+    raw_ext = obj.get("extFields")
+    ext: dict[str, str] = {}
+    if raw_ext is not None:
+        if not isinstance(raw_ext, dict):
+            raise FrameError("extFields is not an object")
+        for key, value in raw_ext.items():
+            text = ext_str(value)
+            if text is not None:
+                ext[key] = text
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        ext_fields=ext,
+        body=body,
+        remark=remark,
+        language=language,
+        version=version,
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
+    try:
+        code, language, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+        pos = _BIN_FIXED.size
+        (remark_len,) = _INT.unpack_from(header, pos)
+        pos += 4
+        if remark_len < 0 or pos + remark_len > len(header):
+            raise FrameError("binary header: remark length out of range")
+        remark = header[pos : pos + remark_len].decode() if remark_len else None
+        pos += remark_len
+        (ext_len,) = _INT.unpack_from(header, pos)
+        pos += 4
+        end = pos + ext_len
+        if ext_len < 0 or end > len(header):
+            raise FrameError("binary header: ext block length out of range")
+        ext: dict[str, str] = {}
+        while pos < end:
+            (klen,) = struct.unpack_from(">h", header, pos)
+            pos += 2
+            if klen < 0 or pos + klen > end:
+                raise FrameError("binary header: ext key length out of range")
+            key = header[pos : pos + klen].decode()
+            pos += klen
+            (vlen,) = _INT.unpack_from(header, pos)
+            pos += 4
+            if vlen < 0 or pos + vlen > end:
+                raise FrameError("binary header: ext value length out of range")
+            ext[key] = header[pos : pos + vlen].decode()
+            pos += vlen
+    except struct.error as exc:
+        raise FrameError(f"binary header truncated: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"binary header has invalid UTF-8: {exc}") from None
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        ext_fields=ext,
+        body=body,
+        remark=remark,
+        language=_LANGUAGE_NAMES.get(language, "OTHER"),
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def decode_frame_payload(payload: bytes) -> RemotingCommand:
+    """Decode one frame without its leading length field.
+
+    ``payload`` is ``headerTag + header + body``. Raises ``FrameError`` on any
+    inconsistency.
+    """
+    if len(payload) < 4:
+        raise FrameError(f"frame of {len(payload)} bytes is shorter than its header tag")
+    (tag,) = struct.unpack_from(">I", payload, 0)
+    serialize_type = tag >> 24
+    header_len = tag & 0xFFFFFF
+    if 4 + header_len > len(payload):
+        raise FrameError(f"header length {header_len} exceeds the frame ({len(payload) - 4} bytes)")
+    header = payload[4 : 4 + header_len]
+    body = payload[4 + header_len :]
+    if serialize_type == SerializeType.JSON:
+        return _decode_json_header(header, body)
+    if serialize_type == SerializeType.ROCKETMQ:
+        return _decode_binary_header(header, body)
+    raise FrameError(f"unknown serialization type {serialize_type}")
+
+
+def decode(frame: bytes) -> RemotingCommand:
+    """Decode exactly one whole frame (with its length field).
+
+    Raises ``FrameError`` if the length field disagrees with ``len(frame)``.
+    """
+    if len(frame) < 4:
+        raise FrameError("frame shorter than its length field")
+    (length,) = _INT.unpack_from(frame, 0)
+    if length != len(frame) - 4:
+        raise FrameError(f"length field says {length} bytes, frame has {len(frame) - 4}")
+    return decode_frame_payload(frame[4:])
+
+
+class FrameDecoder:
+    """Incremental decoder for a byte stream of frames.
+
+    ``feed(data)`` returns the commands completed by ``data``. It raises
+    ``FrameError`` on a negative or too-small length field, on a frame larger
+    than ``max_frame_size`` bytes (checked before buffering it), and on a
+    malformed header; after an error the stream is unusable.
+    """
+
+    __slots__ = ("_buffer", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buffer = bytearray()
+        self.max_frame_size = max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a whole frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        """Append ``data`` and decode every whole frame now available."""
+        buf = self._buffer
+        buf += data
+        commands: list[RemotingCommand] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (length,) = _INT.unpack_from(buf, pos)
+            if length < 4:
+                raise FrameError(f"length field {length} is smaller than the header tag")
+            if length > self.max_frame_size:
+                raise FrameError(f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}")
+            if end - pos - 4 < length:
+                break
+            start = pos + 4
+            commands.append(decode_frame_payload(bytes(buf[start : start + length])))
+            pos = start + length
+        if pos:
+            del buf[:pos]
+        return commands

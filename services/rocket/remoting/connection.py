@@ -1,0 +1,333 @@
+"""A remoting connection usable from either end, and the processor table.
+
+Both the server and the client side of a TCP connection may send requests
+(A8: the broker sends NOTIFY_CONSUMER_IDS_CHANGED to clients), so one class,
+:class:`RemotingConnection`, does both: it matches responses to requests by
+``opaque`` and dispatches incoming requests to a :class:`Processors` table.
+
+Every coroutine processor runs in a task of its own, so a suspended request
+(a long-polled pull) never holds up the requests behind it, and responses are
+written in whatever order they complete (A1, quirk Q11). Plain functions are
+called inline: they cannot wait, so they cannot hold up the connection either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Union
+
+from rocket.remoting.codes import FLAG_ONEWAY, ResponseCode
+from rocket.remoting.command import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FrameDecoder,
+    FrameError,
+    HeaderFieldError,
+    RemotingCommand,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    encode,
+)
+
+log = logging.getLogger("rocket.remoting")
+
+HandlerResult = Union[RemotingCommand, None]
+Handler = Callable[[RemotingCommand, "RemotingConnection"], Union[Awaitable[HandlerResult], HandlerResult]]
+#: Called with (request code, seconds spent, response code or None) after each request.
+Observer = Callable[[int, float, "int | None"], None]
+
+
+class Processors:
+    """Request code -> handler table.
+
+    A handler takes ``(request, connection)`` and returns the response (or
+    ``None`` for no response); it may be a coroutine function (run in its own
+    task) or a plain function (run inline). Unknown codes are answered with
+    REQUEST_CODE_NOT_SUPPORTED (3).
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, tuple[Handler, bool]] = {}
+        self.observers: list[Observer] = []
+
+    def register(self, code: int, handler: Handler) -> None:
+        """Route requests with ``code`` to ``handler`` (replacing any earlier one)."""
+        self._handlers[int(code)] = (handler, inspect.iscoroutinefunction(handler))
+
+    def lookup(self, code: int) -> tuple[Handler, bool] | None:
+        """The handler for ``code`` and whether it is a coroutine function."""
+        return self._handlers.get(code)
+
+    def codes(self) -> list[int]:
+        """Every registered request code, sorted."""
+        return sorted(self._handlers)
+
+
+def _error_response(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    if isinstance(exc, HeaderFieldError):
+        return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+    return request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class RemotingConnection(asyncio.Protocol):
+    """One TCP connection speaking the remoting protocol, from either end.
+
+    ``peer`` is the remote ``"host:port"``; ``attributes`` is free for the
+    application (e.g. the broker registered over this connection).
+    """
+
+    def __init__(
+        self,
+        processors: Processors,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_close: Callable[[RemotingConnection], None] | None = None,
+        role: str = "server",
+    ) -> None:
+        self.processors = processors
+        self.role = role
+        self.peer = "?"
+        self.local = "?"
+        self.attributes: dict[str, Any] = {}
+        self._decoder = FrameDecoder(max_frame_size)
+        self._on_close = on_close
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next_opaque = 0
+        self._closed = False
+        self._closed_future: asyncio.Future[None] | None = None
+        self._write_ok: asyncio.Event | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        self._closed_future = loop.create_future()
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        self.peer = _format_addr(peer)
+        self.local = _format_addr(local)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as exc:
+            log.warning("closing %s connection with %s: %s", self.role, self.peer, exc)
+            self.abort()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def eof_received(self) -> bool | None:
+        if self._decoder.buffered:
+            log.warning(
+                "closing %s connection with %s: closed mid-frame (%d bytes buffered)",
+                self.role,
+                self.peer,
+                self._decoder.buffered,
+            )
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(RemotingConnectError(f"connection to {self.peer} closed"))
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._write_ok is not None:
+            self._write_ok.set()
+        if self._closed_future is not None and not self._closed_future.done():
+            self._closed_future.set_result(None)
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:
+                log.exception("connection close callback failed for %s", self.peer)
+
+    def pause_writing(self) -> None:
+        if self._write_ok is None:
+            self._write_ok = asyncio.Event()
+        self._write_ok.clear()
+
+    def resume_writing(self) -> None:
+        if self._write_ok is not None:
+            self._write_ok.set()
+
+    # -- dispatch -----------------------------------------------------------------
+
+    def _dispatch(self, request: RemotingCommand) -> None:
+        entry = self.processors.lookup(request.code)
+        if entry is None:
+            self._respond(
+                request,
+                request.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {request.code} not supported",
+                ),
+                0.0,
+            )
+            return
+        handler, is_coroutine = entry
+        if is_coroutine:
+            task = asyncio.get_running_loop().create_task(self._run(handler, request))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        started = time.perf_counter()
+        try:
+            response = handler(request, self)
+        except Exception as exc:
+            if not isinstance(exc, HeaderFieldError):
+                log.exception("request %d from %s failed", request.code, self.peer)
+            response = _error_response(request, exc)
+        self._respond(request, response, started)  # type: ignore[arg-type]
+
+    async def _run(self, handler: Handler, request: RemotingCommand) -> None:
+        started = time.perf_counter()
+        try:
+            response = await handler(request, self)  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not isinstance(exc, HeaderFieldError):
+                log.exception("request %d from %s failed", request.code, self.peer)
+            response = _error_response(request, exc)
+        self._respond(request, response, started)
+
+    def _respond(self, request: RemotingCommand, response: RemotingCommand | None, started: float) -> None:
+        observers = self.processors.observers
+        if observers:
+            elapsed = time.perf_counter() - started if started else 0.0
+            code = response.code if response is not None else None
+            for observer in observers:
+                observer(request.code, elapsed, code)
+        if response is None or request.flag & FLAG_ONEWAY or self._closed:
+            return
+        response.opaque = request.opaque
+        response.serialize_type = request.serialize_type
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(encode(response))
+
+    # -- sending --------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is closed (or lost)."""
+        return self._closed
+
+    def _opaque(self) -> int:
+        self._next_opaque = (self._next_opaque + 1) & 0x7FFFFFFF
+        return self._next_opaque
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if self._closed or transport is None or transport.is_closing():
+            raise RemotingConnectError(f"connection to {self.peer} is closed")
+        transport.write(data)
+
+    async def request(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send ``cmd`` as a request and wait for its response.
+
+        ``cmd.opaque`` is assigned here. Raises ``RemotingTimeoutError`` after
+        ``timeout`` seconds and ``RemotingConnectError`` if the connection is or
+        becomes closed.
+        """
+        loop = asyncio.get_running_loop()
+        opaque = self._opaque()
+        cmd.opaque = opaque
+        cmd.flag &= ~FLAG_ONEWAY
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = fut
+        try:
+            self._write(encode(cmd))
+        except BaseException:
+            self._pending.pop(opaque, None)
+            raise
+        timer = loop.call_later(timeout, self._expire, opaque, timeout, cmd.code)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def _expire(self, opaque: int, timeout: float, code: int) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                RemotingTimeoutError(f"request {code} to {self.peer} timed out after {timeout:.3f} s")
+            )
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` as a oneway request (flag bit 2): no response is expected.
+
+        Raises ``RemotingConnectError`` if the connection is closed.
+        """
+        cmd.opaque = self._opaque()
+        cmd.flag |= FLAG_ONEWAY
+        self._write(encode(cmd))
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        if self._write_ok is not None and not self._closed:
+            await self._write_ok.wait()
+
+    def close(self) -> None:
+        """Close after flushing what is already written."""
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Close at once, discarding unwritten data."""
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed."""
+        if self._closed_future is not None:
+            await asyncio.shield(self._closed_future)
+
+
+def _format_addr(addr: Any) -> str:
+    if not addr:
+        return "?"
+    if isinstance(addr, tuple):
+        host, port = addr[0], addr[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(addr)
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """Split ``"host:port"`` or ``"[v6]:port"`` into ``(host, port)``.
+
+    Raises ``ValueError`` for a missing or non-numeric port.
+    """
+    text = addr.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"bad address {addr!r}: expected [host]:port")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"bad address {addr!r}: expected host:port")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"bad address {addr!r}: port is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"bad address {addr!r}: port out of range")
+    return host, port
