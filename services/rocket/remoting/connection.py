@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Union
+from typing import Any
 
 from rocket.remoting.codes import FLAG_ONEWAY, ResponseCode
 from rocket.remoting.command import (
@@ -34,8 +34,8 @@ from rocket.remoting.command import (
 
 log = logging.getLogger("rocket.remoting")
 
-HandlerResult = Union[RemotingCommand, None]
-Handler = Callable[[RemotingCommand, "RemotingConnection"], Union[Awaitable[HandlerResult], HandlerResult]]
+HandlerResult = RemotingCommand | None
+Handler = Callable[[RemotingCommand, "RemotingConnection"], Awaitable[HandlerResult] | HandlerResult]
 #: Called with (request code, seconds spent, response code or None) after each request.
 Observer = Callable[[int, float, "int | None"], None]
 

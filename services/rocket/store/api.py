@@ -1,0 +1,196 @@
+"""The message store's public types: configuration, put and get results, statuses.
+
+This module is the contract between the store (``rocket.store``) and its users
+(the broker's request processors, HA, analytics). Names and defaults follow
+Apache RocketMQ 4.9.8 ``MessageStoreConfig``, ``PutMessageStatus`` and
+``GetMessageStatus`` (reference part B).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class FlushDiskType(enum.StrEnum):
+    """``flushDiskType`` (B6)."""
+
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(enum.StrEnum):
+    """``brokerRole`` (B7)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+@dataclass(slots=True)
+class MessageStoreConfig:
+    """Store settings; every size is in bytes and every interval in seconds.
+
+    Defaults are RocketMQ's: 1 GiB CommitLog segments, 300,000-entry
+    (6,000,000-byte) ConsumeQueue files, 500 ms async flush once 4 pages are
+    dirty, 5 s sync-flush timeout, 72 h retention deleted at 04 o'clock, and
+    the issue's 85 % disk high watermark.
+    """
+
+    store_path_root_dir: Path
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_commit_log: float = 0.5
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: float = 10.0
+    sync_flush_timeout: float = 5.0
+    flush_interval_consume_queue: float = 1.0
+    max_message_size: int = 4 * 1024 * 1024
+    file_reserved_time_hours: float = 72.0
+    delete_when: str = "04"
+    disk_max_used_space_ratio: float = 85.0
+    clean_resource_interval: float = 10.0
+    check_crc_on_recover: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    flush_consumer_offset_interval: float = 5.0
+    #: Pending (unflushed) bytes above which puts answer SYSTEM_BUSY instead of queueing.
+    max_pending_flush_bytes: int = 256 * 1024 * 1024
+    #: ``brokerIP1:listenPort`` written as STOREHOST into every record.
+    store_host: str = "127.0.0.1:10911"
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+
+    def __post_init__(self) -> None:
+        self.store_path_root_dir = Path(self.store_path_root_dir)
+        self.flush_disk_type = FlushDiskType(self.flush_disk_type)
+        self.broker_role = BrokerRole(self.broker_role)
+
+
+class PutMessageStatus(enum.StrEnum):
+    """Outcome of a put (``PutMessageStatus``); the broker maps it to a response code.
+
+    PUT_OK → 0; FLUSH_DISK_TIMEOUT → 10; FLUSH_SLAVE_TIMEOUT → 12;
+    SLAVE_NOT_AVAILABLE → 11; SERVICE_NOT_AVAILABLE / OS_PAGECACHE_BUSY → 14 / 2;
+    CREATE_MAPPED_FILE_FAILED (disk full) → 14; MESSAGE_ILLEGAL and
+    PROPERTIES_SIZE_EXCEEDED → 13; UNKNOWN_ERROR → 1.
+    """
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass(slots=True)
+class PutMessageRequest:
+    """One message to append. The store assigns queue offset, physical offset
+    and store timestamp; ``tags_code`` goes to the ConsumeQueue; ``keys`` and
+    ``uniq_key`` to the IndexFile. ``properties`` is the encoded properties
+    string (A9.3) exactly as it will be stored.
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: str = ""
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    tags_code: int = 0
+    keys: list[str] = field(default_factory=list)
+    uniq_key: str | None = None
+    #: False when the message's WAIT property is "false": no waiting for flush.
+    wait_store_msg_ok: bool = True
+
+
+@dataclass(slots=True)
+class AppendedMessage:
+    """Where one message landed."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+    msg_id: str  # offsetMsgId (A9.4)
+
+
+@dataclass(slots=True)
+class PutMessageResult:
+    """Result of :meth:`put_message` / :meth:`put_messages`.
+
+    ``messages`` lists every appended record (one for a single put, all for a
+    batch, in order); empty when nothing was appended. ``remark`` explains a
+    failure in words fit for a response remark.
+    """
+
+    status: PutMessageStatus
+    messages: list[AppendedMessage] = field(default_factory=list)
+    remark: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True for PUT_OK."""
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class GetMessageStatus(enum.StrEnum):
+    """Outcome of a get (``GetMessageStatus``); see A7 PULL_MESSAGE for the mapping."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    """Result of :meth:`get_message`.
+
+    ``records`` are whole stored records (A9.1) in queue order; their
+    concatenation is a pull response body. Offsets are queue offsets;
+    ``max_offset`` is exclusive (quirk Q10).
+    """
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: list[bytes] = field(default_factory=list)
+    #: Queue offset of each record in ``records``.
+    queue_offsets: list[int] = field(default_factory=list)
+    #: True when the consumer is far behind (the broker may suggest a slave).
+    suggest_pulling_from_slave: bool = False
+
+    @property
+    def body(self) -> bytes:
+        """The records concatenated back to back."""
+        return b"".join(self.records)
+
+    @property
+    def message_count(self) -> int:
+        """Number of records returned."""
+        return len(self.records)
+
+
+class StoreError(Exception):
+    """A store failure that is not a per-message outcome (start-up, corrupt config)."""
+
+
+class ConfigCorruptError(StoreError):
+    """A config file failed its integrity check; the message names the file."""
