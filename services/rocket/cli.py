@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="RocketCluster: a RocketMQ-style message queue.")
@@ -10,6 +12,43 @@ app = typer.Typer(no_args_is_help=True, help="RocketCluster: a RocketMQ-style me
 @app.callback()
 def _root() -> None:
     """RocketCluster command line."""
+
+
+@app.command("nameserver")
+def nameserver(
+    host: str | None = typer.Option(None, help="Address to listen on (default 0.0.0.0)."),
+    port: int | None = typer.Option(None, help="Remoting port (default 9876)."),
+    http_port: int | None = typer.Option(None, help="HTTP port: probes, metrics, API (default 9877)."),
+    scan_interval: float | None = typer.Option(None, help="Seconds between broker scans (default 10)."),
+    broker_timeout: float | None = typer.Option(None, help="Seconds of silence before eviction (default 120)."),
+    log_level: str | None = typer.Option(None, help="DEBUG, INFO, WARNING or ERROR (default INFO)."),
+    config: Path | None = typer.Option(None, "--config", help="TOML or JSON settings file; flags win over it."),
+) -> None:
+    """Run a NameServer until SIGTERM or SIGINT."""
+    from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
+    from rocket.nameserver.server import serve
+    from rocket.runtime import run, setup_logging
+
+    try:
+        base = load_config_file(config) if config is not None else NameServerConfig()
+        settings = base.with_overrides(
+            host=host,
+            port=port,
+            http_port=http_port,
+            scan_interval=scan_interval,
+            broker_timeout=broker_timeout,
+            log_level=log_level,
+        )
+        settings.validate()
+    except ConfigError as exc:
+        typer.echo(f"rocket nameserver: {exc}", err=True)
+        raise typer.Exit(2) from None
+    setup_logging(settings.log_level)
+    try:
+        run(serve(settings))
+    except OSError as exc:
+        typer.echo(f"rocket nameserver: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def main() -> None:

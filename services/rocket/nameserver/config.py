@@ -1,0 +1,127 @@
+"""NameServer settings: defaults, config files, overrides.
+
+Defaults follow RocketMQ 4.9.8 (``NamesrvConfig``/``NettyServerConfig``,
+``shared/reference/rocketmq-protocol.md`` A6 and B8): remoting port 9876,
+scan every 10 s, evict after 120 s of silence. The HTTP port (9877) is ours.
+
+A config file is TOML (``.toml``) or JSON (anything else) holding a flat
+table of the field names below, in ``snake_case`` or ``kebab-case``, e.g.::
+
+    port = 9876
+    http-port = 9877
+    broker-timeout = 120
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
+
+
+class ConfigError(ValueError):
+    """A config file or value that cannot be used."""
+
+
+@dataclass(slots=True)
+class NameServerConfig:
+    """Every NameServer setting.
+
+    ``port``/``http_port``: TCP ports (0 = pick a free one; ``http_port``
+    None = no HTTP server). ``scan_interval``/``broker_timeout``: seconds.
+    ``scan_initial_delay``: seconds before the first scan (Java 5 s; never
+    more than ``scan_interval``). ``max_frame_size``: bytes (16 MiB as Java).
+    ``kv_config_path``: file for the KV store, or None for memory only.
+    """
+
+    host: str = "0.0.0.0"
+    port: int = 9876
+    http_host: str | None = None
+    http_port: int | None = 9877
+    scan_interval: float = 10.0
+    scan_initial_delay: float = 5.0
+    broker_timeout: float = 120.0
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    order_message_enable: bool = False
+    enable_all_topic_list: bool = True
+    enable_topic_list: bool = True
+    kv_config_path: str | None = None
+    log_level: str = "INFO"
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an out-of-range value."""
+        for name in ("port", "http_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ConfigError(f"{name} {value} is not a TCP port")
+        if self.scan_interval <= 0:
+            raise ConfigError("scan_interval must be positive")
+        if self.broker_timeout <= 0:
+            raise ConfigError("broker_timeout must be positive")
+        if self.scan_initial_delay < 0:
+            raise ConfigError("scan_initial_delay must not be negative")
+        if self.max_frame_size < 64:
+            raise ConfigError("max_frame_size is too small")
+
+    def with_overrides(self, **overrides: Any) -> NameServerConfig:
+        """A copy with every override that is not None applied."""
+        values = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(self, **values)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NameServerConfig)}
+
+
+def load_config_file(path: Path) -> NameServerConfig:
+    """Read a TOML or JSON config file into a :class:`NameServerConfig`.
+
+    Raises :class:`ConfigError` for an unreadable or unparsable file, an
+    unknown key or a value of the wrong type.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(raw.decode())
+        else:
+            data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/object")
+    if isinstance(data.get("nameserver"), dict):  # allow a [nameserver] section
+        data = data["nameserver"]
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in _FIELDS:
+            raise ConfigError(f"config file {path}: unknown setting {key!r}")
+        values[name] = _coerce(name, value, path)
+    config = NameServerConfig(**values)
+    config.validate()
+    return config
+
+
+def _coerce(name: str, value: Any, path: Path) -> Any:
+    default = getattr(NameServerConfig(), name)
+    kind = type(default) if default is not None else (int if name == "http_port" else str)
+    if value is None:
+        return None
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config file {path}: {name} must be true or false")
+        return value
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"config file {path}: {name} must be of type {kind.__name__}, got {value!r}")

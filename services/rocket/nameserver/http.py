@@ -1,0 +1,92 @@
+"""The NameServer's HTTP side (aiohttp): probes, metrics and a JSON admin API.
+
+| route | answer |
+|---|---|
+| ``GET /healthz`` | 200 ``{"status": "ok"}`` while the process serves |
+| ``GET /readyz`` | 200 ``{"status": "ready"}`` once the remoting port listens; 503 otherwise |
+| ``GET /metrics`` | Prometheus text format of the instance's own registry |
+| ``GET /api/v1/cluster`` | ClusterInfo JSON (A10.2, standard keys) plus ``brokerLiveTable`` |
+| ``GET /api/v1/topics`` | ``{"topicList": [...]}`` |
+| ``GET /api/v1/topics/{topic}/route`` | TopicRouteData JSON (A10.1); 404 ``{"error", "code": 17}`` if unknown |
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from rocket.nameserver.processor import no_route_remark
+from rocket.remoting.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from rocket.nameserver.server import NameServer
+
+_SERVER_KEY: web.AppKey[NameServer] = web.AppKey("nameserver")
+
+
+def build_app(server: NameServer) -> web.Application:
+    """The aiohttp application serving ``server``'s probes, metrics and API."""
+    app = web.Application()
+    app[_SERVER_KEY] = server
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/api/v1/cluster", _cluster)
+    app.router.add_get("/api/v1/topics", _topics)
+    app.router.add_get("/api/v1/topics/{topic}/route", _route)
+    return app
+
+
+def _server(request: web.Request) -> NameServer:
+    return request.app[_SERVER_KEY]
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if _server(request).ready:
+        return web.json_response({"status": "ready"})
+    return web.json_response({"status": "not ready"}, status=503)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(_server(request).metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _cluster(request: web.Request) -> web.Response:
+    server = _server(request)
+    routes = server.routes
+    obj: dict[str, Any] = routes.get_all_cluster_info().to_json()
+    now = routes.clock()
+    obj["brokerLiveTable"] = {
+        addr: {
+            "clusterName": live.cluster_name,
+            "brokerName": live.broker_name,
+            "brokerId": live.broker_id,
+            "haServerAddr": live.ha_server_addr,
+            "dataVersion": live.data_version.to_json(),
+            "secondsSinceLastUpdate": round(now - live.last_update, 3),
+        }
+        for addr, live in routes.broker_live_table.items()
+    }
+    return web.json_response(obj)
+
+
+async def _topics(request: web.Request) -> web.Response:
+    return web.json_response({"topicList": _server(request).routes.get_all_topic_list()})
+
+
+async def _route(request: web.Request) -> web.Response:
+    topic = request.match_info["topic"]
+    body = _server(request).routes.route_body(topic)
+    if body is None:
+        return web.json_response(
+            {"error": no_route_remark(topic).split("\n", 1)[0], "code": int(ResponseCode.TOPIC_NOT_EXIST)},
+            status=404,
+        )
+    return web.Response(body=body, content_type="application/json")

@@ -1,0 +1,172 @@
+"""The NameServer process: remoting server, housekeeping, HTTP, metrics.
+
+Ties :class:`~rocket.nameserver.routeinfo.RouteInfoManager` (the route table),
+:class:`~rocket.nameserver.processor.DefaultRequestProcessor` (request
+handlers), a :class:`~rocket.remoting.RemotingServer` and an aiohttp site
+together, the way ``NamesrvController`` does in RocketMQ 4.9.8.
+
+Housekeeping (``shared/reference/rocketmq-protocol.md`` A6): every
+``scan_interval`` seconds brokers silent for ``broker_timeout`` seconds are
+evicted and their connections closed; a broker whose connection closes is
+removed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from rocket.nameserver.config import NameServerConfig
+from rocket.nameserver.http import build_app
+from rocket.nameserver.kvconfig import KVConfigManager
+from rocket.nameserver.metrics import NameServerMetrics
+from rocket.nameserver.model import NAMESPACE_ORDER_TOPIC_CONFIG
+from rocket.nameserver.processor import DefaultRequestProcessor
+from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.remoting.connection import Processors, RemotingConnection
+from rocket.remoting.server import RemotingServer
+
+log = logging.getLogger("rocket.nameserver")
+
+
+class NameServer:
+    """One NameServer instance, startable inside any running event loop.
+
+    ``await start()`` binds the remoting port (then :attr:`port` holds the
+    bound one) and the HTTP port (:attr:`http_port`), and starts the scan
+    task; ``await stop()`` undoes it. Raises ``OSError`` when a port is taken.
+    """
+
+    def __init__(self, config: NameServerConfig | None = None) -> None:
+        self.config = config or NameServerConfig()
+        cfg = self.config
+        self.routes = RouteInfoManager(broker_timeout=cfg.broker_timeout)
+        self.kv_config = KVConfigManager(
+            Path(cfg.kv_config_path) if cfg.kv_config_path else None, on_change=self._kv_changed
+        )
+        processors = Processors()
+        self.processor = DefaultRequestProcessor(
+            self.routes,
+            self.kv_config,
+            order_message_enable=cfg.order_message_enable,
+            enable_all_topic_list=cfg.enable_all_topic_list,
+            enable_topic_list=cfg.enable_topic_list,
+        )
+        self.processor.register(processors)
+        self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
+        self.metrics = NameServerMetrics(self.routes, set(processors.codes()))
+        self.processor.metrics = self.metrics
+        processors.observers.append(self.metrics.observe_request)
+        self.remoting = RemotingServer(
+            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver"
+        )
+        self.remoting.on_connection_closed.append(self._connection_closed)
+        self._http_runner: web.AppRunner | None = None
+        self._scan_task: asyncio.Task[None] | None = None
+        self.http_port: int | None = None
+        self.ready = False
+
+    @property
+    def port(self) -> int:
+        """The remoting port (the bound one after :meth:`start`)."""
+        return self.remoting.port
+
+    def _kv_changed(self, namespace: str, key: str) -> None:
+        if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
+            self.routes.invalidate_topic(key)
+
+    def _connection_closed(self, conn: RemotingConnection) -> None:
+        removed = self.processor.connection_closed(conn)
+        if removed:
+            self.metrics.evictions_closed.inc(len(removed))
+
+    async def start(self) -> None:
+        """Listen on the remoting and HTTP ports and start housekeeping."""
+        cfg = self.config
+        await self.remoting.start()
+        if cfg.http_port is not None:
+            runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+            await runner.setup()
+            site = web.TCPSite(runner, cfg.http_host or cfg.host, cfg.http_port, reuse_address=True)
+            try:
+                await site.start()
+            except BaseException:
+                await runner.cleanup()
+                await self.remoting.stop()
+                raise
+            self._http_runner = runner
+            addresses = runner.addresses
+            self.http_port = int(addresses[0][1]) if addresses else cfg.http_port
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="nameserver-scan")
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Stop scanning, close every connection and the HTTP site."""
+        self.ready = False
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+            self._scan_task = None
+        await self.remoting.stop()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+            self._http_runner = None
+
+    def scan_not_active_brokers(self) -> int:
+        """One housekeeping pass: evict silent brokers, close their connections.
+
+        Returns the number of broker addresses evicted.
+        """
+        evicted = self.routes.scan_not_active_brokers()
+        for broker in evicted:
+            channel = broker.channel
+            if isinstance(channel, RemotingConnection) and not channel.closed:
+                channel.close()
+        if evicted:
+            self.metrics.evictions_timeout.inc(len(evicted))
+        return len(evicted)
+
+    async def _scan_loop(self) -> None:
+        cfg = self.config
+        await asyncio.sleep(min(cfg.scan_initial_delay, cfg.scan_interval))
+        while True:
+            try:
+                self.scan_not_active_brokers()
+            except Exception:
+                log.exception("broker scan failed")
+            await asyncio.sleep(cfg.scan_interval)
+
+
+async def serve(config: NameServerConfig) -> None:
+    """Run a NameServer until SIGTERM or SIGINT, then stop it cleanly.
+
+    Logs one line when listening and one when stopped. Raises ``OSError``
+    when a port is taken.
+    """
+    server = NameServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
+    log.info("NameServer listening on %s:%d%s", config.host, server.port, http)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await server.stop()
+    log.info("NameServer stopped (%s)", received[0] if received else "shutdown")
