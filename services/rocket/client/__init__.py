@@ -1,1 +1,72 @@
-"""rocket.client."""
+"""The RocketCluster client: :class:`Producer`, :class:`PullConsumer`,
+:class:`PushConsumer` and :class:`Admin` (asyncio).
+
+It speaks the RocketMQ 4.x remoting protocol, so it also works against
+Apache RocketMQ NameServers and brokers. Quick start::
+
+    from rocket.client import Producer, PushConsumer, ConsumeStatus, build_message
+
+    async with Producer("PID_DEMO", "127.0.0.1:9876") as producer:
+        result = await producer.send(build_message("Demo", b"hello", tags="TagA"))
+
+    async def handle(msgs):
+        for msg in msgs:
+            print(msg.msg_id, msg.body)
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer("CID_DEMO", "127.0.0.1:9876", handle)
+    consumer.subscribe("Demo", "TagA")
+    await consumer.start()
+"""
+
+from rocket.client.admin import Admin, BrokerInfo, GroupLag, QueueLag
+from rocket.client.base import MQClient
+from rocket.client.consumer import (
+    ConsumeStatus,
+    MessageHandler,
+    PullConsumer,
+    PullResult,
+    PullStatus,
+    PushConsumer,
+)
+from rocket.client.errors import (
+    MQClientError,
+    NameServerUnavailableError,
+    NotStartedError,
+    SendFailedError,
+    TopicRouteError,
+)
+from rocket.client.producer import Producer, SendResult, SendStatus, build_message
+from rocket.client.route import ClusterInfo, MessageQueue, TopicRouteData
+from rocket.client.subscription import ConsumeFrom, MessageModel
+from rocket.message import Message, MessageExt
+
+__all__ = [
+    "Admin",
+    "BrokerInfo",
+    "ClusterInfo",
+    "ConsumeFrom",
+    "ConsumeStatus",
+    "GroupLag",
+    "MQClient",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageHandler",
+    "MessageModel",
+    "MessageQueue",
+    "NameServerUnavailableError",
+    "NotStartedError",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "QueueLag",
+    "SendFailedError",
+    "SendResult",
+    "SendStatus",
+    "TopicRouteData",
+    "TopicRouteError",
+    "build_message",
+]

@@ -1,0 +1,449 @@
+"""Administration: topics, clusters, consumer progress and broker write permission.
+
+Usage::
+
+    async with Admin("127.0.0.1:9876;127.0.0.1:9877") as admin:
+        await admin.create_topic("Orders", queue_nums=8)
+        for broker in await admin.cluster_list(): print(broker.broker_name, broker.addr)
+        lag = await admin.consumer_lag("CID_ORDERS", "Orders")
+        print(lag.total_lag)
+
+Calls (reference A6/A7): topics are created and deleted on **every master**
+of a cluster (GET_BROKER_CLUSTER_INFO 106, then UPDATE_AND_CREATE_TOPIC 17 /
+DELETE_TOPIC_IN_BROKER 215 on each master, then DELETE_TOPIC_IN_NAMESRV 216 on
+every NameServer); consumer lag comes from GET_CONSUME_STATS (208) or, when a
+broker cannot answer it, from GET_MAX_OFFSET + QUERY_CONSUMER_OFFSET per queue;
+write permission is wiped (205) / added back (327) on every NameServer.
+
+Errors: :class:`RemotingCommandError` when a broker or NameServer refuses,
+:class:`NameServerUnavailableError` when no NameServer answers, remoting
+errors for unreachable brokers, ``KeyError`` for an unknown cluster name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
+from rocket.client.errors import TopicRouteError
+from rocket.client.route import MASTER_ID, ClusterInfo, MessageQueue, TopicRouteData, retry_topic
+from rocket.remoting import (
+    PERM_READ,
+    PERM_WRITE,
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+)
+
+log = logging.getLogger("rocket.client.admin")
+
+DEFAULT_CLUSTER = "DefaultCluster"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """One broker process as the NameServers and the broker itself see it.
+
+    ``runtime``: GET_BROKER_RUNTIME_INFO (28) key/values (empty when the broker
+    did not answer; ``error`` then says why).
+    """
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    runtime: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def role(self) -> str:
+        """``MASTER`` for brokerId 0, else ``SLAVE``."""
+        return "MASTER" if self.broker_id == MASTER_ID else "SLAVE"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    """A consumer group's progress on one queue. Offsets are queue offsets;
+    ``broker_offset`` is the queue's exclusive end, ``consumer_offset`` -1 when
+    the group never committed one; ``last_timestamp`` ms (0 when unknown)."""
+
+    queue: MessageQueue
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int = 0
+
+    @property
+    def lag(self) -> int:
+        """Messages not consumed yet (``broker_offset - max(consumer_offset, 0)``)."""
+        return max(self.broker_offset - max(self.consumer_offset, 0), 0)
+
+
+@dataclass(slots=True)
+class GroupLag:
+    """A group's progress over queues; ``source`` is ``consume-stats`` or ``offsets``."""
+
+    group: str
+    queues: list[QueueLag] = field(default_factory=list)
+    consume_tps: float = 0.0
+    source: str = "consume-stats"
+
+    @property
+    def total_lag(self) -> int:
+        """Sum of the queues' lag."""
+        return sum(q.lag for q in self.queues)
+
+
+_OBJECT_KEY = re.compile(rb'([{,]\s*)(\{[^{}]*\})(\s*:)')
+
+
+def loads_object_keys(data: bytes | str) -> Any:
+    """Parse fastjson output whose map keys may be objects or bare integers (quirks Q1, Q4).
+
+    ``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}}`` becomes
+    a dict whose key is the JSON text of the key object. Raises ``ValueError``.
+    """
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        return loads_lenient(raw)
+    except ValueError:
+        pass
+    fixed = _OBJECT_KEY.sub(lambda m: m.group(1) + orjson.dumps(m.group(2).decode()) + m.group(3), raw)
+    return loads_lenient(fixed)
+
+
+def parse_consume_stats(body: bytes) -> tuple[list[QueueLag], float]:
+    """Parse a ConsumeStats body: ``offsetTable`` (object keys, or a list of entries).
+
+    Returns ``(queues, consumeTps)``. Raises ``ValueError`` when not understood.
+    """
+    obj = loads_object_keys(body)
+    if not isinstance(obj, dict):
+        raise ValueError("ConsumeStats is not an object")
+    table = obj.get("offsetTable") or {}
+    entries: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    if isinstance(table, dict):
+        for key, value in table.items():
+            mq = orjson.loads(key) if isinstance(key, str) and key.startswith("{") else None
+            if not isinstance(mq, dict) or not isinstance(value, dict):
+                raise ValueError(f"offsetTable key {key!r} is not a message queue")
+            entries.append((mq, value))
+    elif isinstance(table, list):
+        for item in table:
+            if isinstance(item, dict):
+                entries.append((item.get("messageQueue", item), item))
+    queues = [
+        QueueLag(
+            queue=MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])),
+            broker_offset=int(value.get("brokerOffset", 0)),
+            consumer_offset=int(value.get("consumerOffset", -1)),
+            last_timestamp=int(value.get("lastTimestamp", 0) or 0),
+        )
+        for mq, value in entries
+    ]
+    return queues, float(obj.get("consumeTps", 0.0) or 0.0)
+
+
+class Admin:
+    """Administrative calls against the NameServers and brokers of a cluster.
+
+    ``namesrv_addr``: ``"host:port;host:port"``; ``timeout``: seconds per request.
+    """
+
+    def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.client = MQClient(namesrv_addr, timeout=timeout)
+
+    async def close(self) -> None:
+        """Close every connection."""
+        await self.client.close()
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- NameServer queries ------------------------------------------------------------
+
+    async def cluster_info(self) -> ClusterInfo:
+        """GET_BROKER_CLUSTER_INFO (106): brokers and clusters the NameServer knows."""
+        response = await self.client.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
+        check_response(response, "cluster info")
+        return ClusterInfo.parse(response.body)
+
+    async def topic_list(self) -> list[str]:
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), sorted."""
+        response = await self.client.namesrv_invoke(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        check_response(response, "topic list")
+        obj = loads_lenient(response.body) if response.body else {}
+        return sorted(str(t) for t in (obj.get("topicList") or []))
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """GET_ROUTEINFO_BY_TOPIC (105). Raises :class:`TopicRouteError` for an unknown topic."""
+        return await self.client.fetch_route(topic, cache=False)
+
+    async def _masters(self, cluster: str | None) -> dict[str, str]:
+        info = await self.cluster_info()
+        if cluster is not None and cluster not in info.clusters:
+            raise KeyError(f"cluster {cluster!r} is unknown to the NameServer (known: {sorted(info.clusters)})")
+        return info.masters(cluster)
+
+    # -- topics ------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        cluster: str | None = DEFAULT_CLUSTER,
+        queue_nums: int = 8,
+        read_queue_nums: int | None = None,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC (17) on every master of ``cluster`` (all when None).
+
+        ``queue_nums`` write queues (and read queues unless ``read_queue_nums``).
+        Returns the broker names it was created on. Raises ``KeyError`` for an
+        unknown cluster, ``LookupError`` when it has no master,
+        :class:`RemotingCommandError` when a broker refuses.
+        """
+        from rocket.client.producer import validate_topic
+
+        validate_topic(topic)
+        masters = await self._masters(cluster)
+        if not masters:
+            raise LookupError(f"cluster {cluster!r} has no master broker")
+        fields = ext(
+            topic=topic,
+            defaultTopic="TBW102",
+            readQueueNums=read_queue_nums if read_queue_nums is not None else queue_nums,
+            writeQueueNums=queue_nums,
+            perm=perm,
+            topicFilterType="SINGLE_TAG",
+            topicSysFlag=0,
+            order=order,
+        )
+
+        async def one(name: str, addr: str) -> str:
+            response = await self.client.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            check_response(response, f"create topic {topic} on {name} ({addr})")
+            return name
+
+        return sorted(await asyncio.gather(*(one(n, a) for n, a in masters.items())))
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = DEFAULT_CLUSTER) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER (215) on every master of ``cluster``, then
+        DELETE_TOPIC_IN_NAMESRV (216) on every NameServer. Returns the broker names."""
+        masters = await self._masters(cluster)
+
+        async def one(name: str, addr: str) -> str:
+            response = await self.client.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, ext(topic=topic))
+            check_response(response, f"delete topic {topic} on {name} ({addr})")
+            return name
+
+        names = sorted(await asyncio.gather(*(one(n, a) for n, a in masters.items())))
+        results = await self.client.namesrv_invoke_all(
+            RequestCode.DELETE_TOPIC_IN_NAMESRV, ext(topic=topic, clusterName=cluster))
+        for addr, result in results.items():
+            if isinstance(result, BaseException):
+                log.warning("delete topic %s on NameServer %s failed: %s", topic, addr, result)
+            else:
+                check_response(result, f"delete topic {topic} on NameServer {addr}")
+        return names
+
+    # -- cluster -----------------------------------------------------------------------
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO (28): the broker's KVTable."""
+        response = await self.client.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        check_response(response, f"runtime info of {addr}")
+        obj = loads_lenient(response.body) if response.body else {}
+        table = obj.get("table") or {}
+        return {str(k): str(v) for k, v in table.items()}
+
+    async def cluster_list(self, cluster: str | None = None) -> list[BrokerInfo]:
+        """Every broker (masters and slaves) with its runtime info, sorted by
+        cluster, broker name and id. Brokers that do not answer get ``error`` set."""
+        info = await self.cluster_info()
+        names = info.clusters[cluster] if cluster is not None else tuple(info.brokers)
+        cluster_of = {n: c for c, ns in info.clusters.items() for n in ns}
+
+        async def one(name: str, bid: int, addr: str) -> BrokerInfo:
+            bd = info.brokers[name]
+            clus = bd.cluster or cluster_of.get(name, "")
+            try:
+                runtime = await self.broker_runtime_info(addr)
+                return BrokerInfo(clus, name, bid, addr, runtime)
+            except Exception as exc:
+                return BrokerInfo(clus, name, bid, addr, {}, f"{type(exc).__name__}: {exc}")
+
+        jobs = [one(n, bid, addr) for n in names if n in info.brokers
+                for bid, addr in info.brokers[n].broker_addrs.items()]
+        brokers = await asyncio.gather(*jobs)
+        return sorted(brokers, key=lambda b: (b.cluster, b.broker_name, b.broker_id))
+
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int | str]:
+        """WIPE_WRITE_PERM_OF_BROKER (205) on every NameServer: producers stop
+        choosing the group (after their next route refresh) while consumers keep
+        reading. Returns NameServer → topics touched (or an error text)."""
+        return await self._perm_all(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, "wipeTopicCount")
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int | str]:
+        """ADD_WRITE_PERM_OF_BROKER (327) on every NameServer; the inverse of :meth:`wipe_write_perm`."""
+        return await self._perm_all(RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, "addTopicCount")
+
+    async def _perm_all(self, code: int, broker_name: str, count_key: str) -> dict[str, int | str]:
+        results = await self.client.namesrv_invoke_all(code, ext(brokerName=broker_name))
+        out: dict[str, int | str] = {}
+        for addr, result in results.items():
+            if isinstance(result, BaseException):
+                out[addr] = f"{type(result).__name__}: {result}"
+            elif result.code != ResponseCode.SUCCESS:
+                out[addr] = str(RemotingCommandError(result.code, result.remark))
+            else:
+                out[addr] = int(result.ext_fields.get(count_key, "0") or 0)
+        if all(isinstance(v, str) for v in out.values()):
+            raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, "; ".join(f"{a}: {v}" for a, v in out.items()),
+                                       RequestCode(code).name)
+        return out
+
+    # -- consumer groups ---------------------------------------------------------------
+
+    async def consumer_ids(self, group: str, topic: str | None = None) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP (38) from a master: the group's live client ids, sorted."""
+        if topic is not None:
+            route = await self.client.fetch_route(topic)
+            addrs = sorted(route.master_addrs())
+        else:
+            addrs = sorted((await self._masters(None)).values())
+        for addr in addrs:
+            try:
+                response = await self.client.invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                    ext(consumerGroup=group))
+            except (RemotingConnectError, RemotingTimeoutError):
+                continue
+            if response.code == ResponseCode.SUCCESS and response.body:
+                ids = loads_lenient(response.body).get("consumerIdList") or []
+                return sorted(str(i) for i in ids)
+        return []
+
+    async def _group_topics(self, group: str, masters: Iterable[str]) -> list[str]:
+        """Topics a group subscribes to, from GET_CONSUMER_CONNECTION_LIST (203)."""
+        for addr in masters:
+            try:
+                response = await self.client.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                                    ext(consumerGroup=group))
+            except (RemotingConnectError, RemotingTimeoutError):
+                continue
+            if response.code != ResponseCode.SUCCESS or not response.body:
+                continue
+            try:
+                obj = loads_lenient(response.body)
+            except ValueError:
+                continue
+            table = obj.get("subscriptionTable") or {}
+            if isinstance(table, dict) and table:
+                return sorted(str(t) for t in table)
+        return []
+
+    async def consumer_lag(self, group: str, topic: str | None = None) -> GroupLag:
+        """The group's progress per queue: GET_CONSUME_STATS (208) on every master,
+        falling back to GET_MAX_OFFSET + QUERY_CONSUMER_OFFSET per queue when a
+        broker cannot answer it (then ``topic`` or the group's live subscriptions
+        say which topics to look at). Queues sorted."""
+        masters = await self._masters(None)
+        queues: list[QueueLag] = []
+        tps = 0.0
+        failed: list[str] = []
+        for name, addr in sorted(masters.items()):
+            try:
+                response = await self.client.invoke(addr, RequestCode.GET_CONSUME_STATS,
+                                                    ext(consumerGroup=group, topic=topic))
+                if response.code != ResponseCode.SUCCESS:
+                    if response.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST or (
+                            response.code == ResponseCode.SYSTEM_ERROR and "not exist" in (response.remark or "")):
+                        continue  # the group has nothing on this broker
+                    raise RemotingCommandError(response.code, response.remark, "consume stats")
+                got, broker_tps = parse_consume_stats(response.body)
+                queues.extend(got)
+                tps += broker_tps
+            except Exception as exc:
+                log.info("consume stats of %s from %s failed (%s); computing from offsets", group, name, exc)
+                failed.append(name)
+        source = "consume-stats"
+        if failed or not queues:
+            topics = [topic] if topic else await self._group_topics(group, sorted(masters.values()))
+            if not topic and topics and retry_topic(group) not in topics:
+                topics.append(retry_topic(group))
+            computed = await self._lag_from_offsets(group, topics, None if not queues else set(failed))
+            if computed:
+                source = "consume-stats+offsets" if queues else "offsets"
+            queues.extend(computed)
+        if topic:
+            queues = [q for q in queues if q.queue.topic == topic]
+        unique = {q.queue: q for q in queues}
+        return GroupLag(group=group, queues=sorted(unique.values(), key=lambda q: q.queue), consume_tps=tps,
+                        source=source)
+
+    async def _lag_from_offsets(self, group: str, topics: Iterable[str], only_brokers: set[str] | None
+                                ) -> list[QueueLag]:
+        result: list[QueueLag] = []
+        for topic in topics:
+            try:
+                route = await self.client.fetch_route(topic)
+            except TopicRouteError:
+                continue
+            mqs = [mq for mq in route.read_queues(topic) if only_brokers is None or mq.broker_name in only_brokers]
+
+            async def one(mq: MessageQueue) -> QueueLag | None:
+                addr = self.client.admin_addr(mq.broker_name)
+                if addr is None:
+                    return None
+                max_resp = await self.client.invoke(addr, RequestCode.GET_MAX_OFFSET,
+                                                    ext(topic=mq.topic, queueId=mq.queue_id))
+                check_response(max_resp, f"max offset of {mq}")
+                off_resp = await self.client.invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                                                    ext(consumerGroup=group, topic=mq.topic, queueId=mq.queue_id))
+                consumer = int(off_resp.ext_fields.get("offset", "-1")) if off_resp.code == 0 else -1
+                return QueueLag(mq, int(max_resp.ext_fields.get("offset", "0") or 0), consumer)
+
+            for item in await asyncio.gather(*(one(mq) for mq in mqs)):
+                if item is not None:
+                    result.append(item)
+        return result
+
+    async def reset_offset_by_timestamp(
+        self, group: str, topic: str, timestamp: int | datetime
+    ) -> dict[MessageQueue, int]:
+        """Set the group's committed offset of every queue of ``topic`` to the
+        offset stored nearest ``timestamp`` (ms or datetime), via
+        SEARCH_OFFSET_BY_TIMESTAMP (29) + UPDATE_CONSUMER_OFFSET (15). Running
+        consumers keep their in-memory offsets, so stop them first.
+        Returns queue → new offset."""
+        ts = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else int(timestamp)
+        route = await self.client.fetch_route(topic)
+        out: dict[MessageQueue, int] = {}
+        for mq in route.read_queues(topic):
+            addr = self.client.admin_addr(mq.broker_name)
+            if addr is None:
+                continue
+            response = await self.client.invoke(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                                ext(topic=topic, queueId=mq.queue_id, timestamp=ts))
+            check_response(response, f"search offset of {mq}")
+            offset = int(response.ext_fields.get("offset", "0") or 0)
+            update = await self.client.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                              ext(consumerGroup=group, topic=topic, queueId=mq.queue_id,
+                                                  commitOffset=offset))
+            check_response(update, f"update offset of {mq}")
+            out[mq] = offset
+        return out

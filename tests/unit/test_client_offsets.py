@@ -1,0 +1,75 @@
+"""Offset stores and pull-body decoding (decompression, tag re-check)."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+from rocket.client.consumer import decode_pull_body
+from rocket.client.offsets import LocalOffsetStore
+from rocket.client.route import MessageQueue
+from rocket.client.subscription import SubscriptionData
+from rocket.message import SYSFLAG_COMPRESSED, compress_body, decompress_body, encode_properties, encode_record
+
+
+async def test_local_offset_store_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "g.json"
+    mq1, mq2 = MessageQueue("T", "a", 0), MessageQueue("T", "b", 3)
+    store = LocalOffsetStore(path, "g")
+    await store.load()
+    assert await store.read(mq1) == -1
+    store.update(mq1, 5)
+    store.update(mq1, 3, increase_only=True)
+    assert store.get(mq1) == 5
+    store.update(mq1, 4)
+    store.update(mq2, 9)
+    await store.persist_all()
+    again = LocalOffsetStore(path, "g")
+    await again.load()
+    assert await again.read(mq1) == 4 and await again.read(mq2) == 9
+    assert again.get(mq2) == 9
+    # persisting one queue keeps the others
+    again.update(mq1, 7)
+    await again.persist(mq1)
+    third = LocalOffsetStore(path, "g")
+    await third.load()
+    assert await third.read(mq1) == 7 and await third.read(mq2) == 9
+
+
+async def test_local_offset_store_ignores_a_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "g.json"
+    path.write_text("{not json")
+    store = LocalOffsetStore(path, "g")
+    await store.load()
+    assert await store.read(MessageQueue("T", "a", 0)) == -1
+
+
+def test_compress_threshold_and_round_trip() -> None:
+    small, flag = compress_body(b"a" * 4096)
+    assert flag == 0 and small == b"a" * 4096
+    big, flag = compress_body(b"a" * 4097)
+    assert flag & SYSFLAG_COMPRESSED and zlib.decompress(big) == b"a" * 4097
+    assert decompress_body(big, flag) == b"a" * 4097
+
+
+def _record(offset: int, body: bytes, tags: str | None, sys_flag: int = 0) -> bytes:
+    props = {"UNIQ_KEY": f"ID{offset}"}
+    if tags:
+        props["TAGS"] = tags
+    return bytes(encode_record(topic="T", queue_id=0, body=body, properties=encode_properties(props),
+                               sys_flag=sys_flag, queue_offset=offset, physical_offset=offset * 100,
+                               born_timestamp=1, store_timestamp=2, store_host="127.0.0.1:10911"))
+
+
+def test_decode_pull_body_decompresses_and_filters() -> None:
+    payload = b"z" * 10_000
+    compressed, flag = compress_body(payload)
+    body = _record(0, compressed, "TagA", flag) + _record(1, b"plain", "TagB") + _record(2, b"none", None)
+    msgs = decode_pull_body(body, SubscriptionData.of("T", "TagA || TagC"), min_offset=0, max_offset=3)
+    assert len(msgs) == 1
+    assert msgs[0].body == payload and not msgs[0].sys_flag & SYSFLAG_COMPRESSED
+    assert msgs[0].payload() == payload
+    assert msgs[0].properties["MIN_OFFSET"] == "0" and msgs[0].properties["MAX_OFFSET"] == "3"
+    everything = decode_pull_body(body, SubscriptionData.of("T", "*"))
+    assert [m.queue_offset for m in everything] == [0, 1, 2]
+    assert everything[0].msg_id == "ID0"
