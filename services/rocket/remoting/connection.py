@@ -101,6 +101,8 @@ class RemotingConnection(asyncio.Protocol):
         self._closed = False
         self._closed_future: asyncio.Future[None] | None = None
         self._write_ok: asyncio.Event | None = None
+        # Frames answered inline while one read is processed, written with one send (see data_received).
+        self._batch: list[bytes] | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -120,13 +122,29 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("closing %s connection with %s: %s", self.role, self.peer, exc)
             self.abort()
             return
-        for cmd in commands:
-            if cmd.is_response:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            else:
-                self._dispatch(cmd)
+        if len(commands) == 1:
+            self._handle(commands[0])
+            return
+        # Several frames in one read (a pipelining peer): answers of inline handlers are
+        # collected and written with a single send instead of one send per answer.
+        batch: list[bytes] = []
+        self._batch = batch
+        try:
+            for cmd in commands:
+                self._handle(cmd)
+        finally:
+            self._batch = None
+            transport = self._transport
+            if batch and not self._closed and transport is not None and not transport.is_closing():
+                transport.write(b"".join(batch))
+
+    def _handle(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            fut = self._pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+        else:
+            self._dispatch(cmd)
 
     def eof_received(self) -> bool | None:
         if self._decoder.buffered:
@@ -217,6 +235,9 @@ class RemotingConnection(asyncio.Protocol):
             return
         response.opaque = request.opaque
         response.serialize_type = request.serialize_type
+        if self._batch is not None:
+            self._batch.append(encode(response))
+            return
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(encode(response))
