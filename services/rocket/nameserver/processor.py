@@ -211,10 +211,10 @@ class DefaultRequestProcessor:
         metrics = self.metrics
         if body is None:
             if metrics is not None:
-                metrics.lookups_not_found.inc()
+                metrics.lookups_not_found += 1
             return request.response(ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
         if metrics is not None:
-            metrics.lookups_found.inc()
+            metrics.lookups_found += 1
         return request.response(body=body)
 
     def get_broker_cluster_info(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -335,9 +335,13 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     except (KeyError, TypeError, ValueError) as exc:
         raise FrameError(f"header field missing or not an integer: {exc}") from None
     # Java reads these as 32-bit ints; larger values could not be echoed back (opaque) or encoded.
-    for name, value in (("code", code), ("opaque", opaque), ("flag", flag), ("version", version)):
-        if not -0x80000000 <= value <= 0x7FFFFFFF:
-            raise FrameError(f"header field {name} = {value} is outside the 32-bit range")
+    if not (
+        -0x80000000 <= code <= 0x7FFFFFFF
+        and -0x80000000 <= opaque <= 0x7FFFFFFF
+        and -0x80000000 <= flag <= 0x7FFFFFFF
+        and -0x80000000 <= version <= 0x7FFFFFFF
+    ):
+        raise FrameError(f"header field outside the 32-bit range: code {code} opaque {opaque} flag {flag}")
     language = obj.get("language", "OTHER")
     if isinstance(language, int):
         language = _LANGUAGE_NAMES.get(language, "OTHER")
