@@ -51,6 +51,12 @@ def nameserver(
         raise typer.Exit(1) from None
 
 
+# produce, consume, topic, cluster, group and local (rocket/client/cli.py)
+from rocket.client.cli import register as _register_client_commands  # noqa: E402
+
+_register_client_commands(app)
+
+
 def main() -> None:
     """Entry point of the ``rocket`` console script."""
     app()

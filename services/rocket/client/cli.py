@@ -1,0 +1,508 @@
+"""Client-side ``rocket`` commands: produce, consume, topic, cluster, group, local.
+
+:func:`register` adds them to the ``rocket`` typer app (``rocket/cli.py``).
+Every command takes ``--namesrv/-n`` (``"host:port;host:port"``); without it
+the address comes from ``$ROCKET_NAMESRV``, else from a running ``rocket
+local up`` cluster in ``./data/local``, else ``127.0.0.1:9876``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rocket.runtime import run
+
+console = Console()
+err_console = Console(stderr=True)
+
+NAMESRV_HELP = "NameServers 'host:port;host:port' (default: $ROCKET_NAMESRV, a running local cluster, 127.0.0.1:9876)"
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "SCHEDULE_TOPIC", "RMQ_SYS_", "TBW102", "SELF_TEST_TOPIC",
+                         "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC", "BenchmarkTest")
+
+
+def resolve_namesrv(namesrv: str | None) -> str:
+    """The NameServer list to use (see the module docs)."""
+    if namesrv:
+        return namesrv
+    env = os.environ.get("ROCKET_NAMESRV")
+    if env:
+        return env
+    from rocket.local import DEFAULT_DIR, namesrv_from_state
+
+    return namesrv_from_state(DEFAULT_DIR) or "127.0.0.1:9876"
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def _run(coro: Any) -> Any:
+    """Run a coroutine; turn client errors into a one-line message and exit code 1."""
+    from rocket.client import MQClientError
+    from rocket.remoting import RemotingError
+
+    try:
+        return run(coro)
+    except (MQClientError, RemotingError, KeyError, LookupError, ValueError) as exc:
+        raise _fail(str(exc).strip("'\"")) from None
+
+
+# -- produce / consume -------------------------------------------------------------------
+
+
+def _payloads(count: int | None, size: int, file: Path | None, stdin: bool) -> Iterator[bytes]:
+    if file is not None or stdin:
+        stream = sys.stdin.buffer if stdin or str(file) == "-" else open(file, "rb")  # type: ignore[arg-type]
+        try:
+            n = 0
+            for line in stream:
+                body = line.rstrip(b"\r\n")
+                if not body:
+                    continue
+                yield body
+                n += 1
+                if count is not None and n >= count:
+                    return
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        return
+    filler = (b"RocketCluster " * (size // 14 + 1))
+    for i in range(count if count is not None else 1):
+        head = f"{i} ".encode()
+        yield (head + filler)[:max(size, len(head))]
+
+
+def produce(
+    topic: str = typer.Argument(..., help="Topic to send to (created through TBW102 if it does not exist)."),
+    count: int | None = typer.Option(None, "--count", "-c", help="Messages to send (default 1; with --file: at most)."),
+    size: int = typer.Option(128, "--size", "-s", help="Body size in bytes of generated messages."),
+    file: Path | None = typer.Option(None, "--file", "-f", help="Send each line of this file ('-' = stdin)."),
+    stdin: bool = typer.Option(False, "--stdin", help="Send each line read from stdin."),
+    tags: str | None = typer.Option(None, "--tags", "-t", help="Tag of every message."),
+    keys: str | None = typer.Option(None, "--keys", "-k", help="Keys; '{i}' is replaced by the message number."),
+    batch_size: int = typer.Option(1, "--batch-size", "-b", help="Messages per SEND_BATCH_MESSAGE (1 = single sends)."),
+    concurrency: int = typer.Option(32, "--concurrency", help="Sends in flight at once."),
+    group: str = typer.Option("rocket-cli-producer", "--group", "-g", help="Producer group."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Send messages: generated ones (--count/--size) or lines of a file or stdin."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rocket.client import Producer, build_message
+    from rocket.local import percentile
+
+    addr = resolve_namesrv(namesrv)
+    bodies = list(_payloads(count if (file or stdin) else (count or 1), size, file, stdin))
+    if not bodies:
+        raise _fail("nothing to send")
+
+    async def main() -> tuple[int, int, float, list[float], int]:
+        sent = failed = 0
+        latencies: list[float] = []
+        first_error: list[str] = []
+        async with Producer(group, addr) as producer:
+            sem = asyncio.Semaphore(max(1, concurrency))
+            progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err_console,
+                                disable=quiet)
+            started = time.perf_counter()
+            with progress:
+                task = progress.add_task(f"→ {topic}", total=len(bodies), rate="")
+
+                async def send(start: int, chunk: list[bytes]) -> None:
+                    nonlocal sent, failed
+                    msgs = [build_message(topic, body, tags=tags,
+                                          keys=keys.replace("{i}", str(start + j)) if keys else None)
+                            for j, body in enumerate(chunk)]
+                    async with sem:
+                        t0 = time.perf_counter()
+                        try:
+                            if len(msgs) == 1:
+                                await producer.send(msgs[0])
+                            else:
+                                await producer.send_batch(msgs)
+                            sent += len(msgs)
+                            latencies.append((time.perf_counter() - t0) * 1000)
+                        except Exception as exc:
+                            failed += len(msgs)
+                            if not first_error:
+                                first_error.append(f"{type(exc).__name__}: {exc}")
+                    elapsed = time.perf_counter() - started
+                    progress.update(task, advance=len(msgs), rate=f"{sent / elapsed:,.0f} msg/s" if elapsed else "")
+
+                step = max(1, batch_size)
+                await asyncio.gather(*(send(i, bodies[i:i + step]) for i in range(0, len(bodies), step)))
+            elapsed = time.perf_counter() - started
+        if first_error:
+            err_console.print(f"[red]first failure:[/red] {first_error[0]}")
+        return sent, failed, elapsed, sorted(latencies), sum(len(b) for b in bodies)
+
+    sent, failed, elapsed, lat, nbytes = _run(main())
+    rate = sent / elapsed if elapsed else 0.0
+    console.print(f"sent {sent} message(s) to {topic} in {elapsed:.2f} s ({rate:,.0f} msg/s, "
+                  f"{nbytes / 1e6 / elapsed if elapsed else 0:.2f} MB/s); failed {failed}; "
+                  f"send latency p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _printable(body: bytes, limit: int) -> str:
+    text = body.decode("utf-8", errors="replace")
+    return text if limit <= 0 or len(text) <= limit else text[:limit] + "…"
+
+
+def consume(
+    topic: str = typer.Argument(..., help="Topic to consume."),
+    group: str = typer.Option("rocket-cli-consumer", "--group", "-g", help="Consumer group."),
+    start_from: str = typer.Option("last", "--from", help="Where a new group starts: first, last or timestamp."),
+    timestamp: str | None = typer.Option(None, "--timestamp", help="With --from timestamp: ms or ISO time."),
+    tags: str = typer.Option("*", "--tags", "-t", help="Tag filter, e.g. 'TagA || TagB'."),
+    count: int | None = typer.Option(None, "--count", "-c", help="Stop after this many messages."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Stop after this many seconds without messages."),
+    broadcast: bool = typer.Option(False, "--broadcast", help="BROADCASTING mode (offsets kept locally)."),
+    body_limit: int = typer.Option(200, "--body-limit", help="Print at most this many characters of a body (0 = all)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print messages, only the summary."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Consume messages with a push consumer and print them (Ctrl-C to stop)."""
+    from rocket.client import ConsumeFrom, MessageExt, MessageModel, PushConsumer
+
+    addr = resolve_namesrv(namesrv)
+    where = {"first": ConsumeFrom.FIRST_OFFSET, "last": ConsumeFrom.LAST_OFFSET,
+             "timestamp": ConsumeFrom.TIMESTAMP}.get(start_from.lower())
+    if where is None:
+        raise _fail("--from must be first, last or timestamp", 2)
+    ts: int | None = None
+    if timestamp is not None:
+        ts = int(timestamp) if timestamp.isdigit() else int(datetime.fromisoformat(timestamp).timestamp() * 1000)
+
+    async def main() -> tuple[int, int]:
+        seen = 0
+        nbytes = 0
+        done = asyncio.Event()
+        last = [time.monotonic()]
+
+        def handle(msgs: list[MessageExt]) -> None:
+            nonlocal seen, nbytes
+            for msg in msgs:
+                if count is not None and seen >= count:
+                    done.set()
+                    return
+                seen += 1
+                nbytes += len(msg.body)
+                if not quiet:
+                    console.print(
+                        f"[dim]{msg.topic} {msg.store_host} q{msg.queue_id}@{msg.queue_offset}[/dim] "
+                        f"[cyan]{msg.msg_id}[/cyan] tags={msg.tags or '-'} keys={' '.join(msg.keys) or '-'} "
+                        f"{_printable(msg.body, body_limit)}", markup=True, highlight=False, soft_wrap=True)
+            last[0] = time.monotonic()
+            if count is not None and seen >= count:
+                done.set()
+
+        consumer = PushConsumer(group, addr, handle, consume_from=where, consume_timestamp=ts,
+                                message_model=MessageModel.BROADCASTING if broadcast else MessageModel.CLUSTERING,
+                                consume_batch_size=32, consume_concurrency=1)
+        consumer.subscribe(topic, tags)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGINT, done.set)
+            loop.add_signal_handler(signal.SIGTERM, done.set)
+        await consumer.start()
+        try:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), 0.2)
+                if timeout is not None and time.monotonic() - last[0] > timeout:
+                    break
+        finally:
+            await consumer.shutdown()
+        return seen, nbytes
+
+    seen, nbytes = _run(main())
+    err_console.print(f"consumed {seen} message(s), {nbytes} bytes, from {topic} as {group}")
+
+
+# -- topic / cluster / group -------------------------------------------------------------
+
+topic_app = typer.Typer(help="Create, list and delete topics.", no_args_is_help=True)
+cluster_app = typer.Typer(help="Brokers of the cluster; write permission.", no_args_is_help=True)
+group_app = typer.Typer(help="Consumer groups: progress and lag.", no_args_is_help=True)
+local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups).",
+                        no_args_is_help=True)
+
+
+@topic_app.command("create")
+def topic_create(
+    topic: str = typer.Argument(...),
+    queues: int = typer.Option(8, "--queues", "-q", help="Read and write queues per broker group."),
+    cluster: str = typer.Option("DefaultCluster", "--cluster", "-c"),
+    perm: int = typer.Option(6, "--perm", help="Permission bits: 6 read+write, 4 read-only, 2 write-only."),
+    order: bool = typer.Option(False, "--order", help="Mark as an ordered topic."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Create (or update) a topic on every master of a cluster."""
+    from rocket.client import Admin
+
+    async def main() -> list[str]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.create_topic(topic, cluster=cluster, queue_nums=queues, perm=perm, order=order)
+
+    brokers = _run(main())
+    console.print(f"created topic {topic} ({queues} queues) on {', '.join(brokers)}")
+
+
+@topic_app.command("delete")
+def topic_delete(
+    topic: str = typer.Argument(...),
+    cluster: str = typer.Option("DefaultCluster", "--cluster", "-c"),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Delete a topic from every master of a cluster and from the NameServers."""
+    from rocket.client import Admin
+
+    async def main() -> list[str]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.delete_topic(topic, cluster=cluster)
+
+    brokers = _run(main())
+    console.print(f"deleted topic {topic} from {', '.join(brokers) or 'no broker'} and the NameServers")
+
+
+@topic_app.command("list")
+def topic_list(
+    all_topics: bool = typer.Option(False, "--all", "-a", help="Include system, retry and DLQ topics."),
+    routes: bool = typer.Option(False, "--routes", "-r", help="Show each topic's queues per broker group."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """List topics known to the NameServers."""
+    from rocket.client import Admin, TopicRouteError
+
+    async def main() -> list[tuple[str, str]]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            info = await admin.cluster_info()
+            hidden = set(info.brokers) | set(info.clusters)
+            names = [t for t in await admin.topic_list()
+                     if all_topics or (t not in hidden and not t.startswith(SYSTEM_TOPIC_PREFIXES))]
+            rows = []
+            for name in names:
+                detail = ""
+                if routes:
+                    try:
+                        route = await admin.topic_route(name)
+                        detail = ", ".join(f"{q.broker_name}: r{q.read_queue_nums}/w{q.write_queue_nums} perm {q.perm}"
+                                           for q in sorted(route.queue_datas, key=lambda q: q.broker_name))
+                    except TopicRouteError:
+                        detail = "(no route)"
+                rows.append((name, detail))
+            return rows
+
+    rows = _run(main())
+    if routes:
+        table = Table()
+        table.add_column("topic")
+        table.add_column("queues")
+        for name, detail in rows:
+            table.add_row(name, detail)
+        console.print(table)
+    else:
+        for name, _ in rows:
+            console.print(name, highlight=False)
+
+
+@cluster_app.command("list")
+def cluster_list(
+    cluster: str | None = typer.Option(None, "--cluster", "-c", help="Only this cluster."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Brokers with their addresses and runtime figures."""
+    from rocket.client import Admin
+
+    async def main() -> Any:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.cluster_list(cluster)
+
+    brokers = _run(main())
+    table = Table(title="brokers")
+    for col in ("cluster", "broker", "id", "role", "address", "version", "put today", "get today",
+                "commitlog max offset", "status"):
+        table.add_column(col, justify="right" if col in ("id", "put today", "get today",
+                                                         "commitlog max offset") else "left")
+    for b in brokers:
+        rt = b.runtime
+        table.add_row(b.cluster, b.broker_name, str(b.broker_id), b.role, b.addr,
+                      rt.get("brokerVersionDesc", rt.get("brokerVersion", "")),
+                      rt.get("msgPutTotalTodayNow", ""), rt.get("msgGetTotalTodayNow", ""),
+                      rt.get("commitLogMaxOffset", ""), "[red]" + b.error + "[/red]" if b.error else "ok")
+    console.print(table)
+    if not brokers:
+        err_console.print("no brokers registered")
+
+
+@cluster_app.command("wipe-write-perm")
+def cluster_wipe_write_perm(
+    broker: str = typer.Argument(..., help="Broker group name, e.g. broker-a."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Make a broker group read-only on every NameServer (drain it of producers)."""
+    from rocket.client import Admin
+
+    async def main() -> dict[str, int | str]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.wipe_write_perm(broker)
+
+    for ns, result in _run(main()).items():
+        console.print(f"{ns}: {result if isinstance(result, str) else f'{result} topic(s) now read-only'}")
+
+
+@cluster_app.command("add-write-perm")
+def cluster_add_write_perm(
+    broker: str = typer.Argument(..., help="Broker group name, e.g. broker-a."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Give a broker group its write permission back on every NameServer."""
+    from rocket.client import Admin
+
+    async def main() -> dict[str, int | str]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.add_write_perm(broker)
+
+    for ns, result in _run(main()).items():
+        console.print(f"{ns}: {result if isinstance(result, str) else f'{result} topic(s) writable again'}")
+
+
+@group_app.command("lag")
+def group_lag(
+    group: str = typer.Argument(..., help="Consumer group."),
+    topic: str | None = typer.Option(None, "--topic", "-t", help="Only this topic."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Per-queue progress of a consumer group: broker offset, consumer offset, lag."""
+    from rocket.client import Admin
+
+    async def main() -> Any:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.consumer_lag(group, topic)
+
+    lag = _run(main())
+    table = Table(title=f"consumer group {group} ({lag.source})")
+    for col in ("topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"):
+        table.add_column(col, justify="left" if col in ("topic", "broker", "last consumed") else "right")
+    for q in lag.queues:
+        last = (datetime.fromtimestamp(q.last_timestamp / 1000).isoformat(sep=" ", timespec="seconds")
+                if q.last_timestamp else "")
+        table.add_row(q.queue.topic, q.queue.broker_name, str(q.queue.queue_id), str(q.broker_offset),
+                      str(q.consumer_offset) if q.consumer_offset >= 0 else "-", str(q.lag), last)
+    console.print(table)
+    console.print(f"total lag: [bold]{lag.total_lag}[/bold]" + (f", {lag.consume_tps:.1f} msg/s" if lag.consume_tps
+                                                              else ""))
+
+
+# -- local -------------------------------------------------------------------------------
+
+
+@local_app.command("up")
+def local_up(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    base_port: int = typer.Option(9876, "--base-port", "-p", help="First NameServer port; the others follow."),
+    brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
+    flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
+    foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
+) -> None:
+    """Start 2 NameServers and broker-a/broker-b as local processes."""
+    from rocket.local import LocalCluster, LocalClusterError, print_state
+
+    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper())
+    try:
+        state = cluster.start(detach=not foreground, timeout=timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted; stopped")
+        raise typer.Exit(130) from None
+    print_state(state)
+    if not foreground:
+        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
+        return
+    console.print("running in the foreground; Ctrl-C stops the cluster")
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stop:
+            if any(p.poll() is not None for p in cluster.procs.values()):
+                err_console.print("[red]a cluster process exited; stopping the others[/red]")
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopping ...")
+    cluster.stop()
+
+
+@local_app.command("down")
+def local_down(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    timeout: float = typer.Option(20.0, "--timeout", help="Seconds to wait before SIGKILL."),
+) -> None:
+    """Stop the local cluster (SIGTERM, wait, SIGKILL after --timeout)."""
+    from rocket.local import LocalClusterError, down
+
+    try:
+        stopped = down(data_dir, timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (already stopped)'}")
+
+
+@local_app.command("status")
+def local_status(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+) -> None:
+    """Show the local cluster's processes; exit code 1 unless all are running and ready."""
+    from rocket.local import LocalClusterError, status
+
+    try:
+        state, rows = status(data_dir)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title=f"local cluster in {state.data_dir}")
+    for col in ("process", "address", "http", "pid", "state"):
+        table.add_column(col)
+    for r in rows:
+        st = "[green]ready[/green]" if r.ready else ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]")
+        table.add_row(r.name, r.addr, str(r.http_port), str(r.pid), st)
+    console.print(table)
+    console.print(f"NameServers: {state.namesrv}")
+    if not all(r.ready for r in rows):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the client commands to the ``rocket`` app."""
+    app.command("produce")(produce)
+    app.command("consume")(consume)
+    app.add_typer(topic_app, name="topic")
+    app.add_typer(cluster_app, name="cluster")
+    app.add_typer(group_app, name="group")
+    app.add_typer(local_app, name="local")

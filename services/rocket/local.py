@@ -1,0 +1,651 @@
+"""The embedded default: a whole cluster on this machine, and the LogHub demo.
+
+``rocket local up`` starts two NameServers and two broker groups (``broker-a``
+and ``broker-b``, masters) as separate processes (``python -m rocket.cli
+nameserver|broker ...``), with data and logs under one folder (default
+``./data/local``), waits until every one is ready, prints the addresses and
+writes ``state.json`` (pids, ports) there. ``rocket local down`` stops them
+(SIGTERM, then waits; SIGKILL after a timeout), ``rocket local status`` shows
+them.
+
+Ports, from a base port P (default 9876)::
+
+    namesrv-1   P       (HTTP P+10)        9876 / 9886
+    namesrv-2   P+1     (HTTP P+11)        9877 / 9887
+    broker-a    P+1035  (HTTP +4)          10911 / 10915  (also uses 10909 and 10912)
+    broker-b    P+1045  (HTTP +4)          10921 / 10925  (also uses 10919 and 10922)
+
+``python -m rocket.local demo`` (``make run``) starts a cluster in a
+temporary folder, publishes the LogHub samples — one topic per system
+(``loghub-HDFS`` ...), one message per line with tags = system — consumes them
+back with a push consumer, prints a summary (messages, bytes, throughput,
+end-to-end latency percentiles) and stops the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DIR = Path("data/local")
+DEFAULT_BASE_PORT = 9876
+STATE_FILE = "state.json"
+CLUSTER_NAME = "DefaultCluster"
+BROKER_NAMES = ("broker-a", "broker-b")
+PACKAGE_ROOT = Path(__file__).resolve().parent
+#: The project's root when running from a checkout (services/rocket/local.py → project).
+PROJECT_ROOT = PACKAGE_ROOT.parent.parent
+
+
+class LocalClusterError(RuntimeError):
+    """A local cluster could not be started, found, or stopped (the message says why)."""
+
+
+@dataclass
+class ProcessInfo:
+    """One process of the local cluster, as recorded in ``state.json``."""
+
+    name: str
+    kind: str  # "nameserver" or "broker"
+    port: int
+    http_port: int
+    log: str
+    argv: list[str]
+    pid: int = 0
+
+    @property
+    def addr(self) -> str:
+        """``127.0.0.1:port`` of its remoting listener."""
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class ClusterState:
+    """What ``state.json`` holds: where the cluster lives and its processes."""
+
+    data_dir: str
+    base_port: int
+    namesrv: str
+    processes: list[ProcessInfo] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+
+    def save(self) -> None:
+        """Write ``state.json`` atomically."""
+        path = Path(self.data_dir) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, data_dir: Path) -> ClusterState:
+        """Read ``state.json``; raises :class:`LocalClusterError` when absent or unreadable."""
+        path = Path(data_dir) / STATE_FILE
+        try:
+            raw = json.loads(path.read_text())
+            procs = [ProcessInfo(**p) for p in raw.pop("processes", [])]
+            return cls(processes=procs, **raw)
+        except FileNotFoundError:
+            raise LocalClusterError(f"no local cluster state at {path} (run 'rocket local up')") from None
+        except (ValueError, TypeError) as exc:
+            raise LocalClusterError(f"unreadable state file {path}: {exc}") from None
+
+
+def ports_for(base_port: int, brokers: int = len(BROKER_NAMES)) -> dict[str, tuple[int, int]]:
+    """Process name → (remoting port, HTTP port) for a cluster at ``base_port``."""
+    layout = {
+        "namesrv-1": (base_port, base_port + 10),
+        "namesrv-2": (base_port + 1, base_port + 11),
+    }
+    for i, name in enumerate(BROKER_NAMES[:brokers]):
+        port = base_port + 1035 + 10 * i
+        layout[name] = (port, port + 4)
+    return layout
+
+
+def _all_ports(base_port: int, brokers: int = len(BROKER_NAMES)) -> list[int]:
+    ports: list[int] = []
+    for name, (port, http) in ports_for(base_port, brokers).items():
+        ports.append(http)
+        ports.extend([port - 2, port, port + 1] if name.startswith("broker") else [port])
+    return ports
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def find_free_base_port(low: int = 20000, high: int = 50000, attempts: int = 200) -> int:
+    """A base port whose whole layout (see :func:`ports_for`) is free right now."""
+    for _ in range(attempts):
+        base = random.randrange(low, high)
+        if all(_port_free(p) for p in _all_ports(base)):
+            return base
+    raise LocalClusterError("no free block of ports found")
+
+
+def _python_env() -> dict[str, str]:
+    env = dict(os.environ)
+    services = str(PACKAGE_ROOT.parent)
+    env["PYTHONPATH"] = services + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _spawn(info: ProcessInfo, *, detach: bool) -> subprocess.Popen[bytes]:
+    Path(info.log).parent.mkdir(parents=True, exist_ok=True)
+    with open(info.log, "ab") as log:
+        proc = subprocess.Popen(
+            info.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=_python_env(), start_new_session=detach,
+        )
+    info.pid = proc.pid
+    return proc
+
+
+def _http_ok(port: int, path: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1.0) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _tcp_ok(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs and is one of our processes (its command line has ``rocket.cli``)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"rocket.cli" not in cmdline:
+            return False
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return True  # no /proc: trust kill(0)
+
+
+def _ready(info: ProcessInfo) -> bool:
+    if info.kind == "broker":
+        return _http_ok(info.http_port, "/readyz")
+    return _tcp_ok(info.port) and (_http_ok(info.http_port, "/readyz") or _http_ok(info.http_port, "/healthz"))
+
+
+async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
+    from rocket.client.base import MQClient
+    from rocket.client.route import ClusterInfo
+    from rocket.remoting import RequestCode
+
+    client = MQClient(";".join(namesrv), timeout=1.0)
+    try:
+        for addr in namesrv:
+            response = await client.invoke(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+            if response.code != 0:
+                return False
+            info = ClusterInfo.parse(response.body)
+            if not all(name in info.brokers and info.brokers[name].master_addr for name in brokers):
+                return False
+        return True
+    except Exception:
+        return False
+    finally:
+        await client.close()
+
+
+class LocalCluster:
+    """Start, watch and stop a local cluster under ``data_dir``.
+
+    ``brokers``: how many broker groups (1 or 2); ``flush``: ``ASYNC_FLUSH`` or
+    ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags.
+    """
+
+    def __init__(self, data_dir: Path | str = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, *,
+                 brokers: int = 2, nameservers: int = 2, flush: str = "ASYNC_FLUSH",
+                 extra_broker_args: Sequence[str] = ()) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.base_port = base_port
+        self.brokers = max(1, min(brokers, len(BROKER_NAMES)))
+        self.nameservers = max(1, min(nameservers, 2))
+        self.flush = flush
+        self.extra_broker_args = list(extra_broker_args)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.state: ClusterState | None = None
+
+    @property
+    def namesrv(self) -> str:
+        """``"127.0.0.1:P;127.0.0.1:P+1"``."""
+        layout = ports_for(self.base_port, self.brokers)
+        return ";".join(f"127.0.0.1:{layout[f'namesrv-{i + 1}'][0]}" for i in range(self.nameservers))
+
+    def plan(self) -> list[ProcessInfo]:
+        """The processes :meth:`start` runs, NameServers first."""
+        layout = ports_for(self.base_port, self.brokers)
+        exe = [sys.executable, "-m", "rocket.cli"]
+        logs = self.data_dir / "logs"
+        plan: list[ProcessInfo] = []
+        for i in range(self.nameservers):
+            name = f"namesrv-{i + 1}"
+            port, http = layout[name]
+            plan.append(ProcessInfo(name, "nameserver", port, http, str(logs / f"{name}.log"),
+                                    [*exe, "nameserver", "--port", str(port), "--http-port", str(http)]))
+        for name in BROKER_NAMES[: self.brokers]:
+            port, http = layout[name]
+            argv = [*exe, "broker", "--name", name, "--cluster", CLUSTER_NAME, "--broker-id", "0",
+                    "--port", str(port), "--http-port", str(http), "--namesrv", self.namesrv,
+                    "--store-dir", str(self.data_dir / name), "--flush", self.flush, *self.extra_broker_args]
+            plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
+        return plan
+
+    def start(self, *, detach: bool = True, timeout: float = 60.0) -> ClusterState:
+        """Start every process and wait until each is ready and the brokers are
+        registered with every NameServer. On failure (or Ctrl-C) everything
+        started is stopped again and :class:`LocalClusterError` is raised
+        (``KeyboardInterrupt`` is re-raised)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(LocalClusterError):
+            old = ClusterState.load(self.data_dir)
+            if any(pid_alive(p.pid) for p in old.processes):
+                raise LocalClusterError(f"a local cluster already runs from {self.data_dir} "
+                                        "(rocket local status / rocket local down)")
+        plan = self.plan()
+        busy = [p for p in _all_ports(self.base_port, self.brokers) if not _port_free(p)]
+        if busy:
+            raise LocalClusterError(f"ports already in use: {busy} (choose another --base-port)")
+        self.state = ClusterState(str(self.data_dir), self.base_port, self.namesrv, plan)
+        try:
+            for info in plan:
+                self.procs[info.name] = _spawn(info, detach=detach)
+                if info.kind == "nameserver":
+                    self._wait_ready([info], timeout)
+            self.state.save()
+            self._wait_ready(plan, timeout)
+            deadline = time.monotonic() + timeout
+            nss = self.namesrv.split(";")
+            while not asyncio.run(_registered(nss, BROKER_NAMES[: self.brokers])):
+                if time.monotonic() > deadline:
+                    raise LocalClusterError("brokers did not register with the NameServers in time")
+                time.sleep(0.2)
+        except BaseException:
+            self.stop()
+            raise
+        return self.state
+
+    def _wait_ready(self, infos: Sequence[ProcessInfo], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(infos)
+        while pending:
+            for info in list(pending):
+                proc = self.procs.get(info.name)
+                if proc is not None and proc.poll() is not None:
+                    tail = _tail(Path(info.log))
+                    raise LocalClusterError(f"{info.name} exited with {proc.returncode} during start-up; "
+                                            f"log {info.log}:\n{tail}")
+                if _ready(info):
+                    pending.remove(info)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(p.name for p in pending)
+                raise LocalClusterError(f"not ready after {timeout:.0f} s: {names} (logs in {self.data_dir}/logs)")
+            if pending:
+                time.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> list[str]:
+        """SIGTERM brokers, then NameServers; wait; SIGKILL what is left. Returns stopped names."""
+        if self.state is None:
+            return []
+        stopped = stop_processes(self.state.processes, self.procs, timeout=timeout)
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / STATE_FILE).unlink()
+        return stopped
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def stop_processes(infos: Sequence[ProcessInfo], procs: dict[str, subprocess.Popen[bytes]] | None = None,
+                   timeout: float = 20.0) -> list[str]:
+    """Stop processes: brokers first (so they unregister while NameServers still listen)."""
+    procs = procs or {}
+    ordered = sorted(infos, key=lambda p: 0 if p.kind == "broker" else 1)
+    stopped: list[str] = []
+    for group in ([p for p in ordered if p.kind == "broker"], [p for p in ordered if p.kind != "broker"]):
+        signalled: list[ProcessInfo] = []
+        for info in group:
+            proc = procs.get(info.name)
+            alive = proc.poll() is None if proc is not None else pid_alive(info.pid)
+            if alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(info.pid, signal.SIGTERM)
+                signalled.append(info)
+        deadline = time.monotonic() + timeout
+        for info in signalled:
+            proc = procs.get(info.name)
+            while True:
+                done = proc.poll() is not None if proc is not None else not pid_alive(info.pid)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(info.pid, signal.SIGKILL)
+                    if proc is not None:
+                        proc.wait(5)
+                    break
+                time.sleep(0.05)
+            stopped.append(info.name)
+    return stopped
+
+
+def down(data_dir: Path | str = DEFAULT_DIR, timeout: float = 20.0) -> list[str]:
+    """Stop the cluster recorded in ``data_dir/state.json``; returns stopped process names."""
+    state = ClusterState.load(Path(data_dir))
+    stopped = stop_processes(state.processes, timeout=timeout)
+    with contextlib.suppress(FileNotFoundError):
+        (Path(data_dir) / STATE_FILE).unlink()
+    return stopped
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    """``rocket local status`` row."""
+
+    name: str
+    kind: str
+    pid: int
+    addr: str
+    http_port: int
+    running: bool
+    ready: bool
+    log: str
+
+
+def status(data_dir: Path | str = DEFAULT_DIR) -> tuple[ClusterState, list[ProcessStatus]]:
+    """The recorded cluster and each process's state. Raises :class:`LocalClusterError`."""
+    state = ClusterState.load(Path(data_dir))
+    rows = []
+    for p in state.processes:
+        running = pid_alive(p.pid)
+        rows.append(ProcessStatus(p.name, p.kind, p.pid, p.addr, p.http_port, running,
+                                  running and _ready(p), p.log))
+    return state, rows
+
+
+def namesrv_from_state(data_dir: Path | str = DEFAULT_DIR) -> str | None:
+    """The NameServer list of a running local cluster in ``data_dir``, if any."""
+    try:
+        state = ClusterState.load(Path(data_dir))
+    except LocalClusterError:
+        return None
+    return state.namesrv if any(pid_alive(p.pid) for p in state.processes) else None
+
+
+def print_state(state: ClusterState) -> None:
+    """A rich table of the cluster's processes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"local cluster in {state.data_dir}")
+    for col in ("process", "role", "address", "http", "pid", "log"):
+        table.add_column(col)
+    for p in state.processes:
+        role = "NameServer" if p.kind == "nameserver" else "broker master"
+        table.add_row(p.name, role, p.addr, f"http://127.0.0.1:{p.http_port}", str(p.pid), p.log)
+    console = Console()
+    console.print(table)
+    console.print(f"NameServers: [bold]{state.namesrv}[/bold]   (export ROCKET_NAMESRV='{state.namesrv}')")
+
+
+# -- the LogHub demo ---------------------------------------------------------------------
+
+
+def loghub_dir() -> Path:
+    """``$ROCKET_LOGHUB_DIR``, else ``../shared/data/loghub`` (all 2k lines) when
+    present, else the 200-line sample shipped in the package."""
+    env = os.environ.get("ROCKET_LOGHUB_DIR")
+    if env:
+        return Path(env)
+    shared = PROJECT_ROOT.parent / "shared" / "data" / "loghub"
+    if shared.is_dir():
+        return shared
+    return PACKAGE_ROOT / "data" / "loghub"
+
+
+def loghub_logs(folder: Path | None = None) -> dict[str, list[str]]:
+    """System name → log lines, from ``<System>_2k.log`` / ``<System>_200.log`` files
+    (flat or in per-system folders)."""
+    folder = folder or loghub_dir()
+    logs: dict[str, list[str]] = {}
+    for path in sorted(folder.rglob("*.log")):
+        system = path.name.split("_")[0]
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        if lines:
+            logs[system] = lines
+    return logs
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` (0..100) percentile of already sorted values (nearest rank); 0 when empty."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
+    return float(sorted_values[rank])
+
+
+async def run_demo(namesrv: str, logs: dict[str, list[str]], *, concurrency: int = 64,
+                   timeout: float = 120.0) -> dict[str, Any]:
+    """Publish every line (topic ``loghub-<System>``, tags = system, keys =
+    ``<System>-<line>``) and consume it back with group ``loghub-demo``.
+
+    Returns the figures; latencies in ms: ``store`` = store - born time,
+    ``e2e`` = receive - born time.
+    """
+    from rocket.client import Admin, ConsumeFrom, MessageExt, Producer, PushConsumer, build_message
+
+    topics = {system: f"loghub-{system}" for system in logs}
+    async with Admin(namesrv) as admin:
+        for topic in topics.values():
+            await admin.create_topic(topic, queue_nums=4)
+    total = sum(len(lines) for lines in logs.values())
+    received: dict[str, int] = dict.fromkeys(logs, 0)
+    e2e: list[float] = []
+    store_lat: list[float] = []
+    seen: set[str] = set()
+    done = asyncio.Event()
+    first_receive = [0.0]
+    last_receive = [0.0]
+
+    async def handle(msgs: list[MessageExt]) -> None:
+        now = time.time() * 1000
+        if not first_receive[0]:
+            first_receive[0] = now
+        last_receive[0] = now
+        for msg in msgs:
+            if msg.msg_id in seen:
+                continue
+            seen.add(msg.msg_id)
+            received[msg.tags or "?"] = received.get(msg.tags or "?", 0) + 1
+            e2e.append(now - msg.born_timestamp)
+            store_lat.append(msg.store_timestamp - msg.born_timestamp)
+        if len(seen) >= total:
+            done.set()
+
+    consumer = PushConsumer("loghub-demo", namesrv, handle, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            rebalance_interval=2.0)
+    for topic in topics.values():
+        consumer.subscribe(topic, "*")
+    await consumer.start()
+    bytes_sent = 0
+    send_lat: list[float] = []
+    try:
+        async with Producer("loghub-demo-producer", namesrv) as producer:
+            sem = asyncio.Semaphore(concurrency)
+
+            async def send(system: str, i: int, line: str) -> None:
+                async with sem:
+                    t0 = time.perf_counter()
+                    await producer.send(build_message(topics[system], line, tags=system, keys=f"{system}-{i}"))
+                    send_lat.append((time.perf_counter() - t0) * 1000)
+
+            started = time.perf_counter()
+            jobs = []
+            for system, lines in logs.items():
+                for i, line in enumerate(lines, 1):
+                    bytes_sent += len(line.encode())
+                    jobs.append(send(system, i, line))
+            await asyncio.gather(*jobs)
+            produce_s = time.perf_counter() - started
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout)
+        consume_s = time.perf_counter() - started
+    finally:
+        await consumer.shutdown()
+    e2e.sort()
+    store_lat.sort()
+    send_lat.sort()
+    return {
+        "messages": total,
+        "received": len(seen),
+        "bytes": bytes_sent,
+        "produce_seconds": produce_s,
+        "consume_seconds": consume_s,
+        "produce_rate": total / produce_s if produce_s else 0.0,
+        "per_system": {s: (len(logs[s]), received.get(s, 0)) for s in logs},
+        "send_ms": {q: percentile(send_lat, q) for q in (50, 99, 99.9)},
+        "store_ms": {q: percentile(store_lat, q) for q in (50, 99, 99.9)},
+        "e2e_ms": {q: percentile(e2e, q) for q in (50, 99, 99.9)},
+    }
+
+
+def print_demo(figures: dict[str, Any], source: Path) -> None:
+    """The demo summary as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"LogHub through RocketCluster ({source})")
+    for col in ("system", "topic", "sent", "received"):
+        table.add_column(col, justify="right" if col in ("sent", "received") else "left")
+    for system, (sent, got) in sorted(figures["per_system"].items()):
+        table.add_row(system, f"loghub-{system}", str(sent), str(got))
+    console.print(table)
+    mb = figures["bytes"] / 1e6
+    summary = Table(title="summary", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    summary.add_row("messages sent / received", f"{figures['messages']} / {figures['received']}")
+    summary.add_row("bytes (bodies)", f"{figures['bytes']:,} ({mb:.2f} MB)")
+    summary.add_row("produce throughput", f"{figures['produce_rate']:,.0f} msgs/s "
+                    f"({mb / figures['produce_seconds']:.2f} MB/s)")
+    summary.add_row("produce + consume-all time", f"{figures['consume_seconds']:.2f} s")
+    for key, label in (("send_ms", "send latency"), ("store_ms", "born → stored"),
+                       ("e2e_ms", "end-to-end (born → received)")):
+        p = figures[key]
+        summary.add_row(label, f"p50 {p[50]:.1f} ms · p99 {p[99]:.1f} ms · p99.9 {p[99.9]:.1f} ms")
+    console.print(summary)
+
+
+def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool = False) -> int:
+    """``make run``: start a cluster, publish and consume LogHub, print a summary, stop."""
+    from rich.console import Console
+
+    console = Console()
+    tmp = None
+    if data_dir is None:
+        tmp = tempfile.mkdtemp(prefix="rocket-demo-")
+        data_dir = Path(tmp)
+    base = base_port or (DEFAULT_BASE_PORT if all(_port_free(p) for p in _all_ports(DEFAULT_BASE_PORT))
+                         else find_free_base_port())
+    source = loghub_dir()
+    logs = loghub_logs(source)
+    if not logs:
+        console.print(f"[red]no LogHub logs found in {source}[/red]")
+        return 1
+    cluster = LocalCluster(data_dir, base)
+    console.print(f"starting a local cluster in {data_dir} (base port {base}) ...")
+    try:
+        state = cluster.start(detach=False)
+        print_state(state)
+        console.print(f"publishing {sum(len(v) for v in logs.values())} lines of {len(logs)} systems "
+                      f"from {source} ...")
+        figures = asyncio.run(run_demo(state.namesrv, logs))
+        print_demo(figures, source)
+        ok = figures["received"] == figures["messages"]
+        if not ok:
+            console.print(f"[red]only {figures['received']} of {figures['messages']} messages came back[/red]")
+        return 0 if ok else 1
+    except LocalClusterError as exc:
+        console.print(f"[red]{exc}[/red]")
+        return 1
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+    finally:
+        console.print("stopping the cluster ...")
+        cluster.stop()
+        if tmp is not None and not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_cluster(data_dir: Path | str, base_port: int | None = None, **kwargs: Any) -> Iterator[ClusterState]:
+    """Run a local cluster (in the foreground) for the duration of a ``with`` block."""
+    cluster = LocalCluster(data_dir, base_port or find_free_base_port(), **kwargs)
+    state = cluster.start(detach=False)
+    try:
+        yield state
+    finally:
+        cluster.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rocket.local demo [--dir D] [--base-port P] [--keep]``."""
+    parser = argparse.ArgumentParser(prog="python -m rocket.local")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_demo = sub.add_parser("demo", help="start a cluster, publish and consume LogHub, print a summary, stop")
+    p_demo.add_argument("--dir", type=Path, default=None, help="data folder (default: a temporary one)")
+    p_demo.add_argument("--base-port", type=int, default=None)
+    p_demo.add_argument("--keep", action="store_true", help="keep the temporary data folder")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return demo(args.dir, args.base_port, args.keep)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
