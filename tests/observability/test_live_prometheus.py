@@ -1,0 +1,45 @@
+"""A real Prometheus (Debian's package) scraping the embedded cluster returns data for queries the
+dashboards and alerts are built on."""
+
+from __future__ import annotations
+
+import time
+
+from tests.observability.conftest import GROUP, TOPIC, EmbeddedCluster, Prometheus
+
+
+def wait_result(prom: Prometheus, expr: str, timeout: float = 15.0) -> list[dict]:
+    """The instant-query result of ``expr`` once non-empty (scrapes run every second)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = prom.query(expr)
+        assert status == 200, body
+        result = body["data"]["result"]
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
+def test_every_process_is_up(prometheus_scraping: Prometheus, embedded_cluster: EmbeddedCluster):
+    result = wait_result(prometheus_scraping, "up")
+    by_pod = {r["metric"]["pod"]: float(r["value"][1]) for r in result}
+    assert by_pod == {t.name: 1.0 for t in embedded_cluster.targets}
+
+
+def test_nameservers_see_both_broker_groups(prometheus_scraping: Prometheus):
+    result = wait_result(prometheus_scraping, 'rocketmq_nameserver_broker_groups{job="rocketmq-nameserver"}')
+    assert len(result) == 2
+    assert all(float(r["value"][1]) == 2 for r in result), result
+
+
+def test_messages_in_counted_per_topic(prometheus_scraping: Prometheus):
+    result = wait_result(prometheus_scraping, f'sum(rocketmq_broker_messages_in_total{{topic="{TOPIC}"}})')
+    assert result and float(result[0]["value"][1]) == 60, result
+
+
+def test_consumer_group_lag_is_visible(prometheus_scraping: Prometheus):
+    expr = f'sum by (group, topic) (rocketmq_group_diff{{group="{GROUP}", topic="{TOPIC}"}})'
+    result = wait_result(prometheus_scraping, expr)
+    assert result, f"no rocketmq_group_diff for {GROUP}"
+    lag = float(result[0]["value"][1])
+    assert 0 <= lag <= 60
