@@ -9,10 +9,17 @@ loopback, then:
    followed by a heartbeat with an unchanged version (the common case every
    30 s). Client-side p50/p99 latency of each kind.
 2. **Route lookups**: 100 concurrent connections, split over ``procs``
-   client processes (multiprocessing), each sending GET_ROUTEINFO_BY_TOPIC
-   for random registered topics back to back for ``duration`` seconds.
+   client processes (multiprocessing), each keeping ``depth`` requests in
+   flight (GET_ROUTEINFO_BY_TOPIC for random registered topics) back to back
+   for ``duration`` seconds; once with depth 1 (strict request/response) and
+   once with depth 8 (pipelined, as a multi-threaded client does).
    Reports lookups per second (all processes together), client-side latency
    p50/p99, and the NameServer process's CPU use during the run.
+
+The NameServer shares the 2 cores with the load generator (and with anything
+else running), so besides lookups/s the run prints the NameServer's CPU time
+per lookup and the capacity of one whole core at that cost, and how much CPU
+other processes took meanwhile.
 
 Run: ``make bench BENCH=nameserver`` or ``python -m bench nameserver [--short]``.
 Target (the NameServer brief): >= 20,000 lookups/s on a 2-core machine.
@@ -233,27 +240,72 @@ def _lookup_process(args: tuple[int, int, int, list[str], float, float]) -> Look
 # -- driver --------------------------------------------------------------------------------------------------
 
 
+def _lookup_phase(server_pid: int, port: int, topics: list[str], depth: int, procs: int,
+                  duration: float) -> float:
+    """Run the lookup load from ``procs`` processes, print its figures, return lookups/s."""
+    per_proc = [CONNECTIONS // procs + (1 if i < CONNECTIONS % procs else 0) for i in range(procs)]
+    start_at = time.time() + 3.0
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        pending = pool.map_async(_lookup_process, [(port, n, depth, topics, start_at, duration) for n in per_proc])
+        time.sleep(max(0.0, start_at - time.time()))
+        cpu_before, wall_before = _cpu_seconds(server_pid), time.monotonic()
+        busy_before, total_before = _machine_busy()
+        time.sleep(duration)
+        cpu_after, wall_after = _cpu_seconds(server_pid), time.monotonic()
+        busy_after, total_after = _machine_busy()
+        results = pending.get(timeout=duration + 60)
+    total = sum(r.count for r in results)
+    errors = sum(r.errors for r in results)
+    samples = [s for r in results for s in r.latencies]
+    rate = total / duration
+    wall = wall_after - wall_before
+    server_cpu = cpu_after - cpu_before
+    client_cpu = sum(r.cpu_seconds for r in results)
+    ncpu = os.cpu_count() or 1
+    machine = (busy_after - busy_before) / max(1, total_after - total_before) * ncpu * wall
+    others = max(0.0, machine - server_cpu - client_cpu * wall / duration)
+    print(f"GET_ROUTEINFO_BY_TOPIC: {CONNECTIONS} connections x {depth} request(s) in flight each, "
+          f"{procs} client process(es), {len(topics)} topics, {duration:.0f} s")
+    print(f"  {rate:,.0f} lookups/s  ({total:,} lookups, {errors} errors)  "
+          f"latency p50 {statistics.median(samples) * 1e3:.3f} ms  p99 {_pct(samples, 0.99) * 1e3:.3f} ms")
+    per_lookup = server_cpu / max(1, rate * wall)
+    print(f"  NameServer CPU {server_cpu / wall * 100:.0f}% of a core = {per_lookup * 1e6:.1f} us per lookup "
+          f"(a whole core: ~{1 / per_lookup:,.0f} lookups/s); load generator "
+          f"{client_cpu / duration * 100:.0f}% of a core ({client_cpu / max(1, total) * 1e6:.1f} us per lookup); "
+          f"other processes on the machine: {others / wall * 100:.0f}% of a core")
+    verdict = "meets" if rate >= TARGET_LOOKUPS_PER_SECOND else "BELOW"
+    print(f"  {verdict} the target of {TARGET_LOOKUPS_PER_SECOND:,} lookups/s", flush=True)
+    return rate
+
+
 def run(short: bool) -> None:
-    """Run both phases against a fresh NameServer process and print the figures."""
+    """Run both phases against a fresh NameServer process and print the figures.
+
+    Environment: ``BENCH_NS_DEPTHS`` (comma-separated requests in flight per
+    connection, default ``1,8``: strict request/response, then pipelined),
+    ``BENCH_NS_PROCS`` (client processes, default 1).
+    """
     brokers = 5 if short else 20
     rounds = 3 if short else 10
     duration = 2.0 if short else 10.0
     procs = int(os.environ.get("BENCH_NS_PROCS", "1"))
-    depth = int(os.environ.get("BENCH_NS_DEPTH", "1"))
+    depths = [int(d) for d in os.environ.get("BENCH_NS_DEPTHS", "1,8").split(",")]
     port, http_port = _free_port(), _free_port()
     argv = [sys.executable, "-m", "rocket.cli", "nameserver", "--host", "127.0.0.1", "--port", str(port),
             "--http-port", str(http_port), "--log-level", "WARNING"]
     server = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The brokers' connection must stay open during the lookups (closing it would make the
+    # NameServer drop them): keep their client on a loop in a thread.
+    broker_loop = asyncio.new_event_loop()
+    broker_thread = threading.Thread(target=broker_loop.run_forever, daemon=True)
+    broker_thread.start()
+    broker_client = RemotingClient()
     try:
         _wait_port(port, server)
         addr = f"127.0.0.1:{port}"
         print(f"NameServer pid {server.pid} on {addr}; {os.cpu_count()} CPUs; "
               f"{brokers} brokers x {TOPICS_PER_BROKER} topics", flush=True)
-
-        # The brokers' connection must stay open during the lookups: keep it on a loop in a thread.
-        broker_loop = asyncio.new_event_loop()
-        threading.Thread(target=broker_loop.run_forever, daemon=True).start()
-        broker_client = RemotingClient()
         changed, heartbeat = asyncio.run_coroutine_threadsafe(
             _register_phase(broker_client, addr, brokers, rounds), broker_loop
         ).result()
@@ -261,43 +313,14 @@ def run(short: bool) -> None:
               f"p50 {_pct(changed, 0.5) * 1e3:.3f} ms  p99 {_pct(changed, 0.99) * 1e3:.3f} ms")
         print(f"REGISTER_BROKER, unchanged data version (heartbeat), n={len(heartbeat)}: "
               f"p50 {_pct(heartbeat, 0.5) * 1e3:.3f} ms  p99 {_pct(heartbeat, 0.99) * 1e3:.3f} ms", flush=True)
-
         topics = [t for b in range(brokers) for t in _topics(b)]
-        per_proc = [CONNECTIONS // procs + (1 if i < CONNECTIONS % procs else 0) for i in range(procs)]
-        start_at = time.time() + 3.0
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(procs) as pool:
-            pending = pool.map_async(_lookup_process,
-                                     [(port, n, depth, topics, start_at, duration) for n in per_proc])
-            time.sleep(max(0.0, start_at - time.time()))
-            cpu_before, wall_before = _cpu_seconds(server.pid), time.monotonic()
-            busy_before, total_before = _machine_busy()
-            time.sleep(duration)
-            cpu_after, wall_after = _cpu_seconds(server.pid), time.monotonic()
-            busy_after, total_after = _machine_busy()
-            results = pending.get(timeout=duration + 60)
-        total = sum(r.count for r in results)
-        errors = sum(r.errors for r in results)
-        samples = [s for r in results for s in r.latencies]
-        rate = total / duration
-        wall = wall_after - wall_before
-        server_cpu = cpu_after - cpu_before
-        client_cpu = sum(r.cpu_seconds for r in results)
-        ncpu = os.cpu_count() or 1
-        machine = (busy_after - busy_before) / max(1, total_after - total_before) * ncpu * wall
-        others = max(0.0, machine - server_cpu - client_cpu * wall / duration)
-        print(f"GET_ROUTEINFO_BY_TOPIC: {CONNECTIONS} connections x {depth} in flight, "
-              f"in {procs} client process(es), {len(topics)} topics, {duration:.0f} s")
-        print(f"  {rate:,.0f} lookups/s  ({total:,} lookups, {errors} errors)  "
-              f"latency p50 {statistics.median(samples) * 1e3:.3f} ms  p99 {_pct(samples, 0.99) * 1e3:.3f} ms")
-        per_lookup = server_cpu / max(1, rate * wall)
-        print(f"  NameServer CPU {server_cpu / wall * 100:.0f}% of a core = {per_lookup * 1e6:.1f} us per lookup "
-              f"(one full core: ~{1 / per_lookup:,.0f} lookups/s); load generator "
-              f"{client_cpu / duration * 100:.0f}% ({client_cpu / max(1, total) * 1e6:.1f} us per lookup); "
-              f"other processes on the machine: {others / wall * 100:.0f}% of a core")
-        verdict = "meets" if rate >= TARGET_LOOKUPS_PER_SECOND else "BELOW"
-        print(f"  {verdict} the target of {TARGET_LOOKUPS_PER_SECOND:,} lookups/s", flush=True)
+        for depth in depths:
+            _lookup_phase(server.pid, port, topics, depth, procs, duration)
     finally:
+        asyncio.run_coroutine_threadsafe(broker_client.close(), broker_loop).result(10)
+        broker_loop.call_soon_threadsafe(broker_loop.stop)
+        broker_thread.join(5)
+        broker_loop.close()
         server.terminate()
         try:
             server.wait(10)
