@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import struct
 import subprocess
 import time
@@ -369,9 +370,18 @@ def test_sigterm_exits_cleanly(tmp_path: Path) -> None:
     argv = rocket_command("nameserver", "--host", "127.0.0.1", "--port", str(port), "--http-port", str(http_port))
     for sig in (signal.SIGTERM, signal.SIGINT):
         with running(argv, port=port, log_path=log) as proc:
-            proc.send_signal(sig)
-            assert proc.wait(10) == 0
-        text = log.read_text()
-        stopped = [line for line in text.splitlines() if "NameServer stopped" in line]
-        assert len(stopped) == 1 and sig.name in stopped[0], text
-        assert "Traceback" not in text
+            # A broker stays connected while the NameServer stops.
+            with socket.create_connection(("127.0.0.1", port)) as broker:
+                body = RegisterBrokerBody(TopicConfigSerializeWrapper({"SigTopic": TopicConfig("SigTopic")}))
+                broker.sendall(encode(RemotingCommand(code=RequestCode.REGISTER_BROKER, body=body.encode(),
+                                                      ext_fields={"brokerName": "sig-a", "brokerAddr": "10.0.0.1:1",
+                                                                  "clusterName": "C", "haServerAddr": "",
+                                                                  "brokerId": "0"})))
+                broker.settimeout(5)
+                assert broker.recv(65536)  # registered
+                proc.send_signal(sig)
+                assert proc.wait(10) == 0
+        lines = log.read_text().splitlines()
+        after_start = lines[next(i for i, line in enumerate(lines) if "listening" in line) + 1 :]
+        after_start = [line for line in after_start if "registered:" not in line]  # the broker's own INFO lines
+        assert len(after_start) == 1 and "NameServer stopped" in after_start[0] and sig.name in after_start[0], lines

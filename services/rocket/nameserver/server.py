@@ -106,8 +106,14 @@ class NameServer:
         self.ready = True
 
     async def stop(self) -> None:
-        """Stop scanning, close every connection and the HTTP site."""
+        """Stop scanning, close every connection and the HTTP site.
+
+        Routes are not updated for the connections closed here (nothing is
+        served any more), so shutdown logs no per-broker removals.
+        """
         self.ready = False
+        if self._connection_closed in self.remoting.on_connection_closed:
+            self.remoting.on_connection_closed.remove(self._connection_closed)
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
