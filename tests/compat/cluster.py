@@ -1,0 +1,316 @@
+"""Start a throwaway RocketCluster on loopback for one compat test: NameServer(s) + broker groups.
+
+Every process is a real ``python -m rocket.cli ...`` on free 127.0.0.1 ports
+with a fresh store directory under the test's ``tmp_path``; each one's output
+goes to ``<tmp>/logs/<name>.log``. They are started together and stopped
+together (SIGTERM, then SIGKILL after 10 s).
+
+Brokers get a properties file (``--config``) with the settings the command
+line has no flag for: the VIP and HA listener ports (which otherwise default to
+listenPort-2 and +1) and short ``messageDelayLevel`` values, so that a message
+sent back for retry comes back within about a second instead of level 3's 10 s.
+
+For comparing behaviour only, ``ROCKET_COMPAT_JAVA_LIB=<folder of the Apache
+RocketMQ 4.9.x namesrv/broker jars and their dependencies>`` runs the same
+tests against the Java NameServer and broker instead (never in ``make test``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.compat import rawremoting
+from tests.support import free_port, rocket_command, wait_port
+
+CLUSTER_NAME = "DefaultCluster"
+#: Level 1.. : levels 1-5 are one second, so sends-back (level 3 + reconsumeTimes) return quickly.
+SHORT_DELAY_LEVELS = "1s 1s 1s 1s 1s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s"
+JAVA_LIB = os.environ.get("ROCKET_COMPAT_JAVA_LIB", "")
+
+
+def flavor() -> str:
+    """``rocket`` (our servers, the default) or ``java`` (reference run, opt-in)."""
+    return "java" if JAVA_LIB else "rocket"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def broker_ports() -> tuple[int, int, int]:
+    """(listen, fast = listen - 2, ha = listen + 1), all free now (Java derives the last two)."""
+    for _ in range(200):
+        port = free_port()
+        if port > 1030 and _port_free(port - 2) and _port_free(port + 1):
+            return port, port - 2, port + 1
+    raise RuntimeError("no free block of broker ports on 127.0.0.1")
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log_path: Path
+    port: int
+    http_port: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                          env={**os.environ, **self.env}, start_new_session=True)
+        finally:
+            log.close()
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, limit: int = 3000) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            text = ""
+        code = self.popen.poll() if self.popen else None
+        state = "running" if code is None else f"exited {code}"
+        return f"--- {self.name} ({state}) {self.log_path} ---\n{text[-limit:]}"
+
+    def terminate(self) -> None:
+        if self.alive():
+            assert self.popen is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+
+    def reap(self, timeout: float = 10.0) -> None:
+        if self.popen is None:
+            return
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+
+@dataclass
+class Cluster:
+    """A running cluster. ``namesrv`` is the ``;``-joined list real clients are given."""
+
+    root: Path
+    namesrvs: list[Proc]
+    brokers: dict[str, Proc]
+    client_namesrv: str = ""
+
+    @property
+    def namesrv(self) -> str:
+        return ";".join(p.addr for p in self.namesrvs)
+
+    def broker_addr(self, name: str) -> str:
+        return self.brokers[name].addr
+
+    def logs(self) -> str:
+        return "\n".join(p.log_tail() for p in [*self.namesrvs, *self.brokers.values()])
+
+    def check_alive(self) -> None:
+        dead = [p for p in [*self.namesrvs, *self.brokers.values()] if not p.alive()]
+        if dead:
+            raise AssertionError("server process(es) died:\n" + "\n".join(p.log_tail() for p in dead))
+
+    # -- topics and routes ---------------------------------------------------------
+
+    def create_topic(self, topic: str, queues: int = 4, brokers: Sequence[str] | None = None,
+                     timeout: float = 10.0) -> None:
+        """Create ``topic`` on each broker (UPDATE_AND_CREATE_TOPIC) and wait for every NameServer to route it."""
+        names = list(brokers or self.brokers)
+        for name in names:
+            reply = rawremoting.create_topic(self.broker_addr(name), topic, queues)
+            assert reply.code == 0, f"UPDATE_AND_CREATE_TOPIC {topic} on {name}: code {reply.code} {reply.remark}"
+        self.wait_route(topic, names, timeout)
+
+    def route(self, topic: str, namesrv: str | None = None) -> dict[str, object] | None:
+        """The TopicRouteData from one NameServer, or None when it answers TOPIC_NOT_EXIST."""
+        reply = rawremoting.route(namesrv or self.namesrvs[0].addr, topic)
+        if reply.code != 0:
+            return None
+        data = reply.json()
+        assert isinstance(data, dict)
+        return data
+
+    def wait_route(self, topic: str, brokers: Sequence[str], timeout: float = 10.0) -> dict[str, object]:
+        """Wait until every NameServer's route for ``topic`` lists all of ``brokers``; return the first."""
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while True:
+            routes = [self.route(topic, ns.addr) for ns in self.namesrvs]
+            last = routes
+            if all(r is not None and {q["brokerName"] for q in r["queueDatas"]} >= set(brokers)  # type: ignore[index,union-attr]
+                   for r in routes):
+                return routes[0]  # type: ignore[return-value]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"route of {topic} does not list {list(brokers)} after {timeout} s: {last}")
+            time.sleep(0.1)
+
+
+def _write_broker_config(path: Path, *, name: str, ports: tuple[int, int, int], namesrv: str,
+                         store: Path, http_port: int, extra: dict[str, str]) -> None:
+    listen, fast, ha = ports
+    settings = {
+        "brokerClusterName": CLUSTER_NAME,
+        "brokerName": name,
+        "brokerId": "0",
+        "brokerIP1": "127.0.0.1",
+        "listenPort": str(listen),
+        "fastListenPort": str(fast),
+        "haListenPort": str(ha),
+        "namesrvAddr": namesrv,
+        "storePathRootDir": str(store),
+        "storePathCommitLog": str(store / "commitlog"),
+        "messageDelayLevel": SHORT_DELAY_LEVELS,
+        "autoCreateTopicEnable": "true",
+        **({"httpPort": str(http_port)} if http_port else {}),
+        **extra,
+    }
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+
+
+_LOGBACK = (
+    '<configuration><appender name="F" class="ch.qos.logback.core.FileAppender"><file>{file}</file>'
+    "<encoder><pattern>%d %p %c{{1}} - %m%n</pattern></encoder></appender>"
+    '<root level="INFO"><appender-ref ref="F"/></root></configuration>'
+)
+
+
+def _java_argv(main: str, config: Path) -> list[str]:
+    return [shutil.which("java") or "java", "-Xms128m", "-Xmx256m", "-XX:+UseSerialGC",
+            "-cp", f"{JAVA_LIB}/*", main, "-c", str(config)]
+
+
+def _namesrv_proc(root: Path, index: int) -> Proc:
+    port, http_port = free_port(), free_port()
+    name = f"namesrv-{index}"
+    log = root / "logs" / f"{name}.log"
+    if flavor() == "java":
+        home = root / "java-home"
+        cfg = root / f"{name}.properties"
+        cfg.write_text(f"listenPort={port}\n")
+        return Proc(name, _java_argv("org.apache.rocketmq.namesrv.NamesrvStartup", cfg), log, port,
+                    env={"ROCKETMQ_HOME": str(home)})
+    argv = rocket_command("nameserver", "--host", "127.0.0.1", "--port", str(port), "--http-port", str(http_port))
+    return Proc(name, argv, log, port, http_port)
+
+
+def _broker_proc(root: Path, name: str, namesrv: str, extra: dict[str, str], flush: str | None) -> Proc:
+    ports = broker_ports()
+    http_port = free_port() if flavor() == "rocket" else 0
+    store = root / "store" / name
+    store.mkdir(parents=True, exist_ok=True)
+    cfg = root / f"{name}.properties"
+    _write_broker_config(cfg, name=name, ports=ports, namesrv=namesrv, store=store, http_port=http_port,
+                         extra=extra)
+    log = root / "logs" / f"{name}.log"
+    if flavor() == "java":
+        home = root / "java-home"
+        return Proc(name, _java_argv("org.apache.rocketmq.broker.BrokerStartup", cfg), log, ports[0],
+                    env={"ROCKETMQ_HOME": str(home)})
+    argv = rocket_command(
+        "broker", "--name", name, "--cluster", CLUSTER_NAME, "--broker-id", "0", "--port", str(ports[0]),
+        "--http-port", str(http_port), "--namesrv", namesrv, "--store-dir", str(store), "--config", str(cfg),
+    )
+    if flush:
+        argv += ["--flush", flush]
+    return Proc(name, argv, log, ports[0], http_port)
+
+
+def _prepare_java_home(root: Path) -> None:
+    conf = root / "java-home" / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    for which in ("namesrv", "broker"):
+        (conf / f"logback_{which}.xml").write_text(_LOGBACK.format(file=root / "logs" / f"java-{which}.log"))
+
+
+def _http_ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _registered(namesrv: str, names: Sequence[str]) -> bool:
+    try:
+        reply = rawremoting.cluster_info(namesrv)
+    except OSError:
+        return False
+    if reply.code != 0:
+        return False
+    table = reply.json().get("brokerAddrTable", {})
+    return all(name in table and "0" in {str(k) for k in table[name].get("brokerAddrs", {})} for name in names)
+
+
+@contextlib.contextmanager
+def start_cluster(root: Path, *, namesrvs: int = 1, brokers: Sequence[str] = ("broker-a", "broker-b"),
+                  broker_config: dict[str, str] | None = None, flush: str | None = "ASYNC_FLUSH",
+                  timeout: float = 30.0) -> Iterator[Cluster]:
+    """Run ``namesrvs`` NameServers and one master per name in ``brokers`` until the block ends.
+
+    Waits until every NameServer lists every broker (GET_BROKER_CLUSTER_INFO)
+    and, for our brokers, until ``/readyz`` answers 200.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    if flavor() == "java":
+        _prepare_java_home(root)
+    ns_procs = [_namesrv_proc(root, i) for i in range(namesrvs)]
+    cluster = Cluster(root, ns_procs, {})
+    started: list[Proc] = []
+    try:
+        for proc in ns_procs:
+            proc.start()
+            started.append(proc)
+        for proc in ns_procs:
+            try:
+                wait_port(proc.port, timeout=timeout, proc=None)
+            except TimeoutError:
+                raise AssertionError(f"NameServer did not listen:\n{proc.log_tail()}") from None
+            cluster.check_alive()
+        for name in brokers:
+            proc = _broker_proc(root, name, cluster.namesrv, broker_config or {}, flush)
+            cluster.brokers[name] = proc
+            proc.start()
+            started.append(proc)
+        deadline = time.monotonic() + timeout
+        while True:
+            cluster.check_alive()
+            ready = all(_http_ready(p.http_port) for p in cluster.brokers.values() if p.http_port)
+            if ready and all(_registered(ns.addr, list(brokers)) for ns in ns_procs):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"cluster not ready after {timeout} s\n{cluster.logs()}")
+            time.sleep(0.1)
+        cluster.client_namesrv = cluster.namesrv
+        yield cluster
+    finally:
+        for proc in reversed(started):
+            proc.terminate()
+        for proc in reversed(started):
+            proc.reap()
