@@ -201,21 +201,21 @@ async def test_connection_close_removes_broker(nameserver: NameServerProcess, cl
 async def test_silent_broker_is_evicted(tmp_path: Path) -> None:
     port, http_port = free_port(), free_port()
     argv = rocket_command("nameserver", "--host", "127.0.0.1", "--port", str(port), "--http-port", str(http_port),
-                          "--scan-interval", "0.2", "--broker-timeout", "1")
+                          "--scan-interval", "0.2", "--broker-timeout", "2")
     with running(argv, port=port, log_path=tmp_path / "ns.log"):
         addr = f"127.0.0.1:{port}"
         broker, reader = RemotingClient(), RemotingClient()
         try:
+            started = time.monotonic()
             await register(broker, addr, "silent-a", "10.6.0.1:10911", "SilentTopic")
             conn = await broker.connection(addr)
             assert await route_exists(reader, addr, "SilentTopic")
-            started = time.monotonic()
 
             async def gone() -> bool:
                 return not await route_exists(reader, addr, "SilentTopic")
 
             await eventually(gone, timeout=10, what="silent broker evicted")
-            assert time.monotonic() - started >= 0.5  # not before (most of) its timeout
+            assert time.monotonic() - started >= 2.0  # never before its timeout
             await eventually(lambda: _true_after(conn.closed), timeout=5, what="evicted broker's connection closed")
             wait_port(http_port)
             async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{http_port}/metrics") as r:
