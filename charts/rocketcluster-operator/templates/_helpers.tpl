@@ -69,3 +69,8 @@ app.kubernetes.io/component: operator
 {{- fail (printf "rbac.scope must be \"cluster\" or \"namespace\", not %q" .Values.rbac.scope) }}
 {{- end }}
 {{- end }}
+
+{{/* The relabeling source label of a pod label: __meta_kubernetes_pod_label_<sanitized name>. */}}
+{{- define "rocketcluster-operator.metaPodLabel" -}}
+{{- printf "__meta_kubernetes_pod_label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" . "_") }}
+{{- end }}

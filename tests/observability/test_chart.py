@@ -1,0 +1,320 @@
+"""The Helm chart charts/rocketcluster-operator, offline: `helm lint` and `helm template` with a
+real helm, `kubernetes-validate --strict` on what it renders, the pod security baseline, RBAC that
+covers exactly what the operator manages, monitors gated on the Prometheus Operator's API, the
+dashboards' ConfigMaps, and the chart's CRD kept identical to crds/."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.observability.conftest import CHART, DASHBOARDS, RULES
+from tests.observability.tools import need_helm, need_venv_tool
+from tests.support import ROOT
+
+EXAMPLE_CHART = ROOT / "charts" / "rocketcluster-example"
+MONITORING_CRDS = Path(__file__).with_name("fixtures") / "monitoring-crds.yaml"
+MONITORING_APIS = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor",
+                   "monitoring.coreos.com/v1/PrometheusRule")
+MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+NAMESPACE = "rocket-system"
+
+#: Value sets the chart is rendered with; each must lint, render and validate.
+SCENARIOS: dict[str, tuple[list[str], bool]] = {
+    # name: (helm --set flags, Prometheus Operator APIs present)
+    "defaults": ([], False),
+    "with-prometheus-operator": ([], True),
+    "namespaced": (["rbac.scope=namespace", "operator.watchNamespaces={team-a,team-b}"], True),
+    "monitoring-off": (["monitoring.serviceMonitor.enabled=false", "monitoring.podMonitor.enabled=false",
+                        "monitoring.prometheusRule.enabled=false", "monitoring.dashboards.enabled=false"], True),
+    "digest-and-extras": (["image.digest=sha256:" + "a" * 64, "replicaCount=2",
+                           "operator.extraArgs={--verbose}", "monitoring.podMonitor.namespaces={mq}"], True),
+}
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([need_helm(), *args], capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@functools.cache
+def render(scenario: str) -> str:
+    sets, monitoring = SCENARIOS[scenario]
+    args = ["template", "rel", str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    for s in sets:
+        args += ["--set", s]
+    if monitoring:
+        for api in MONITORING_APIS:
+            args += ["--api-versions", api]
+    return helm(*args).stdout
+
+
+def objects(scenario: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(render(scenario)) if d]
+
+
+def by_kind(scenario: str, kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects(scenario) if o["kind"] == kind]
+
+
+# ---- lint / template / schema validation ------------------------------------------------------------
+
+def test_helm_lint_strict():
+    out = helm("lint", "--strict", str(CHART)).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+def test_helm_lint_namespaced_scope():
+    helm("lint", "--strict", str(CHART), "--set", "rbac.scope=namespace")
+
+
+def test_unknown_scope_is_refused():
+    proc = helm("template", "rel", str(CHART), "--set", "rbac.scope=everything", check=False)
+    assert proc.returncode != 0 and "rbac.scope must be" in proc.stderr
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_kubernetes_validate_strict(scenario: str, tmp_path: Path):
+    """Every built-in kind against the Kubernetes OpenAPI schemas, unknown fields refused."""
+    validate = need_venv_tool("kubernetes-validate")
+    builtin = [o for o in objects(scenario) if o["kind"] not in MONITORING_KINDS]
+    path = tmp_path / "rendered.yaml"
+    path.write_text(yaml.safe_dump_all(builtin))
+    for version in ("1.25.0", None):
+        argv = [validate, "--strict", "--quiet"]
+        if version:
+            argv += ["--kubernetes-version", version]
+        argv.append(str(path))
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"kubernetes-validate {version or 'latest'}:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema with unknown properties refused (as `kubernetes-validate --strict` does)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def monitoring_schemas() -> dict[str, Any]:
+    crds = yaml.safe_load_all(MONITORING_CRDS.read_text())
+    return {c["spec"]["names"]["kind"]: _strict(c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]) for c in crds}
+
+
+@pytest.mark.parametrize("scenario", [s for s, (_, mon) in SCENARIOS.items() if mon])
+def test_monitoring_objects_match_their_schema(scenario: str):
+    for obj in objects(scenario):
+        if obj["kind"] in MONITORING_KINDS:
+            jsonschema.validate(obj, monitoring_schemas()[obj["kind"]])
+
+
+# ---- pod security --------------------------------------------------------------------------------
+
+def pod_specs(scenario: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(o["metadata"]["name"], o["spec"]["template"]["spec"]) for o in objects(scenario)
+            if o["kind"] in {"Deployment", "StatefulSet", "DaemonSet", "Job"}]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_pods_run_restricted(scenario: str):
+    specs = pod_specs(scenario)
+    assert specs
+    for name, spec in specs:
+        psc = spec.get("securityContext", {})
+        assert psc.get("runAsNonRoot") is True, name
+        assert psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC"), name
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c.get("securityContext", {})
+            where = f"{name}/{c['name']}"
+            assert sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True, where
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("readOnlyRootFilesystem") is True, where
+            assert sc.get("privileged") in (None, False), where
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert not sc.get("capabilities", {}).get("add"), where
+            assert sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type") == "RuntimeDefault", where
+            assert c.get("resources", {}).get("requests"), f"{where}: no resource requests"
+            image = c["image"]
+            assert not image.endswith(":latest") and (":" in image or "@" in image), where
+
+
+# ---- RBAC ------------------------------------------------------------------------------------------
+
+#: Kind -> (API group, resource) of every kind the operator reads or writes.
+KIND_RESOURCES = {
+    "RocketCluster": ("rocket.dev", "rocketclusters"),
+    "Deployment": ("apps", "deployments"),
+    "StatefulSet": ("apps", "statefulsets"),
+    "Service": ("", "services"),
+    "ConfigMap": ("", "configmaps"),
+    "Pod": ("", "pods"),
+    "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+    "Event": ("", "events"),
+    "SparkApplication": ("sparkoperator.k8s.io", "sparkapplications"),
+    "ScheduledSparkApplication": ("sparkoperator.k8s.io", "scheduledsparkapplications"),
+}
+OPERATOR_SRC = ROOT / "operator" / "rocket_operator"
+
+
+def granted(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def operator_kinds() -> set[str]:
+    """Kinds named in the operator's manifests and API calls (``"kind": "X"`` and ``kind="X"``)."""
+    kinds: set[str] = set()
+    for path in OPERATOR_SRC.glob("**/*.py"):
+        text = path.read_text()
+        kinds.update(re.findall(r"""["']kind["']\s*:\s*["']([A-Z]\w+)["']""", text))
+        kinds.update(re.findall(r"""\bkind\s*=\s*["']([A-Z]\w+)["']""", text))
+    return kinds - {"CustomResourceDefinition", "Status", "List", "DeleteOptions"}
+
+
+def test_rbac_covers_every_kind_the_operator_manages():
+    kinds = operator_kinds()
+    if not kinds:
+        pytest.skip("operator/rocket_operator names no Kubernetes kinds yet")
+    unknown = kinds - KIND_RESOURCES.keys()
+    assert not unknown, f"the operator uses kinds this chart grants nothing for: {sorted(unknown)}"
+    rules = granted(by_kind("with-prometheus-operator", "ClusterRole")[0]["rules"])
+    for kind in kinds:
+        verbs = rules.get(KIND_RESOURCES[kind], set())
+        needed = {"create", "patch"} if kind == "Event" else {"get", "list", "watch"}
+        assert needed <= verbs, f"{kind}: {sorted(needed - verbs)} missing"
+
+
+def test_rbac_least_privilege():
+    for scenario in ("with-prometheus-operator", "namespaced"):
+        for role in by_kind(scenario, "ClusterRole") + by_kind(scenario, "Role"):
+            for rule in role["rules"]:
+                where = f"{scenario} {role['kind']} {role['metadata']['name']}: {rule}"
+                assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
+                assert "secrets" not in rule["resources"], where
+                assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), where
+                assert "rolebindings" not in rule["resources"] and "clusterroles" not in rule["resources"], where
+
+
+def test_namespaced_scope_grants_writes_only_per_namespace():
+    cluster_roles = by_kind("namespaced", "ClusterRole")
+    assert len(cluster_roles) == 1
+    for rule in cluster_roles[0]["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+    roles = by_kind("namespaced", "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert len(by_kind("namespaced", "RoleBinding")) == 2
+    args = by_kind("namespaced", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+
+
+def test_cluster_scope_watches_all_namespaces():
+    args = by_kind("defaults", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" in args
+    assert not by_kind("defaults", "Role")
+
+
+def test_service_account_is_bound():
+    sa = by_kind("defaults", "ServiceAccount")[0]["metadata"]["name"]
+    binding = by_kind("defaults", "ClusterRoleBinding")[0]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    deploy = by_kind("defaults", "Deployment")[0]
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == sa
+
+
+# ---- monitoring --------------------------------------------------------------------------------------
+
+def test_monitors_skipped_without_the_prometheus_operator():
+    kinds = {o["kind"] for o in objects("defaults")}
+    assert not kinds & MONITORING_KINDS
+
+
+def test_monitors_rendered_with_the_prometheus_operator():
+    kinds = [o["kind"] for o in objects("with-prometheus-operator")]
+    assert kinds.count("ServiceMonitor") == 1 and kinds.count("PodMonitor") == 2 and kinds.count("PrometheusRule") == 1
+
+
+def test_monitors_toggled_by_values():
+    kinds = {o["kind"] for o in objects("monitoring-off")}
+    assert not kinds & MONITORING_KINDS
+    assert not [o for o in by_kind("monitoring-off", "ConfigMap") if "grafana_dashboard" in o["metadata"]["labels"]]
+
+
+def test_prometheus_rule_is_the_tested_rule_file():
+    rule = by_kind("with-prometheus-operator", "PrometheusRule")[0]
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+
+
+def test_pod_monitors_set_the_jobs_the_alerts_use():
+    jobs = {}
+    for pm in by_kind("with-prometheus-operator", "PodMonitor"):
+        component = pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+        endpoint = pm["spec"]["podMetricsEndpoints"][0]
+        job = next(r for r in endpoint["relabelings"] if r.get("targetLabel") == "job")["replacement"]
+        jobs[component] = job
+        assert endpoint["port"] == "http" and endpoint["honorLabels"] is True
+    assert jobs == {"nameserver": "rocketmq-nameserver", "broker": "rocketmq-broker"}
+    rules = RULES.read_text()
+    for job in [*jobs.values(), "rocketcluster-operator"]:
+        assert f'job="{job}"' in rules
+
+
+def test_broker_relabeling_derives_the_broker_name():
+    """The regex the broker PodMonitor uses (RE2, anchored as Prometheus anchors it)."""
+    pm = next(p for p in by_kind("with-prometheus-operator", "PodMonitor") if p["metadata"]["name"].endswith("-broker"))
+    rule = next(r for r in pm["spec"]["podMetricsEndpoints"][0]["relabelings"] if r.get("targetLabel") == "broker")
+    pattern = re.compile(f"^(?:{rule['regex']})$")
+    replacement = rule["replacement"].replace("${1}", r"\1").replace("${2}", r"\2")
+    cases = {"demo-broker-master-0": "demo-broker-0", "demo-broker-slave-1-2": "demo-broker-2",
+             "my-broker-broker-master-11": "my-broker-broker-11"}
+    for pod, broker in cases.items():
+        assert pattern.sub(replacement, pod) == broker, pod
+
+
+def test_dashboards_shipped_as_sidecar_configmaps():
+    cms = [o for o in by_kind("defaults", "ConfigMap") if o["metadata"]["labels"].get("grafana_dashboard") == "1"]
+    shipped = {}
+    for cm in cms:
+        (key, text), = cm["data"].items()
+        shipped[key] = json.loads(text)
+    files = {p.name: json.loads(p.read_text()) for p in DASHBOARDS.glob("*.json")}
+    assert shipped == files
+
+
+# ---- CRDs -----------------------------------------------------------------------------------------
+
+def test_chart_crd_identical_to_top_level():
+    top = ROOT / "crds" / "rocketclusters.yaml"
+    copy = CHART / "crds" / "rocketclusters.yaml"
+    if not top.exists():
+        pytest.skip("crds/rocketclusters.yaml has not landed yet")
+    assert copy.exists(), f"{copy} is missing: copy {top} into the chart"
+    assert copy.read_bytes() == top.read_bytes(), f"{copy} differs from {top}: copy it again"
+
+
+def test_crd_rendered_with_include_crds():
+    if not (CHART / "crds" / "rocketclusters.yaml").exists():
+        pytest.skip("the chart has no CRD yet")
+    crds = by_kind("defaults", "CustomResourceDefinition")
+    assert [c["metadata"]["name"] for c in crds] == ["rocketclusters.rocket.dev"]
