@@ -318,3 +318,36 @@ def test_crd_rendered_with_include_crds():
         pytest.skip("the chart has no CRD yet")
     crds = by_kind("defaults", "CustomResourceDefinition")
     assert [c["metadata"]["name"] for c in crds] == ["rocketclusters.rocket.dev"]
+
+
+# ---- the example chart ----------------------------------------------------------------------------
+
+def test_example_chart_lints():
+    helm("lint", "--strict", str(EXAMPLE_CHART))
+
+
+def example_cluster() -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(helm("template", "demo", str(EXAMPLE_CHART), "-n", "mq").stdout) if d]
+    assert [d["kind"] for d in docs] == ["RocketCluster"]
+    return docs[0]
+
+
+def test_example_cluster_is_accepted_by_the_operator():
+    cluster = example_cluster()
+    assert cluster["apiVersion"] == "rocket.dev/v1alpha1" and cluster["metadata"]["name"] == "demo"
+    try:
+        from rocket_operator.spec import parse_spec
+    except ImportError as exc:
+        pytest.skip(f"the operator's spec parser has not landed yet: {exc}")
+    spec = parse_spec(cluster["spec"])
+    assert spec.broker.groups == 2 and spec.broker.replicas_per_group == 1
+
+
+def test_example_cluster_matches_the_crd_schema():
+    crd_path = ROOT / "crds" / "rocketclusters.yaml"
+    if not crd_path.exists():
+        pytest.skip("crds/rocketclusters.yaml has not landed yet")
+    crd = next(d for d in yaml.safe_load_all(crd_path.read_text()) if d)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    jsonschema.validate(example_cluster(), schema)
