@@ -212,13 +212,13 @@ def _feed_all(data: bytes, cuts: list[int]) -> None:
         pass  # the only exception allowed to escape
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300), st.lists(st.integers(0, 300), max_size=5))
 def test_property_random_bytes_only_frame_error(data: bytes, cuts: list[int]) -> None:
     _feed_all(data, cuts)
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(commands, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6),
        st.lists(st.integers(0, 300), max_size=3))
 def test_property_mutated_frames_only_frame_error(cmd: RemotingCommand, flips: list[tuple[int, int]],
