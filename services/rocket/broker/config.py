@@ -1,0 +1,424 @@
+"""Broker configuration: :class:`BrokerConfig`, loaded from a file plus overrides.
+
+Names follow Apache RocketMQ 4.9.8 ``BrokerConfig``/``NettyServerConfig``; in
+files and in UPDATE_BROKER_CONFIG bodies both the Java names
+(``brokerClusterName``, ``brokerIP1``) and the Python names
+(``broker_cluster_name``, ``broker_ip1``) are accepted: keys are matched with
+case and underscores ignored. Unknown keys are logged and ignored, as Java does.
+
+File formats (by extension): ``.properties``/``.conf`` (``key=value``, ``#``
+comments, as a RocketMQ ``broker.conf``), ``.toml`` and ``.json`` (flat
+objects; a TOML ``[broker]`` table is also accepted).
+
+Keys of the message store (:class:`rocket.store.api.MessageStoreConfig`, e.g.
+``mappedFileSizeCommitLog``, ``fileReservedTime``, ``diskMaxUsedSpaceRatio``)
+may appear in the same file; they go to :attr:`BrokerConfig.store_overrides`.
+Intervals the store keeps in seconds are written in milliseconds under their
+Java names (``flushIntervalCommitLog=500``) and in seconds under their Python
+names (``flush_interval_commit_log=0.5``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+import re
+import socket
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocket.remoting.codes import PERM_READ, PERM_WRITE
+from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
+
+log = logging.getLogger("rocket.broker")
+
+#: RocketMQ's default delay levels (``messageDelayLevel``), level 1 first.
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+class ConfigError(ValueError):
+    """A configuration value or file that cannot be understood (the message says which)."""
+
+
+def _java(name: str) -> dict[str, str]:
+    return {"java": name}
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Everything a broker process needs to know. Times are in milliseconds
+    unless a field name says otherwise; sizes are in bytes.
+
+    Defaults are RocketMQ 4.9.8's, except where noted: ``brokerIP1`` is
+    127.0.0.1 (Java: the first site-local address), ``httpPort`` 0 disables
+    HTTP, and the NameServer list may also be a DNS name resolved at every
+    heartbeat.
+    """
+
+    broker_cluster_name: str = "DefaultCluster"
+    #: Broker group name; Java defaults to the host name.
+    broker_name: str = field(default_factory=socket.gethostname)
+    #: 0 = master, > 0 = slave.
+    broker_id: int = 0
+    broker_ip1: str = field(default="127.0.0.1", metadata=_java("brokerIP1"))
+    #: Address slaves use for replication; empty = ``broker_ip1``.
+    broker_ip2: str = field(default="", metadata=_java("brokerIP2"))
+    #: Address to bind the listeners to.
+    bind_address: str = "0.0.0.0"
+    listen_port: int = 10911
+    #: VIP ("fast") listener port; 0 = ``listen_port - 2``.
+    fast_listen_port: int = 0
+    #: Serve the VIP listener (everything except PULL_MESSAGE, quirk Q8).
+    vip_channel_enable: bool = True
+    #: Replication listener port; 0 = ``listen_port + 1``.
+    ha_listen_port: int = 0
+    #: ``host:port;host:port`` or a DNS name ``host:port`` resolving to several
+    #: NameServers; empty = the NAMESRV_ADDR environment variable.
+    namesrv_addr: str = ""
+    #: HTTP port for /healthz, /readyz, /metrics and /api/v1; 0 = no HTTP.
+    http_port: int = 0
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    #: Queues of the TBW102 auto-create template.
+    default_topic_queue_nums: int = 8
+    #: 6 = read + write, 4 = read only, 2 = write only.
+    broker_permission: int = PERM_READ | PERM_WRITE
+    max_message_size: int = 4 * 1024 * 1024
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    #: Re-registration period (Java clamps to 10-60 s; we allow 1-60 s for tests).
+    register_name_server_period: int = 30_000
+    register_broker_timeout_mills: int = 6000
+    #: Client channels not heard from for this long are dropped.
+    channel_expired_timeout: int = 120_000
+    #: How often expired client channels are looked for.
+    client_channel_scan_interval: int = 10_000
+    #: Orderly-consumer queue locks expire after this long without renewal.
+    rebalance_lock_max_live_time: int = 60_000
+    store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    slave_read_enable: bool = False
+    #: Largest number of messages one pull returns.
+    max_transfer_count_on_message_in_memory: int = 32
+    #: Largest body of one pull response.
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    #: Sends being processed at once above which new sends get SYSTEM_BUSY (2).
+    max_in_flight_sends: int = 10_000
+    #: Delay levels, 1-based: ``<n><ms|s|m|h|d>`` separated by spaces.
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    #: Answer sends of transactional half messages with NO_PERMISSION (16).
+    reject_transaction_message: bool = False
+    #: maxNum used for QUERY_MESSAGE by unique key.
+    default_query_max_num: int = 32
+    #: Upper bound on QUERY_MESSAGE's maxNum.
+    max_msgs_num_batch: int = 64
+    #: Store keys (see module doc), as given.
+    store_overrides: dict[str, str] = field(default_factory=dict, metadata={"internal": "1"})
+
+    # -- derived values -------------------------------------------------------------
+
+    @property
+    def broker_addr(self) -> str:
+        """``brokerIP1:listenPort``: the address registered with NameServers."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def fast_port(self) -> int:
+        """The VIP listener port."""
+        return self.fast_listen_port or self.listen_port - 2
+
+    @property
+    def ha_port(self) -> int:
+        """The replication listener port."""
+        return self.ha_listen_port or self.listen_port + 1
+
+    @property
+    def ha_server_addr(self) -> str:
+        """``brokerIP2:haListenPort``, as registered with NameServers."""
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_port}"
+
+    @property
+    def is_master(self) -> bool:
+        """True for brokerId 0 not configured as SLAVE."""
+        return self.broker_id == 0 and self.broker_role is not BrokerRole.SLAVE
+
+    @property
+    def is_slave(self) -> bool:
+        """True when the role is SLAVE (or brokerId > 0)."""
+        return self.broker_role is BrokerRole.SLAVE or self.broker_id > 0
+
+    def namesrv_list(self) -> str:
+        """The configured NameServer list, falling back to ``$NAMESRV_ADDR``."""
+        return self.namesrv_addr or os.environ.get("NAMESRV_ADDR", "")
+
+    def register_period_seconds(self) -> float:
+        """The re-registration period in seconds, clamped to 1-60 s."""
+        return min(max(self.register_name_server_period, 1000), 60_000) / 1000.0
+
+    def store_config(self) -> MessageStoreConfig:
+        """The :class:`MessageStoreConfig` for this broker.
+
+        Raises :class:`ConfigError` for a store override that does not parse.
+        """
+        cfg = MessageStoreConfig(
+            store_path_root_dir=Path(self.store_path_root_dir),
+            flush_disk_type=self.flush_disk_type,
+            max_message_size=self.max_message_size,
+            store_host=self.broker_addr,
+            broker_role=BrokerRole.SLAVE if self.is_slave else self.broker_role,
+        )
+        fields = {_norm(f.name): f for f in dataclasses.fields(MessageStoreConfig)}
+        hints = typing.get_type_hints(MessageStoreConfig)
+        for key, raw in self.store_overrides.items():
+            f = fields[_norm(key)]
+            value = _convert(hints[f.name], raw, key)
+            if "_" not in key and _norm(key) in _STORE_MS_KEYS and isinstance(value, (int, float)):
+                value = value / 1000.0
+            setattr(cfg, f.name, value)
+        return cfg
+
+    # -- updates ----------------------------------------------------------------------
+
+    def update(self, values: Mapping[str, Any], *, strict: bool = False) -> dict[str, Any]:
+        """Apply ``values`` (Java or Python names, strings or typed values).
+
+        Returns the applied ``{python_name: value}``. Unknown keys raise
+        :class:`ConfigError` when ``strict``, else are logged and skipped. A
+        value that does not parse always raises :class:`ConfigError`.
+        """
+        applied: dict[str, Any] = {}
+        own = _own_fields()
+        store_fields = {_norm(f.name) for f in dataclasses.fields(MessageStoreConfig)}
+        hints = _hints()
+        for key, raw in values.items():
+            norm = _norm(key)
+            if norm in own:
+                name = own[norm]
+                value = _convert(hints[name], raw, key)
+                setattr(self, name, value)
+                applied[name] = value
+            elif norm in store_fields:
+                text = _to_text(raw)
+                self.store_overrides[key] = text
+                applied[key] = text
+            elif strict:
+                raise ConfigError(f"unknown configuration key {key!r}")
+            else:
+                log.warning("ignoring unknown configuration key %r", key)
+        self.validate()
+        return applied
+
+    def validate(self) -> None:
+        """Check value ranges. Raises :class:`ConfigError`."""
+        if not self.broker_name:
+            raise ConfigError("brokerName must not be empty")
+        if self.broker_id < 0:
+            raise ConfigError(f"brokerId must be >= 0, got {self.broker_id}")
+        if not 0 <= self.broker_permission <= 7:
+            raise ConfigError(f"brokerPermission must be within 0..7, got {self.broker_permission}")
+        for name in ("listen_port", "http_port", "fast_listen_port", "ha_listen_port"):
+            port = getattr(self, name)
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{_java_name(name)} must be within 0..65535, got {port}")
+        if self.default_topic_queue_nums <= 0:
+            raise ConfigError("defaultTopicQueueNums must be > 0")
+        if self.max_in_flight_sends <= 0:
+            raise ConfigError("maxInFlightSends must be > 0")
+        if self.max_message_size <= 0:
+            raise ConfigError("maxMessageSize must be > 0")
+        from rocket.broker.schedule import parse_delay_levels
+
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except ValueError as exc:
+            raise ConfigError(f"messageDelayLevel: {exc}") from None
+
+    def to_properties(self) -> dict[str, str]:
+        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence)."""
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            if f.metadata.get("internal"):
+                continue
+            out[_java_name(f.name)] = _to_text(getattr(self, f.name))
+        out.update(self.store_overrides)
+        return out
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+_STORE_MS_KEYS = {
+    "flushintervalcommitlog",
+    "flushcommitlogthoroughinterval",
+    "syncflushtimeout",
+    "flushintervalconsumequeue",
+    "flushconsumeroffsetinterval",
+    "cleanresourceinterval",
+}
+
+
+def _norm(key: str) -> str:
+    return key.replace("_", "").replace("-", "").lower()
+
+
+def _java_name(name: str) -> str:
+    for f in dataclasses.fields(BrokerConfig):
+        if f.name == name and "java" in f.metadata:
+            return str(f.metadata["java"])
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _own_fields() -> dict[str, str]:
+    return {_norm(f.name): f.name for f in dataclasses.fields(BrokerConfig) if not f.metadata.get("internal")}
+
+
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(BrokerConfig)
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return str(value)
+
+
+def _convert(kind: Any, raw: Any, key: str) -> Any:
+    """Convert ``raw`` (text or typed) to ``kind``; raise ConfigError naming ``key``."""
+    try:
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("true", "1", "yes", "on"):
+                return True
+            if text in ("false", "0", "no", "off", ""):
+                return False
+            raise ValueError(f"not a boolean: {raw!r}")
+        if kind is int:
+            if isinstance(raw, bool):
+                raise ValueError(f"not an integer: {raw!r}")
+            return int(str(raw).strip())
+        if kind is float:
+            return float(str(raw).strip())
+        if kind is Path:
+            return Path(str(raw).strip())
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            return kind(str(raw).strip().upper())
+        if kind is str:
+            return str(raw).strip()
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    return raw
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java properties text: ``key=value`` or ``key: value``, ``#``/``!`` comments.
+
+    Line continuations (trailing backslash) are joined; other escapes are kept
+    as written (broker configs do not use them).
+    """
+    result: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match:
+            result[match.group(1)] = match.group(2).strip()
+        else:
+            result[line] = ""
+    if pending:
+        result.setdefault(pending, "")
+    return result
+
+
+def format_properties(values: Mapping[str, str]) -> str:
+    """``key=value`` lines, sorted by key (GET_BROKER_CONFIG body, persisted overrides)."""
+    return "".join(f"{key}={value}\n" for key, value in sorted(values.items()))
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a config file into a flat ``{key: value}`` mapping.
+
+    Raises :class:`ConfigError` when the file is missing or does not parse.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from None
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            obj: Any = tomllib.loads(data.decode())
+            if isinstance(obj.get("broker"), dict):
+                obj = {**{k: v for k, v in obj.items() if not isinstance(v, dict)}, **obj["broker"]}
+        elif suffix == ".json":
+            obj = json.loads(data)
+        else:
+            obj = parse_properties(data.decode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {p} does not parse: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"config file {p} must hold a flat object of settings")
+    return {str(k): v for k, v in obj.items() if not isinstance(v, (dict, list))}
+
+
+def runtime_overrides_path(store_path_root_dir: str | Path) -> Path:
+    """Where settings changed by UPDATE_BROKER_CONFIG are kept across restarts."""
+    return Path(store_path_root_dir) / "config" / "broker.properties"
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    runtime_overrides: bool = True,
+) -> BrokerConfig:
+    """Build a :class:`BrokerConfig`.
+
+    Precedence, lowest first: defaults, the file at ``path``, settings saved by
+    UPDATE_BROKER_CONFIG under ``<storePathRootDir>/config/broker.properties``
+    (when ``runtime_overrides``), then ``overrides`` (command-line flags).
+    Raises :class:`ConfigError`.
+    """
+    cfg = BrokerConfig()
+    if path is not None:
+        cfg.update(read_config_file(path))
+    if overrides:
+        cfg.update(overrides)
+    if runtime_overrides:
+        saved = runtime_overrides_path(cfg.store_path_root_dir)
+        if saved.exists():
+            try:
+                persisted = parse_properties(saved.read_text())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read {saved}: {exc}") from None
+            cfg.update(persisted)
+            if overrides:
+                cfg.update(overrides)
+    cfg.validate()
+    return cfg
+
+
+def changed_keys(values: Iterable[str]) -> set[str]:
+    """Normalized Python names of the keys in ``values`` that are broker settings."""
+    own = _own_fields()
+    return {own[_norm(k)] for k in values if _norm(k) in own}

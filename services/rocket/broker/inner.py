@@ -1,0 +1,81 @@
+""":class:`MessageInner`: a message on its way into the store (``MessageExtBrokerInner``).
+
+The send path, send-back and delayed delivery all build one and hand it to
+:meth:`rocket.broker.controller.BrokerController.put_message`, which applies
+the delay rewrite and turns it into a store :class:`PutMessageRequest`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rocket.message import (
+    MAX_PROPERTIES_SIZE,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    encode_properties,
+    tags_hash_code,
+)
+from rocket.store.api import PutMessageRequest
+
+
+@dataclass(slots=True)
+class MessageInner:
+    """A message to store: target, body as sent (maybe compressed), flags, properties.
+
+    ``tags_code`` overrides the ConsumeQueue tag code (delayed messages store
+    their delivery time there); by default it is the hash of ``TAGS``.
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    tags_code: int | None = None
+
+    @property
+    def delay_level(self) -> int:
+        """The ``DELAY`` property as an int (0 when absent or not a number)."""
+        try:
+            return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0)
+        except ValueError:
+            return 0
+
+    def encoded_properties(self) -> str:
+        """The properties string as it will be stored (Java form)."""
+        return encode_properties(self.properties)
+
+    def properties_size(self) -> int:
+        """Bytes of the encoded properties string."""
+        return len(self.encoded_properties().encode())
+
+    def properties_too_long(self) -> bool:
+        """True when the properties exceed 32767 bytes (MESSAGE_ILLEGAL)."""
+        return self.properties_size() > MAX_PROPERTIES_SIZE
+
+    def to_request(self) -> PutMessageRequest:
+        """The store request for this message."""
+        props = self.properties
+        return PutMessageRequest(
+            topic=self.topic,
+            queue_id=self.queue_id,
+            body=self.body,
+            properties=self.encoded_properties(),
+            flag=self.flag,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            reconsume_times=self.reconsume_times,
+            tags_code=self.tags_code if self.tags_code is not None else tags_hash_code(props.get(PROPERTY_TAGS)),
+            keys=[k for k in props.get(PROPERTY_KEYS, "").split(" ") if k],
+            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
+            wait_store_msg_ok=props.get(PROPERTY_WAIT_STORE_MSG_OK, "true").lower() != "false",
+        )
