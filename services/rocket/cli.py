@@ -51,6 +51,47 @@ def nameserver(
         raise typer.Exit(1) from None
 
 
+@app.command("broker")
+def broker(
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="broker.conf (properties), TOML or JSON settings; flags win over it."
+    ),
+    name: str | None = typer.Option(None, "--name", help="brokerName, the broker group (default: host name)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="brokerClusterName (default DefaultCluster)."),
+    broker_id: int | None = typer.Option(None, "--broker-id", help="0 = master, > 0 = slave."),
+    ip: str | None = typer.Option(None, "--ip", help="brokerIP1, the address registered (default 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="listenPort (default 10911; VIP port is port-2)."),
+    http_port: int | None = typer.Option(None, "--http-port", help="HTTP probes/metrics/API port (0 = off)."),
+    namesrv: str | None = typer.Option(None, "--namesrv", help="NameServers 'h:p;h:p' or a DNS name 'ns:9876'."),
+    store_dir: str | None = typer.Option(None, "--store-dir", help="storePathRootDir (default ~/store)."),
+    flush: str | None = typer.Option(None, "--flush", help="SYNC_FLUSH or ASYNC_FLUSH."),
+    role: str | None = typer.Option(None, "--role", help="ASYNC_MASTER, SYNC_MASTER or SLAVE."),
+    settings: list[str] = typer.Option([], "--set", "-p", help="Any setting as key=value (repeatable)."),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+) -> None:
+    """Run a broker until SIGTERM or SIGINT."""
+    from rocket.broker.config import ConfigError, load_config
+    from rocket.broker.main import cli_overrides, serve
+    from rocket.runtime import run, setup_logging
+    from rocket.store.api import StoreError
+
+    try:
+        overrides = cli_overrides(
+            name=name, cluster=cluster, broker_id=broker_id, ip=ip, port=port, http_port=http_port,
+            namesrv=namesrv, store_dir=store_dir, flush=flush, role=role, settings=settings,
+        )
+        settings_obj = load_config(config, overrides)
+    except ConfigError as exc:
+        typer.echo(f"rocket broker: {exc}", err=True)
+        raise typer.Exit(2) from None
+    setup_logging(log_level)
+    try:
+        run(serve(settings_obj))
+    except (OSError, StoreError) as exc:
+        typer.echo(f"rocket broker: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 # produce, consume, topic, cluster, group and local (rocket/client/cli.py)
 from rocket.client.cli import register as _register_client_commands  # noqa: E402
 

@@ -1,0 +1,719 @@
+""":class:`BrokerController`: one broker process — the store, the request
+processors on the main and VIP ports, long polling, delayed delivery, client
+bookkeeping, NameServer registration and the HTTP side.
+
+Lifecycle (RocketMQ 4.9.8 ``BrokerController``):
+
+``start()``: open and recover the store; create the system topics; load the
+delay offsets; listen on ``listenPort`` and (unless disabled) the VIP port
+``listenPort - 2``, which serves everything but PULL_MESSAGE (quirk Q8); start
+delayed delivery (masters only), HTTP, the client-expiry scan; register with
+every NameServer, then again every ``registerNameServerPeriod`` and
+immediately after topic changes.
+
+``shutdown()`` (SIGTERM): stop accepting connections; unregister from every
+NameServer; answer every parked pull; let in-flight sends finish (≤ 5 s);
+stop delayed delivery (persisting its offsets); close connections and HTTP;
+shut the store down (flush, checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rocket.broker.client_manager import ConsumerManager, ProducerManager
+from rocket.broker.config import (
+    BrokerConfig,
+    changed_keys,
+    format_properties,
+    parse_properties,
+    runtime_overrides_path,
+)
+from rocket.broker.inner import MessageInner
+from rocket.broker.locks import RebalanceLockManager
+from rocket.broker.long_polling import PullRequestHoldService, WakeReason
+from rocket.broker.metrics import BrokerCollector, BrokerMetrics, GaugeSnapshot, LagRow
+from rocket.broker.processor.admin import AdminBrokerProcessor
+from rocket.broker.processor.client_manage import ClientManageProcessor, ConsumerManageProcessor
+from rocket.broker.processor.pull import PullMessageProcessor
+from rocket.broker.processor.query import QueryMessageProcessor
+from rocket.broker.processor.send import SendMessageProcessor
+from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver, register_broker_body
+from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
+from rocket.broker.stats import BrokerStats
+from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
+from rocket.broker.topics import TopicManager, is_readable, is_writeable
+from rocket.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_NOT_TYPE,
+)
+from rocket.remoting import (
+    Processors,
+    RemotingCommand,
+    RemotingConnection,
+    RemotingError,
+    RemotingServer,
+    RequestCode,
+    loads_lenient,
+)
+from rocket.store import DefaultMessageStore
+from rocket.store.api import PutMessageResult
+from rocket.store.config import SubscriptionGroupConfig, TopicConfig
+
+log = logging.getLogger("rocket.broker")
+
+#: Consumer groups RocketMQ treats as its own (subscription groups auto-created for them).
+SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
+#: Lag rows are only computed this often for /metrics (seconds).
+_READY_WINDOW = 120.0
+
+
+@dataclasses.dataclass(slots=True)
+class ConsumeStatRow:
+    """One queue of a group's consume stats (GET_CONSUME_STATS, /api/v1, metrics)."""
+
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def lag(self) -> int:
+        """Messages not consumed yet."""
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _is_system_consumer_group(group: str) -> bool:
+    return group in SYSTEM_CONSUMER_GROUPS or group.startswith("CID_RMQ_SYS_")
+
+
+class BrokerController:
+    """A broker: build it with a :class:`BrokerConfig`, then ``await start()``.
+
+    ``resolver`` replaces DNS resolution of NameServer names (tests).
+    Raises ``OSError`` from :meth:`start` when a port is taken, and whatever
+    the store raises when its files cannot be recovered.
+    """
+
+    def __init__(self, config: BrokerConfig, *, resolver: Resolver | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.store = DefaultMessageStore(config.store_config())
+        self.metrics = BrokerMetrics()
+        self.stats = BrokerStats()
+        self.consumer_manager = ConsumerManager(
+            self._notify_consumer_ids_changed, config.channel_expired_timeout / 1000.0
+        )
+        self.producer_manager = ProducerManager(config.channel_expired_timeout / 1000.0)
+        self.hold_service = PullRequestHoldService()
+        self.lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time / 1000.0)
+        self.schedule = ScheduleMessageService(
+            self.store,
+            parse_delay_levels(config.message_delay_level),
+            Path(config.store_path_root_dir) / "config",
+        )
+        self.topics = TopicManager(lambda: self.store.topic_configs, config, TopicConfig, self.trigger_register)
+        self.outer_api = BrokerOuterAPI(
+            config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
+        )
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        self.client_processor = ClientManageProcessor(self)
+        self.consumer_processor = ConsumerManageProcessor(self)
+        self.admin_processor = AdminBrokerProcessor(self)
+        self.query_processor = QueryMessageProcessor(self)
+        self.remoting = RemotingServer(
+            self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker"
+        )
+        self.vip_remoting: RemotingServer | None = None
+        if config.vip_channel_enable:
+            self.vip_remoting = RemotingServer(
+                self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip"
+            )
+        for server in self._servers():
+            server.on_connection_closed.append(self._connection_closed)
+        #: Sends being handled right now (overload protection).
+        self.in_flight_sends = 0
+        self.shutting_down = False
+        self.store_ready = False
+        self.started = False
+        #: Where a slave replicates from, as told by a NameServer (None for masters).
+        self.master_addr: str | None = None
+        self.ha_master_addr: str | None = None
+        #: DataVersion of the broker config, bumped by UPDATE_BROKER_CONFIG.
+        self.config_version: dict[str, int] = {"timestamp": _now_ms(), "counter": 0}
+        self.http_port: int | None = None
+        self._perm_changes = 0
+        self._perm_changed_at = 0
+        self._tasks = TaskGroup("broker")
+        self._register_runner = CoalescingRunner(self._register_once)
+        self._http: Any = None
+        self._stopped = asyncio.Event()
+        self.metrics.install_collector(
+            BrokerCollector(
+                self._gauge_snapshot, lambda: self.config.broker_cluster_name, lambda: self.config.broker_name
+            )
+        )
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def _servers(self) -> list[RemotingServer]:
+        return [s for s in (self.remoting, self.vip_remoting) if s is not None]
+
+    def _processors(self, *, vip: bool) -> Processors:
+        p = Processors()
+        send = self.send_processor
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            p.register(code, send.process_send)
+        p.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.process_send_back)
+        if not vip:
+            p.register(RequestCode.PULL_MESSAGE, self.pull_processor.process_request)
+        c = self.client_processor
+        p.register(RequestCode.HEART_BEAT, c.heartbeat)
+        p.register(RequestCode.UNREGISTER_CLIENT, c.unregister_client)
+        p.register(RequestCode.CHECK_CLIENT_CONFIG, c.check_client_config)
+        m = self.consumer_processor
+        p.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, m.get_consumer_list_by_group)
+        p.register(RequestCode.UPDATE_CONSUMER_OFFSET, m.update_consumer_offset)
+        p.register(RequestCode.QUERY_CONSUMER_OFFSET, m.query_consumer_offset)
+        q = self.query_processor
+        p.register(RequestCode.QUERY_MESSAGE, q.query_message)
+        p.register(RequestCode.VIEW_MESSAGE_BY_ID, q.view_message_by_id)
+        a = self.admin_processor
+        for code, handler in (
+            (RequestCode.UPDATE_AND_CREATE_TOPIC, a.update_and_create_topic),
+            (RequestCode.DELETE_TOPIC_IN_BROKER, a.delete_topic),
+            (RequestCode.GET_ALL_TOPIC_CONFIG, a.get_all_topic_config),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, a.update_and_create_subscription_group),
+            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, a.get_all_subscription_group),
+            (RequestCode.DELETE_SUBSCRIPTIONGROUP, a.delete_subscription_group),
+            (RequestCode.GET_MAX_OFFSET, a.get_max_offset),
+            (RequestCode.GET_MIN_OFFSET, a.get_min_offset),
+            (RequestCode.GET_EARLIEST_MSG_STORETIME, a.get_earliest_msg_storetime),
+            (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, a.search_offset_by_timestamp),
+            (RequestCode.QUERY_BROKER_OFFSET, a.query_broker_offset),
+            (RequestCode.GET_ALL_CONSUMER_OFFSET, a.get_all_consumer_offset),
+            (RequestCode.GET_ALL_DELAY_OFFSET, a.get_all_delay_offset),
+            (RequestCode.GET_BROKER_RUNTIME_INFO, a.get_broker_runtime_info),
+            (RequestCode.GET_CONSUME_STATS, a.get_consume_stats),
+            (RequestCode.GET_TOPIC_STATS_INFO, a.get_topic_stats_info),
+            (RequestCode.GET_CONSUMER_CONNECTION_LIST, a.get_consumer_connection_list),
+            (RequestCode.GET_BROKER_CONFIG, a.get_broker_config),
+            (RequestCode.UPDATE_BROKER_CONFIG, a.update_broker_config),
+            (RequestCode.LOCK_BATCH_MQ, a.lock_batch_mq),
+            (RequestCode.UNLOCK_BATCH_MQ, a.unlock_batch_mq),
+        ):
+            p.register(code, handler)
+        p.observers.append(self.metrics.observe_request)
+        return p
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover the store, listen, register; see the module doc for the order."""
+        cfg = self.config
+        await self.store.start()
+        self.store_ready = True
+        self.topics.init_system_topics(self.schedule.max_level)
+        self.schedule.load()
+        self.store.add_dispatch_listener(self._on_dispatch)
+        started: list[RemotingServer] = []
+        try:
+            for server in self._servers():
+                await server.start()
+                started.append(server)
+            if cfg.http_port:
+                from rocket.broker.http import BrokerHttpServer
+
+                self._http = BrokerHttpServer(self)
+                self.http_port = await self._http.start(cfg.bind_address, cfg.http_port)
+        except BaseException:
+            for server in started:
+                await server.stop()
+            await self.store.shutdown()
+            raise
+        if cfg.is_master:
+            await self.schedule.start()
+        self.started = True
+        log.info(
+            "broker %s (cluster %s, id %d, %s) listening on %s:%d%s%s",
+            cfg.broker_name,
+            cfg.broker_cluster_name,
+            cfg.broker_id,
+            cfg.broker_role,
+            cfg.bind_address,
+            self.remoting.port,
+            f", vip {self.vip_remoting.port}" if self.vip_remoting else "",
+            f", http {self.http_port}" if self.http_port else "",
+        )
+        await self.register_broker_all()
+        self._tasks.spawn(self._register_loop(), name="broker-register")
+        self._tasks.spawn(self._client_scan_loop(), name="broker-client-scan")
+        self._tasks.spawn(self._flush_sample_loop(), name="broker-flush-sample")
+
+    async def shutdown(self) -> None:
+        """Stop cleanly (idempotent): see the module doc for the order."""
+        if self.shutting_down:
+            await self._stopped.wait()
+            return
+        self.shutting_down = True
+        try:
+            await self._shutdown()
+        finally:
+            self._stopped.set()
+
+    async def _shutdown(self) -> None:
+        cfg = self.config
+        for server in self._servers():
+            _stop_listening(server)
+        await self._tasks.cancel_all()
+        if self.started:
+            try:
+                results = await self.outer_api.unregister_broker_all(self._identity())
+                log.info("unregistered from %d of %d NameServers", sum(r.ok for r in results), len(results))
+            except Exception:
+                log.exception("unregistering from NameServers failed")
+        woken = self.hold_service.wake_all(WakeReason.SHUTDOWN)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        # A bounded poll: parked pulls and sends finish within milliseconds here.
+        while (self.pull_processor.active or self.in_flight_sends) and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        if woken:
+            log.info("answered %d parked pulls", woken)
+        await self.schedule.stop()
+        for server in self._servers():
+            await server.stop()
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
+        await self.outer_api.close()
+        if self.store_ready:
+            await self.store.shutdown()
+            self.store_ready = False
+        log.info("broker %s stopped", cfg.broker_name)
+
+    # -- registration ------------------------------------------------------------------------
+
+    def _identity(self) -> BrokerIdentity:
+        cfg = self.config
+        return BrokerIdentity(
+            cluster_name=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name,
+            broker_addr=cfg.broker_addr,
+            broker_id=cfg.broker_id,
+            ha_server_addr=cfg.ha_server_addr,
+        )
+
+    def registration_body(self) -> bytes:
+        """The RegisterBrokerBody of this broker now (topic perms rewritten when not RW)."""
+        perm = self.config.broker_permission
+        rewrite = not (is_readable(perm) and is_writeable(perm))
+        table: dict[str, Any] = {}
+        for name, tc in self.store.topic_configs.all().items():
+            obj = dict(tc.to_json())
+            if rewrite:
+                obj["perm"] = perm
+            table[name] = obj
+        dv = self.store.topic_configs.data_version
+        version = {
+            "timestamp": max(int(dv.timestamp), self._perm_changed_at),
+            "counter": int(dv.counter) + self._perm_changes,
+        }
+        return register_broker_body(table, version)
+
+    async def _register_once(self) -> None:
+        results = await self.outer_api.register_broker_all(self._identity(), self.registration_body())
+        for result in results:
+            if result.ok and result.master_addr:
+                if result.master_addr != self.master_addr:
+                    log.info("master of %s is %s (HA %s)", self.config.broker_name, result.master_addr,
+                             result.ha_server_addr)
+                self.master_addr = result.master_addr
+                self.ha_master_addr = result.ha_server_addr
+
+    async def register_broker_all(self) -> None:
+        """Register with every NameServer now (concurrent callers share one round)."""
+        await self._register_runner.run()
+
+    def trigger_register(self) -> None:
+        """Register soon, in the background (after an automatic topic creation)."""
+        if self.started and not self.shutting_down:
+            self._tasks.spawn(self.register_broker_all(), name="broker-register-now")
+
+    async def _register_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.register_period_seconds())
+            try:
+                await self.register_broker_all()
+            except Exception:
+                log.exception("periodic registration failed")
+
+    @property
+    def registered_namesrvs(self) -> list[str]:
+        """NameServers that accepted a registration within the last 120 s."""
+        return self.outer_api.state.registered_within(_READY_WINDOW)
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """``(ready, reasons not ready)``: store recovered and registered with ≥ 1 NameServer."""
+        reasons = []
+        if not self.store_ready:
+            reasons.append("store not recovered")
+        if self.shutting_down:
+            reasons.append("shutting down")
+        if not self.config.namesrv_list():
+            reasons.append("no NameServer configured")
+        elif not self.registered_namesrvs:
+            reasons.append("not registered with any NameServer")
+        return not reasons, reasons
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _connection_closed(self, conn: RemotingConnection) -> None:
+        self.consumer_manager.channel_closed(conn)
+        self.producer_manager.channel_closed(conn)
+        self.hold_service.drop_connection(conn)
+
+    def _notify_consumer_ids_changed(self, group: str, conns: list[RemotingConnection]) -> None:
+        group_config = self.store.subscription_groups.get(group)
+        if group_config is not None and not group_config.notify_consumer_ids_changed_enable:
+            return
+        for conn in conns:
+            if conn.closed:
+                continue
+            cmd = RemotingCommand(
+                code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}, language="JAVA"
+            )
+            try:
+                conn.oneway(cmd)
+            except RemotingError as exc:
+                log.debug("notify %s of group %s failed: %s", conn.peer, group, exc)
+                continue
+            self.metrics.notify_sent.inc()
+
+    async def _client_scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.config.client_channel_scan_interval, 100) / 1000.0)
+            try:
+                dropped = self.consumer_manager.scan_not_active() + self.producer_manager.scan_not_active()
+                for _, channel in dropped:
+                    if not channel.connection.closed:
+                        channel.connection.close()
+            except Exception:
+                log.exception("client channel scan failed")
+
+    async def _flush_sample_loop(self, interval: float = 0.5) -> None:
+        """Feed the flush-latency histogram from the store's counters.
+
+        The store keeps only the duration of its latest fdatasync, so this
+        samples it: at most one observation per ``interval``, taken when at
+        least one flush happened since the previous sample.
+        """
+        seen = -1
+        while True:
+            await asyncio.sleep(interval)
+            stats = self.store.stats.commit_log
+            if stats.fdatasyncs != seen:
+                if seen >= 0:
+                    self.metrics.flush_latency.observe(stats.last_flush_seconds)
+                seen = stats.fdatasyncs
+
+    def find_subscription_group(self, group: str, auto_create: bool = True) -> SubscriptionGroupConfig | None:
+        """The group's config, auto-created when ``autoCreateSubscriptionGroup`` (or a system group)."""
+        table = self.store.subscription_groups
+        cfg = table.get(group)
+        may_create = self.config.auto_create_subscription_group or _is_system_consumer_group(group)
+        if cfg is None and auto_create and may_create:
+            cfg = SubscriptionGroupConfig(group_name=group)
+            table.put(cfg)
+            log.info("auto-created subscription group %s", group)
+        return cfg
+
+    @staticmethod
+    def subscription_group_from_json(body: bytes) -> SubscriptionGroupConfig:
+        """A SubscriptionGroupConfig from its Java JSON. Raises ``ValueError``."""
+        obj = loads_lenient(body)
+        if not isinstance(obj, dict):
+            raise ValueError("body is not a JSON object")
+        return SubscriptionGroupConfig.from_json(obj)
+
+    @staticmethod
+    def new_topic_config(topic: str, **fields: Any) -> TopicConfig:
+        """A TopicConfig (store type)."""
+        return TopicConfig(topic, **fields)
+
+    # -- the write path ------------------------------------------------------------------------
+
+    def _store_request(self, inner: MessageInner) -> MessageInner:
+        """Apply the delay rewrite: DELAY > 0 goes to SCHEDULE_TOPIC_XXXX queue level-1."""
+        level = inner.delay_level
+        tran = inner.sys_flag & 0xC
+        if level <= 0 or tran not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+            return inner
+        level = self.schedule.clamp_level(level)
+        props = dict(inner.properties)
+        props[PROPERTY_REAL_TOPIC] = inner.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(inner.queue_id)
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        return dataclasses.replace(
+            inner,
+            topic=SCHEDULE_TOPIC,
+            queue_id=level - 1,
+            properties=props,
+            tags_code=_now_ms() + self.schedule.delay_ms(level),
+        )
+
+    async def put_message(self, inner: MessageInner) -> PutMessageResult:
+        """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX)."""
+        return await self.store.put_message(self._store_request(inner).to_request())
+
+    async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
+        """Store a batch to one queue (no delays)."""
+        return await self.store.put_messages([i.to_request() for i in inners])
+
+    def record_put(self, topic: str, count: int, nbytes: int) -> None:
+        """Account messages stored to ``topic``."""
+        self.metrics.messages_in.labels(topic).inc(count)
+        self.metrics.bytes_in.labels(topic).inc(nbytes)
+        self.stats.on_put(count, nbytes)
+
+    def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
+        """Account messages returned to ``group`` from ``topic``."""
+        self.metrics.messages_out.labels(topic, group).inc(count)
+        self.metrics.bytes_out.labels(topic, group).inc(nbytes)
+        self.stats.on_get(group, topic, count, nbytes)
+
+    def _on_dispatch(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
+        try:
+            self.hold_service.notify_message_arriving(topic, queue_id, queue_offset, tags_code)
+            self.schedule.on_dispatch(topic, queue_id, queue_offset, tags_code)
+        except Exception:
+            log.exception("dispatch listener failed for %s/%d", topic, queue_id)
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    async def delete_topic(self, topic: str) -> None:
+        """Forget ``topic``: config, consume queues, consumer offsets."""
+        self.store.topic_configs.delete(topic)
+        self.store.delete_topics([topic])
+        self.store.consumer_offsets.remove_topic(topic)
+
+    async def create_topic(self, tc: TopicConfig) -> None:
+        """Create or overwrite a topic and register at once (HTTP API)."""
+        self.store.topic_configs.put(tc)
+        await self.register_broker_all()
+
+    # -- config ------------------------------------------------------------------------------------
+
+    async def update_config(self, values: dict[str, str]) -> None:
+        """Apply settings at run time, keep them across restarts, re-register when needed.
+
+        All or nothing: raises :class:`~rocket.broker.config.ConfigError` for an
+        unknown key or a bad value without applying any. Settings read only at
+        start-up (ports, store path, delay levels) take effect on restart.
+        """
+        cfg = self.config
+        candidate = dataclasses.replace(cfg, store_overrides=dict(cfg.store_overrides))
+        candidate.update(values, strict=True)
+        old_perm, old_namesrv = cfg.broker_permission, cfg.namesrv_list()
+        for f in dataclasses.fields(cfg):
+            setattr(cfg, f.name, getattr(candidate, f.name))
+        await self._persist_overrides(values)
+        self.config_version = {"timestamp": _now_ms(), "counter": self.config_version["counter"] + 1}
+        changed = changed_keys(values)
+        if "channel_expired_timeout" in changed:
+            self.consumer_manager.channel_expired_timeout = cfg.channel_expired_timeout / 1000.0
+            self.producer_manager.channel_expired_timeout = cfg.channel_expired_timeout / 1000.0
+        if "rebalance_lock_max_live_time" in changed:
+            self.lock_manager.max_live_time = cfg.rebalance_lock_max_live_time / 1000.0
+        if "register_broker_timeout_mills" in changed:
+            self.outer_api.timeout = cfg.register_broker_timeout_mills / 1000.0
+        if cfg.broker_permission != old_perm:
+            self._perm_changes += 1
+            self._perm_changed_at = max(_now_ms(), self._perm_changed_at + 1)
+            log.warning("brokerPermission changed from %d to %d", old_perm, cfg.broker_permission)
+        if cfg.broker_permission != old_perm or cfg.namesrv_list() != old_namesrv:
+            await self.register_broker_all()
+
+    async def _persist_overrides(self, values: dict[str, str]) -> None:
+        path = runtime_overrides_path(self.config.store_path_root_dir)
+        try:
+            saved = parse_properties(path.read_text()) if path.exists() else {}
+        except (OSError, UnicodeDecodeError):
+            saved = {}
+        saved.update(values)
+        data = format_properties(saved).encode()
+        await asyncio.get_running_loop().run_in_executor(None, write_file_durably, path, data)
+
+    # -- stats -----------------------------------------------------------------------------------
+
+    def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Committed offsets: ``(group, topic) -> {queueId: offset}``."""
+        raw = self.store.consumer_offsets.to_json()
+        obj = raw if isinstance(raw, dict) else loads_lenient(raw)
+        table = obj.get("offsetTable", {}) if isinstance(obj, dict) else {}
+        out: dict[tuple[str, str], dict[int, int]] = {}
+        for key, queues in table.items():
+            topic, sep, group = str(key).partition("@")
+            if not sep or not isinstance(queues, dict):
+                continue
+            out[(group, topic)] = {int(q): int(o) for q, o in queues.items()}
+        return out
+
+    def consume_stats(self, group: str, topic: str | None = None) -> tuple[list[ConsumeStatRow], float]:
+        """Per-queue progress of ``group`` (on ``topic`` or every topic it uses) and its consume TPS.
+
+        Topics: those with committed offsets plus those subscribed by live
+        members; when members are online, only their subscribed topics count.
+        """
+        store = self.store
+        info = self.consumer_manager.get(group)
+        if topic is not None:
+            topics: Iterable[str] = [topic]
+        else:
+            known = {t for (g, t) in self.offset_table() if g == group}
+            if info is not None:
+                known |= set(info.subscriptions)
+            topics = sorted(known)
+        rows: list[ConsumeStatRow] = []
+        tps = 0.0
+        for name in topics:
+            tc = self.topics.get(name)
+            if tc is None:
+                continue
+            if topic is None and info is not None and info.subscriptions and name not in info.subscriptions:
+                continue
+            for queue_id in range(tc.read_queue_nums):
+                broker_offset = max(0, store.get_max_offset_in_queue(name, queue_id))
+                committed = store.consumer_offsets.query(group, name, queue_id)
+                consumer_offset = max(0, committed if committed is not None else 0)
+                last = store.get_store_timestamp(name, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
+                rows.append(ConsumeStatRow(name, queue_id, broker_offset, consumer_offset, max(0, last)))
+            tps += self.stats.consume_tps(group, name)
+        return rows, tps
+
+    def consumer_groups(self) -> list[str]:
+        """Groups with committed offsets or live members here, sorted."""
+        groups = {g for (g, _) in self.offset_table()} | set(self.consumer_manager.groups)
+        return sorted(groups)
+
+    def _gauge_snapshot(self) -> GaugeSnapshot:
+        store = self.store
+        lag: list[LagRow] = []
+        groups: dict[str, tuple[int, str]] = {}
+        if self.store_ready:
+            for group in self.consumer_groups():
+                rows, _ = self.consume_stats(group)
+                lag.extend(LagRow(group, r.topic, r.queue_id, r.broker_offset, r.consumer_offset) for r in rows)
+                info = self.consumer_manager.get(group)
+                groups[group] = (len(info.channels), info.message_model) if info else (0, "")
+        connections = sum(len(s.connections) for s in self._servers())
+        return GaugeSnapshot(
+            commitlog_max_offset=store.max_phy_offset if self.store_ready else 0,
+            commitlog_min_offset=store.min_phy_offset if self.store_ready else 0,
+            disk_usage_ratio=store.disk_usage_ratio() if self.store_ready else 0.0,
+            parked_pulls=len(self.hold_service),
+            in_flight_sends=self.in_flight_sends,
+            client_connections=connections,
+            lag=lag,
+            groups=groups,
+        )
+
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's table: store figures plus RocketMQ's usual keys."""
+        store = self.store
+        cfg = self.config
+        table: dict[str, str] = {}
+        try:
+            table.update({str(k): str(v) for k, v in store.runtime_info().items()})
+        except Exception:
+            log.exception("store runtime info failed")
+        uptime = max(0, _now_ms() - self.stats.boot_time_ms) // 1000
+        days, rest = divmod(uptime, 86400)
+        hours, rest = divmod(rest, 3600)
+        minutes, seconds = divmod(rest, 60)
+        table.update(
+            {
+                "brokerVersionDesc": "V4_9_8",
+                "brokerVersion": "409",
+                "brokerName": cfg.broker_name,
+                "brokerId": str(cfg.broker_id),
+                "brokerRole": str(cfg.broker_role),
+                "clusterName": cfg.broker_cluster_name,
+                "brokerAddr": cfg.broker_addr,
+                "brokerPermission": str(cfg.broker_permission),
+                "msgPutTotalTodayNow": str(self.stats.put_total),
+                "msgGetTotalTodayNow": str(self.stats.get_total),
+                "msgPutTotalTodayMorning": "0",
+                "msgGetTotalTodayMorning": "0",
+                "msgPutTotalYesterdayMorning": "0",
+                "msgGetTotalYesterdayMorning": "0",
+                "putTps": f"{self.stats.put_rate.rate():.2f}",
+                "getTransferedTps": f"{self.stats.get_rate.rate():.2f}",
+                "commitLogMaxOffset": str(store.max_phy_offset),
+                "commitLogMinOffset": str(store.min_phy_offset),
+                "commitLogDiskRatio": f"{store.disk_usage_ratio():.4f}",
+                "bootTimestamp": str(self.stats.boot_time_ms),
+                "runtime": f"[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]",
+                "sendThreadPoolQueueSize": str(self.in_flight_sends),
+                "sendThreadPoolQueueCapacity": str(cfg.max_in_flight_sends),
+                "pullThreadPoolQueueSize": str(len(self.hold_service)),
+                "parkedPullRequests": str(len(self.hold_service)),
+                "registeredNameServers": ";".join(self.registered_namesrvs),
+            }
+        )
+        for level, info in self.schedule.status().items():
+            table[f"scheduleMessageOffset_{level}"] = f"{info['offset']},{info['maxOffset']}"
+        return table
+
+    def status(self) -> dict[str, Any]:
+        """The /api/v1/status document."""
+        cfg = self.config
+        ready, reasons = self.readiness()
+        return {
+            "brokerName": cfg.broker_name,
+            "brokerClusterName": cfg.broker_cluster_name,
+            "brokerId": cfg.broker_id,
+            "brokerRole": str(cfg.broker_role),
+            "brokerAddr": cfg.broker_addr,
+            "haServerAddr": cfg.ha_server_addr,
+            "brokerPermission": cfg.broker_permission,
+            "listenPort": self.remoting.port,
+            "vipPort": self.vip_remoting.port if self.vip_remoting else None,
+            "ready": ready,
+            "notReadyReasons": reasons,
+            "registeredNameServers": self.registered_namesrvs,
+            "nameServerErrors": dict(self.outer_api.state.last_error),
+            "masterAddr": self.master_addr,
+            "topics": len(self.store.topic_configs.all()) if self.store_ready else 0,
+            "parkedPulls": len(self.hold_service),
+            "inFlightSends": self.in_flight_sends,
+            "consumerGroupsOnline": sorted(self.consumer_manager.groups),
+            "producerGroupsOnline": sorted(self.producer_manager.groups),
+            "delayLevels": self.schedule.status() if self.store_ready else {},
+            "runtime": self.runtime_info() if self.store_ready else {},
+        }
+
+
+def _stop_listening(server: RemotingServer) -> None:
+    """Close ``server``'s listening sockets but keep its connections (RemotingServer.stop closes both)."""
+    listener = getattr(server, "_server", None)
+    if listener is not None:
+        listener.close()
+
+
+__all__ = ["BrokerController", "ConsumeStatRow"]

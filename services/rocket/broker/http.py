@@ -1,0 +1,221 @@
+"""The broker's HTTP side (aiohttp): probes, metrics and a JSON admin API.
+
+Routes:
+
+* ``GET /healthz``: 200 ``{"status":"ok"}`` while the process serves.
+* ``GET /readyz``: 200 ``{"status":"ready"}`` once the store is recovered and a
+  NameServer accepted the registration within 120 s; else 503 with ``reasons``.
+* ``GET /metrics``: Prometheus text format of the broker's own registry.
+* ``GET /api/v1/status``: identity, role, readiness, NameServers, counters,
+  delay levels, runtime info.
+* ``GET /api/v1/topics``: ``{"topics":[TopicConfig JSON + "queues":[{queueId,
+  minOffset, maxOffset}]]}``.
+* ``POST /api/v1/topics``: body ``{"topic", "readQueueNums"=8,
+  "writeQueueNums"=8, "perm"=6, "order"=false}``: create or update, register
+  at once; 201 with the config.
+* ``DELETE /api/v1/topics/{topic}``: delete, register at once; 404 when unknown.
+* ``GET /api/v1/consumer-groups``: ``{"groups":[{group, online, clients,
+  messageModel, consumeType, lag, consumeTps, topics:[{topic, lag, queues}]}]}``.
+* ``GET /api/v1/consumer-groups/{group}``: one of those; 404 when unknown.
+
+Errors are JSON ``{"error": "...", "code": <RocketMQ code when there is one>}``
+with 400 (bad input), 404 (unknown), 409 (refused on a slave).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from rocket.broker.topics import is_system_topic, validate_topic
+from rocket.remoting import ResponseCode
+
+if TYPE_CHECKING:
+    from rocket.broker.controller import BrokerController
+
+log = logging.getLogger("rocket.broker.http")
+
+_BROKER_KEY: web.AppKey[BrokerController] = web.AppKey("broker")
+
+
+def build_app(broker: BrokerController) -> web.Application:
+    """The aiohttp application serving ``broker``."""
+    app = web.Application()
+    app[_BROKER_KEY] = broker
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/api/v1/status", _status)
+    app.router.add_get("/api/v1/topics", _topics)
+    app.router.add_post("/api/v1/topics", _create_topic)
+    app.router.add_delete("/api/v1/topics/{topic}", _delete_topic)
+    app.router.add_get("/api/v1/consumer-groups", _groups)
+    app.router.add_get("/api/v1/consumer-groups/{group}", _group)
+    return app
+
+
+class BrokerHttpServer:
+    """Runs :func:`build_app` on a TCP port."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 = any free port); returns the bound port. Raises ``OSError``."""
+        runner = web.AppRunner(build_app(self.broker), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        addresses = runner.addresses
+        return int(addresses[0][1]) if addresses else port
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def _broker(request: web.Request) -> BrokerController:
+    return request.app[_BROKER_KEY]
+
+
+def _error(status: int, message: str, code: int | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message}
+    if code is not None:
+        body["code"] = code
+    return web.json_response(body, status=status)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ready, reasons = _broker(request).readiness()
+    if ready:
+        return web.json_response({"status": "ready", "nameServers": _broker(request).registered_namesrvs})
+    return web.json_response({"status": "not ready", "reasons": reasons}, status=503)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    return web.Response(body=_broker(request).metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _status(request: web.Request) -> web.Response:
+    return web.json_response(_broker(request).status())
+
+
+def _topic_json(broker: BrokerController, tc: Any) -> dict[str, Any]:
+    store = broker.store
+    obj = dict(tc.to_json())
+    obj["queues"] = [
+        {
+            "queueId": q,
+            "minOffset": max(0, store.get_min_offset_in_queue(tc.topic_name, q)),
+            "maxOffset": max(0, store.get_max_offset_in_queue(tc.topic_name, q)),
+        }
+        for q in range(max(tc.read_queue_nums, tc.write_queue_nums))
+    ]
+    return obj
+
+
+async def _topics(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    configs = broker.store.topic_configs.all()
+    return web.json_response({"topics": [_topic_json(broker, configs[name]) for name in sorted(configs)]})
+
+
+async def _create_topic(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    try:
+        obj = await request.json()
+    except ValueError:
+        return _error(400, "body is not JSON")
+    if not isinstance(obj, dict):
+        return _error(400, "body must be a JSON object")
+    topic = obj.get("topic") or obj.get("topicName")
+    if not isinstance(topic, str):
+        return _error(400, "missing 'topic'")
+    problem = validate_topic(topic)
+    if problem is not None:
+        return _error(400, problem, ResponseCode.SYSTEM_ERROR)
+    if is_system_topic(topic, broker.config.broker_cluster_name) or topic == broker.config.broker_name:
+        return _error(400, f"The topic[{topic}] is conflict with system topic.", ResponseCode.SYSTEM_ERROR)
+    if broker.config.is_slave:
+        return _error(409, "this broker is a slave: create topics on the master", ResponseCode.SERVICE_NOT_AVAILABLE)
+    try:
+        spec: dict[str, Any] = obj
+        read = int(spec.get("readQueueNums", spec.get("queueNums", broker.config.default_topic_queue_nums)))
+        write = int(spec.get("writeQueueNums", spec.get("queueNums", read)))
+        perm = int(obj.get("perm", 6))
+        order = bool(obj.get("order", False))
+    except (TypeError, ValueError) as exc:
+        return _error(400, f"bad topic settings: {exc}")
+    if read < 0 or write < 0 or max(read, write) == 0 or not 0 <= perm <= 7:
+        return _error(400, f"illegal settings: readQueueNums={read} writeQueueNums={write} perm={perm}")
+    tc = broker.new_topic_config(topic, read_queue_nums=read, write_queue_nums=write, perm=perm, order=order)
+    await broker.create_topic(tc)
+    return web.json_response(_topic_json(broker, tc), status=201)
+
+
+async def _delete_topic(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    topic = request.match_info["topic"]
+    if broker.topics.get(topic) is None:
+        return _error(404, f"topic[{topic}] not exist", ResponseCode.TOPIC_NOT_EXIST)
+    if is_system_topic(topic, broker.config.broker_cluster_name) or topic == broker.config.broker_name:
+        return _error(400, f"The topic[{topic}] is conflict with system topic.", ResponseCode.SYSTEM_ERROR)
+    await broker.delete_topic(topic)
+    await broker.register_broker_all()
+    return web.json_response({"deleted": topic})
+
+
+def _group_json(broker: BrokerController, group: str) -> dict[str, Any]:
+    rows, tps = broker.consume_stats(group)
+    info = broker.consumer_manager.get(group)
+    topics: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = topics.setdefault(row.topic, {"topic": row.topic, "lag": 0, "queues": []})
+        entry["lag"] += row.lag
+        entry["queues"].append(
+            {
+                "queueId": row.queue_id,
+                "brokerOffset": row.broker_offset,
+                "consumerOffset": row.consumer_offset,
+                "lag": row.lag,
+                "lastTimestamp": row.last_timestamp,
+            }
+        )
+    return {
+        "group": group,
+        "online": len(info.channels) if info else 0,
+        "clients": info.client_ids() if info else [],
+        "messageModel": info.message_model if info else None,
+        "consumeType": info.consume_type if info else None,
+        "lag": sum(t["lag"] for t in topics.values()),
+        "consumeTps": tps,
+        "topics": list(topics.values()),
+    }
+
+
+async def _groups(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    return web.json_response({"groups": [_group_json(broker, g) for g in broker.consumer_groups()]})
+
+
+async def _group(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    group = request.match_info["group"]
+    if group not in broker.consumer_groups() and broker.store.subscription_groups.get(group) is None:
+        return _error(404, f"consumer group {group} is unknown to this broker")
+    return web.json_response(_group_json(broker, group))

@@ -1,0 +1,142 @@
+"""Client bookkeeping: :class:`ClientManageProcessor` (HEART_BEAT 34,
+UNREGISTER_CLIENT 35, CHECK_CLIENT_CONFIG 46) and
+:class:`ConsumerManageProcessor` (GET_CONSUMER_LIST_BY_GROUP 38,
+QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET 15).
+
+Reference A7 "34", "35", "38", "14", "15"; RocketMQ 4.9.8
+``ClientManageProcessor`` and ``ConsumerManageProcessor``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import orjson
+
+from rocket.broker.client_manager import ClientChannelInfo
+from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
+from rocket.broker.topics import retry_topic
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+from rocket.remoting.codes import PERM_READ, PERM_WRITE
+
+if TYPE_CHECKING:
+    from rocket.broker.controller import BrokerController
+
+log = logging.getLogger("rocket.broker")
+
+#: Remark of QUERY_CONSUMER_OFFSET when nothing is stored (Java's words).
+QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+
+
+class ClientManageProcessor:
+    """Heartbeats and unregistration of producers and consumers."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def heartbeat(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """Register the client's groups; create subscription groups and retry topics as needed.
+
+        Body: HeartbeatData JSON, Java or C++ form. Bad body → code 1.
+        """
+        broker = self.broker
+        try:
+            data = HeartbeatData.decode(request.body)
+        except HeartbeatParseError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
+        for consumer in data.consumers:
+            channel = ClientChannelInfo(
+                connection=conn, client_id=data.client_id, language=request.language, version=request.version
+            )
+            group_config = broker.find_subscription_group(consumer.group_name)
+            notify = True
+            if group_config is not None:
+                notify = bool(group_config.notify_consumer_ids_changed_enable)
+                if group_config.retry_queue_nums > 0 and not broker.config.is_slave:
+                    broker.topics.create_in_send_back(
+                        retry_topic(consumer.group_name), group_config.retry_queue_nums, PERM_READ | PERM_WRITE
+                    )
+            broker.consumer_manager.register_consumer(
+                consumer.group_name,
+                channel,
+                consumer.consume_type,
+                consumer.message_model,
+                consumer.consume_from_where,
+                consumer.subscriptions,
+                notify=notify,
+            )
+        for group in data.producer_groups:
+            broker.producer_manager.register_producer(
+                group,
+                ClientChannelInfo(
+                    connection=conn, client_id=data.client_id, language=request.language, version=request.version
+                ),
+            )
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """Remove the connection from the named producer and/or consumer group."""
+        broker = self.broker
+        request.require("clientID")
+        producer_group = request.get("producerGroup") or ""
+        consumer_group = request.get("consumerGroup") or ""
+        if producer_group:
+            broker.producer_manager.unregister_producer(producer_group, conn)
+        if consumer_group:
+            group_config = broker.store.subscription_groups.get(consumer_group)
+            notify = True if group_config is None else bool(group_config.notify_consumer_ids_changed_enable)
+            broker.consumer_manager.unregister_consumer(consumer_group, conn, notify=notify)
+        return request.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG: only TAG filtering exists here; anything else is refused."""
+        try:
+            obj = orjson.loads(request.body) if request.body else {}
+        except orjson.JSONDecodeError:
+            obj = {}
+        sub = obj.get("subscriptionData") if isinstance(obj, dict) else None
+        if isinstance(sub, dict):
+            kind = str(sub.get("expressionType") or "TAG").upper()
+            if kind != "TAG":
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}"
+                )
+        return request.response(ResponseCode.SUCCESS)
+
+
+class ConsumerManageProcessor:
+    """Consumer group membership and consumer offsets."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def get_consumer_list_by_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """Body ``{"consumerIdList":[...]}``; code 1 when the group has no live member."""
+        group = request.require("consumerGroup")
+        info = self.broker.consumer_manager.get(group)
+        if info is None or not info.channels:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": info.client_ids()}))
+
+    def update_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """Store ``commitOffset`` for (consumerGroup, topic, queueId)."""
+        group = request.require("consumerGroup")
+        topic = request.require("topic")
+        queue_id = request.require_int("queueId")
+        offset = request.require_int("commitOffset")
+        self.broker.store.consumer_offsets.commit(group, topic, queue_id, offset)
+        return request.response(ResponseCode.SUCCESS)
+
+    def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """The stored offset; 0 for a fresh group on a queue still starting at 0 (quirk Q9); else 22."""
+        store = self.broker.store
+        group = request.require("consumerGroup")
+        topic = request.require("topic")
+        queue_id = request.require_int("queueId")
+        offset = store.consumer_offsets.query(group, topic, queue_id)
+        if offset is not None and offset >= 0:
+            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
+        if store.get_min_offset_in_queue(topic, queue_id) <= 0:
+            return request.response(ResponseCode.SUCCESS, ext_fields={"offset": 0})
+        return request.response(ResponseCode.QUERY_NOT_FOUND, QUERY_NOT_FOUND_REMARK)

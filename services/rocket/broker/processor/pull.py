@@ -1,0 +1,209 @@
+""":class:`PullMessageProcessor`: PULL_MESSAGE (11), with long polling.
+
+Checks (reference A7 "11"): broker readable (16), subscription group exists or
+may be auto-created (26), group enabled (16), topic exists (17) and readable
+(16), ``0 <= queueId < readQueueNums`` (1), the subscription parses (23) or,
+when not sent inline, is known from heartbeats and not older than the
+request's (24/25).
+
+Store status → response code (A7 table): FOUND → 0 with the records as body;
+NO_MATCHED_MESSAGE/MESSAGE_WAS_REMOVING → 20; empty or unknown queue → 19 at
+offset 0, else 21; OFFSET_OVERFLOW_ONE/OFFSET_FOUND_NULL → 19;
+OFFSET_OVERFLOW_BADLY/OFFSET_TOO_SMALL → 21. The remark is the store status
+name; ext ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``,
+``maxOffset`` are always present (as strings).
+
+A 19 with the SUSPEND bit is parked in the
+:class:`~rocket.broker.long_polling.PullRequestHoldService` and re-run once,
+without suspension, when woken.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rocket.broker.filter import EXPRESSION_TYPE_TAG, SubscriptionData, SubscriptionParseError, build_subscription_data
+from rocket.broker.headers import PullMessageRequestHeader
+from rocket.broker.long_polling import PullRequest
+from rocket.broker.topics import is_readable
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+from rocket.store.api import GetMessageResult, GetMessageStatus
+
+if TYPE_CHECKING:
+    from rocket.broker.controller import BrokerController
+
+MASTER_ID = 0
+
+
+def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
+    """The response code of a pull whose store result is ``result`` (A7 table)."""
+    status = result.status
+    if status is GetMessageStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_NOT_FOUND if requested_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+    if status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_FOUND_NULL):
+        return ResponseCode.PULL_NOT_FOUND
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+class PullMessageProcessor:
+    """Serves pulls from the store; parks empty long-polling pulls."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        #: Pull requests being handled (parked ones included).
+        self.active = 0
+
+    async def process_request(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """Answer a pull, waiting (without blocking the connection) when it may be suspended."""
+        broker = self.broker
+        self.active += 1
+        try:
+            started = time.perf_counter()
+            response, parked = self.process(request, conn, allow_suspend=True)
+            broker.metrics.pull_latency.observe(time.perf_counter() - started)
+            if parked is None:
+                return response
+            try:
+                await parked.future
+            finally:
+                broker.hold_service.remove(parked)
+            started = time.perf_counter()
+            response, _ = self.process(request, conn, allow_suspend=False)
+            broker.metrics.pull_latency.observe(time.perf_counter() - started)
+            return response
+        finally:
+            self.active -= 1
+
+    def _subscription(
+        self, request: RemotingCommand, header: PullMessageRequestHeader
+    ) -> SubscriptionData | RemotingCommand:
+        if header.has_subscription:
+            if header.expression_type != EXPRESSION_TYPE_TAG:
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by {header.expression_type}",
+                )
+            try:
+                return build_subscription_data(header.topic, header.subscription, header.expression_type)
+            except SubscriptionParseError as exc:
+                return request.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {exc}"
+                )
+        group = self.broker.consumer_manager.get(header.consumer_group)
+        if group is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                f"the consumer's group info not exist (group {header.consumer_group} has no live heartbeat)",
+            )
+        sub = group.subscriptions.get(header.topic)
+        if sub is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                f"the consumer's subscription not exist (group {header.consumer_group}, topic {header.topic})",
+            )
+        if sub.sub_version < header.sub_version:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                f"the consumer's subscription not latest ({sub.sub_version} < {header.sub_version})",
+            )
+        return sub
+
+    def process(
+        self, request: RemotingCommand, conn: RemotingConnection, *, allow_suspend: bool
+    ) -> tuple[RemotingCommand, PullRequest | None]:
+        """Run one pull synchronously: the response, or a parked request to wait for."""
+        broker = self.broker
+        cfg = broker.config
+        header = PullMessageRequestHeader.parse(request)
+        if not is_readable(cfg.broker_permission):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{cfg.broker_ip1}] pulling message is forbidden (brokerPermission={cfg.broker_permission})",
+            ), None
+        group_config = broker.find_subscription_group(header.consumer_group)
+        if group_config is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{header.consumer_group}] does not exist, apply first please!",
+            ), None
+        if not group_config.consume_enable:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
+            ), None
+        topic_config = broker.topics.get(header.topic)
+        if topic_config is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"
+            ), None
+        if not is_readable(topic_config.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{header.topic}] pulling message is forbidden (perm={topic_config.perm})",
+            ), None
+        if header.queue_id < 0 or header.queue_id >= topic_config.read_queue_nums:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+                f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}] consumer:[{conn.peer}]",
+            ), None
+        sub = self._subscription(request, header)
+        if isinstance(sub, RemotingCommand):
+            return sub, None
+
+        max_nums = max(1, min(header.max_msg_nums, cfg.max_transfer_count_on_message_in_memory))
+        result = broker.store.get_message(
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            max_nums,
+            max_total_bytes=cfg.max_transfer_bytes_on_message_in_memory,
+            tags_codes=sub.tags_codes(),
+        )
+        code = pull_response_code(result, header.queue_offset)
+        if cfg.slave_read_enable:
+            suggest = group_config.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else (
+                group_config.broker_id
+            )
+        else:
+            suggest = MASTER_ID
+        if cfg.is_slave:
+            if not cfg.slave_read_enable:
+                code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, MASTER_ID
+            elif code == ResponseCode.PULL_OFFSET_MOVED:
+                code = ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave=false, as Java
+        if allow_suspend and header.has_commit_offset and not cfg.is_slave and header.commit_offset >= 0:
+            broker.store.consumer_offsets.commit(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        if (
+            code == ResponseCode.PULL_NOT_FOUND
+            and allow_suspend
+            and header.has_suspend
+            and not broker.shutting_down
+            and broker.store.get_max_offset_in_queue(header.topic, header.queue_id) <= header.queue_offset
+        ):
+            millis = header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+            parked = broker.hold_service.park(
+                header.topic, header.queue_id, header.queue_offset, sub, millis / 1000.0, conn
+            )
+            return request.response(code), parked
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            body = result.body
+            broker.record_get(header.consumer_group, header.topic, result.message_count, len(body))
+        return request.response(
+            code,
+            result.status.value,
+            {
+                "suggestWhichBrokerId": suggest,
+                "nextBeginOffset": result.next_begin_offset,
+                "minOffset": result.min_offset,
+                "maxOffset": result.max_offset,
+            },
+            body,
+        ), None

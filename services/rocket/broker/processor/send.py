@@ -1,0 +1,431 @@
+""":class:`SendMessageProcessor`: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310),
+SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
+
+Checks, in order (reference A7 "10", RocketMQ 4.9.8
+``AbstractSendMessageProcessor.msgCheck`` and ``SendMessageProcessor``), each
+answered with RocketMQ's code and a remark that says what is wrong:
+
+==========================================  ====  ========================================
+condition                                   code  remark starts with
+==========================================  ====  ========================================
+too many sends in flight / store page busy    2   ``[REJECTREQUEST]system busy``
+broker is a slave, or shutting down          14   ``the broker[...] is a slave`` / ``... shutting down``
+broker or topic without WRITE permission     16   ``the broker[...] sending message is forbidden``
+illegal topic name                            1   ``The specified topic[...] contains illegal characters``
+system topic producers may not use           16   ``Sending message to topic[...] is forbidden.``
+unknown topic, no auto-create                17   ``topic[x] not exist, apply first please!``
+queueId >= the topic's queue count            1   ``request queueId[n] is illegal``
+body > maxMessageSize, properties > 32 KiB   13   ``the message body size over max value`` (or properties)
+corrupt batch body                           13   ``the batch body is corrupt: ...``
+retry topic of an unknown group              26   ``subscription group not exist, g``
+==========================================  ====  ========================================
+
+A batch is recognised by code 320 **or** the batch flag ``true``/``1`` (the
+C++ client sends batches as code 10 with ``batch:"1"``; Java 4.9.8 would
+misread those, we accept them, quirk Q7).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
+from rocket.broker.inner import MessageInner
+from rocket.broker.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    is_writeable,
+    retry_topic,
+    validate_topic,
+)
+from rocket.message import (
+    MAX_PROPERTIES_SIZE,
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    SYSFLAG_TRANSACTION_PREPARED,
+    MessageFormatError,
+    decode_batch,
+    decode_properties,
+)
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+from rocket.remoting.codes import PERM_READ, PERM_WRITE
+from rocket.store.api import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from rocket.broker.controller import BrokerController
+    from rocket.store.config import TopicConfig
+
+log = logging.getLogger("rocket.broker.send")
+
+#: Remark of SYSTEM_BUSY answers (the prefix Java clients look for).
+SYSTEM_BUSY_REMARK = "[REJECTREQUEST]system busy, start flow control for a while"
+
+#: Store outcomes after which the message is stored (the response carries its id).
+_STORED = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+
+
+def put_result_response(request: RemotingCommand, result: PutMessageResult) -> tuple[int, str | None]:
+    """Response code and remark for a store outcome (mapping in ``store/api.py``)."""
+    status = result.status
+    detail = f": {result.remark}" if result.remark else ""
+    if status in _STORED:
+        return _STORED[status], None if status is PutMessageStatus.PUT_OK else f"{status.value}{detail}"
+    if status is PutMessageStatus.OS_PAGECACHE_BUSY:
+        return ResponseCode.SYSTEM_BUSY, f"{SYSTEM_BUSY_REMARK} (the write path is behind{detail})"
+    if status in (PutMessageStatus.SERVICE_NOT_AVAILABLE, PutMessageStatus.CREATE_MAPPED_FILE_FAILED):
+        return (
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            f"service not available now ({status.value}{detail}); the disk may be full or the store shut down",
+        )
+    if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
+        return ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal ({status.value}{detail})"
+    return ResponseCode.SYSTEM_ERROR, f"{status.value}{detail}"
+
+
+class SendMessageProcessor:
+    """Stores messages from producers and consumers' send-backs."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # -- entry points ------------------------------------------------------------------
+
+    async def process_send(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """Codes 10, 310, 320. Overload is refused before anything else is done."""
+        broker = self.broker
+        if broker.in_flight_sends >= broker.config.max_in_flight_sends:
+            broker.metrics.send_rejected.labels("in_flight").inc()
+            return request.response(
+                ResponseCode.SYSTEM_BUSY,
+                f"{SYSTEM_BUSY_REMARK} ({broker.in_flight_sends} sends in flight, "
+                f"limit maxInFlightSends={broker.config.max_in_flight_sends})",
+            )
+        broker.in_flight_sends += 1
+        started = time.perf_counter()
+        try:
+            header = SendMessageRequestHeader.parse(request)
+            if header.batch:
+                return await self._send_batch(request, conn, header)
+            return await self._send_single(request, conn, header)
+        finally:
+            broker.in_flight_sends -= 1
+            broker.metrics.send_latency.observe(time.perf_counter() - started)
+
+    # -- checks --------------------------------------------------------------------------
+
+    def _check(
+        self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
+    ) -> RemotingCommand | TopicConfig:
+        broker = self.broker
+        cfg = broker.config
+        if broker.shutting_down:
+            return request.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE, f"the broker[{cfg.broker_name}] is shutting down, try another"
+            )
+        if cfg.is_slave:
+            return request.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"the broker[{cfg.broker_name}] is a slave (brokerId {cfg.broker_id}, brokerRole "
+                f"{cfg.broker_role}): sending message is forbidden, send to the master",
+            )
+        if not is_writeable(cfg.broker_permission):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{cfg.broker_ip1}] sending message is forbidden "
+                f"(brokerPermission={cfg.broker_permission})",
+            )
+        problem = validate_topic(header.topic)
+        if problem is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, problem)
+        if header.topic in NOT_ALLOWED_SEND_TOPICS:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"Sending message to topic[{header.topic}] is forbidden."
+            )
+        topic_config = broker.topics.create_in_send(
+            header.topic, header.default_topic, header.default_topic_queue_nums, 0
+        )
+        if topic_config is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"
+            )
+        if not is_writeable(topic_config.perm):
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{header.topic}] sending message is forbidden (perm={topic_config.perm})",
+            )
+        valid = max(topic_config.write_queue_nums, topic_config.read_queue_nums)
+        if header.queue_id >= valid:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{header.queue_id}] is illegal, topic:{header.topic} "
+                f"topicConfig.writeQueueNums:{topic_config.write_queue_nums} "
+                f"topicConfig.readQueueNums:{topic_config.read_queue_nums} Producer:{conn.peer}",
+            )
+        return topic_config
+
+    @staticmethod
+    def _pick_queue(header: SendMessageRequestHeader, topic_config: TopicConfig) -> int:
+        if header.queue_id >= 0:
+            return header.queue_id
+        return random.randrange(max(1, topic_config.write_queue_nums))
+
+    def _retry_or_dlq(
+        self, request: RemotingCommand, header: SendMessageRequestHeader, inner: MessageInner
+    ) -> RemotingCommand | None:
+        """For sends to ``%RETRY%<group>``: re-target to the DLQ after too many attempts."""
+        if not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_config = self.broker.store.subscription_groups.get(group)
+        if group_config is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        max_times = (
+            header.max_reconsume_times if header.max_reconsume_times is not None else group_config.retry_max_times
+        )
+        if header.reconsume_times >= max_times:
+            dlq = dlq_topic(group)
+            dlq_config = self.broker.topics.create_in_send_back(dlq, 1, PERM_READ | PERM_WRITE)
+            if not is_writeable(dlq_config.perm):
+                return request.response(ResponseCode.NO_PERMISSION, f"the topic[{dlq}] sending message is forbidden")
+            inner.topic = dlq
+            inner.queue_id = 0
+            inner.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            log.info("message for %s exceeded %d reconsume times: moved to %s", header.topic, max_times, dlq)
+        return None
+
+    # -- single ----------------------------------------------------------------------------
+
+    async def _send_single(
+        self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        broker = self.broker
+        checked = self._check(request, conn, header)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        topic_config = checked
+        body = request.body
+        if len(body) > broker.config.max_message_size:
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size over max value, MAX: {broker.config.max_message_size} "
+                f"(got {len(body)} bytes)",
+            )
+        if len(header.properties.encode()) > MAX_PROPERTIES_SIZE:
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE} "
+                f"(got {len(header.properties.encode())} bytes)",
+            )
+        if header.sys_flag & SYSFLAG_TRANSACTION_PREPARED and broker.config.reject_transaction_message:
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] sending transaction message is forbidden",
+            )
+        properties = decode_properties(header.properties)
+        properties[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        inner = MessageInner(
+            topic=header.topic,
+            queue_id=self._pick_queue(header, topic_config),
+            body=body,
+            properties=properties,
+            flag=header.flag,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=conn.peer,
+            reconsume_times=header.reconsume_times,
+        )
+        refused = self._retry_or_dlq(request, header, inner)
+        if refused is not None:
+            return refused
+        if inner.properties_too_long():
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE}",
+            )
+        topic = inner.topic
+        result = await broker.put_message(inner)
+        code, remark = put_result_response(request, result)
+        if code == ResponseCode.SYSTEM_BUSY:
+            broker.metrics.send_rejected.labels("store_busy").inc()
+        if not result.messages:
+            return request.response(code, remark or "the message was not stored")
+        appended = result.messages[0]
+        broker.record_put(topic, 1, len(body))
+        return request.response(
+            code,
+            remark,
+            {
+                "msgId": appended.msg_id,
+                "queueId": inner.queue_id,
+                "queueOffset": appended.queue_offset,
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    # -- batch -------------------------------------------------------------------------------
+
+    async def _send_batch(
+        self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        broker = self.broker
+        checked = self._check(request, conn, header)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        topic_config = checked
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {header.topic}"
+            )
+        if len(request.body) > broker.config.max_message_size:
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size over max value, MAX: {broker.config.max_message_size} "
+                f"(batch of {len(request.body)} bytes)",
+            )
+        try:
+            items = decode_batch(request.body)
+        except MessageFormatError as exc:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is corrupt: {exc}")
+        batch_props = decode_properties(header.properties)
+        if batch_props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed (DELAY is set)")
+        queue_id = self._pick_queue(header, topic_config)
+        inners: list[MessageInner] = []
+        for index, item in enumerate(items):
+            props = decode_properties(item.properties)
+            props.update(batch_props)
+            props[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+            if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+                return request.response(
+                    ResponseCode.MESSAGE_ILLEGAL, f"batch message {index} cannot be delayed (DELAY is set)"
+                )
+            inner = MessageInner(
+                topic=header.topic,
+                queue_id=queue_id,
+                body=item.body,
+                properties=props,
+                flag=item.flag,
+                sys_flag=header.sys_flag,
+                born_timestamp=header.born_timestamp,
+                born_host=conn.peer,
+                reconsume_times=header.reconsume_times,
+            )
+            if inner.properties_too_long():
+                return request.response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"the properties of batch message {index} exceed the max value, MAX: {MAX_PROPERTIES_SIZE}",
+                )
+            inners.append(inner)
+        result = await broker.put_messages(inners)
+        code, remark = put_result_response(request, result)
+        if code == ResponseCode.SYSTEM_BUSY:
+            broker.metrics.send_rejected.labels("store_busy").inc()
+        if not result.messages:
+            return request.response(code, remark or "the batch was not stored")
+        broker.record_put(header.topic, len(inners), sum(len(i.body) for i in inners))
+        return request.response(
+            code,
+            remark,
+            {
+                "msgId": ",".join(m.msg_id for m in result.messages),
+                "queueId": queue_id,
+                "queueOffset": result.messages[0].queue_offset,
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    # -- send back -----------------------------------------------------------------------------
+
+    async def process_send_back(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: re-store a message a consumer failed on, to the
+        retry topic with a delay (level ``3 + reconsumeTimes`` unless given), or to
+        the dead-letter topic after ``maxReconsumeTimes`` attempts (or ``delayLevel < 0``).
+        """
+        broker = self.broker
+        cfg = broker.config
+        header = ConsumerSendMsgBackRequestHeader.parse(request)
+        group_config = broker.find_subscription_group(header.group)
+        if group_config is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {header.group}"
+            )
+        if cfg.is_slave or broker.shutting_down:
+            return request.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"the broker[{cfg.broker_name}] cannot store messages now (slave or shutting down)",
+            )
+        if not is_writeable(cfg.broker_permission):
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden"
+            )
+        if group_config.retry_queue_nums <= 0:
+            return request.response(ResponseCode.SUCCESS)
+        new_topic = retry_topic(header.group)
+        topic_config = broker.topics.create_in_send_back(
+            new_topic, group_config.retry_queue_nums, PERM_READ | PERM_WRITE
+        )
+        if not is_writeable(topic_config.perm):
+            return request.response(ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
+        msg = broker.store.look_message_by_offset(header.offset)
+        if msg is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
+        properties = dict(msg.properties)
+        properties.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+        delay_level = header.delay_level
+        max_times = group_config.retry_max_times
+        if header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        queue_id = random.randrange(max(1, topic_config.write_queue_nums))
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(header.group)
+            dlq_config = broker.topics.create_in_send_back(new_topic, 1, PERM_READ | PERM_WRITE)
+            if not is_writeable(dlq_config.perm):
+                return request.response(
+                    ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
+                )
+            queue_id = 0
+            properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + msg.reconsume_times
+            properties[PROPERTY_DELAY_TIME_LEVEL] = str(broker.schedule.clamp_level(delay_level))
+        origin = header.origin_msg_id or properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or msg.msg_id
+        properties[PROPERTY_ORIGIN_MESSAGE_ID] = origin
+        properties[PROPERTY_CLUSTER] = cfg.broker_cluster_name
+        inner = MessageInner(
+            topic=new_topic,
+            queue_id=queue_id,
+            body=msg.body,
+            properties=properties,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times + 1,
+        )
+        result = await broker.put_message(inner)
+        code, remark = put_result_response(request, result)
+        if code in (
+            ResponseCode.SUCCESS,
+            ResponseCode.FLUSH_DISK_TIMEOUT,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE,
+        ):
+            broker.record_put(new_topic, 1, len(msg.body))
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(code, remark)
