@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -21,7 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.observability.tools import need_prometheus
-from tests.support import ROOT, free_port, rocket_command
+from tests.support import ROOT, free_port, rocket_command, running
 
 CHART = ROOT / "charts" / "rocketcluster-operator"
 RULES = CHART / "rules" / "rocketcluster.rules.yaml"
@@ -177,6 +178,33 @@ def embedded_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embed
         yield EmbeddedCluster(ns, targets, TOPIC, GROUP)
 
 
+OPERATOR_ENDPOINT = """
+import asyncio, sys
+from rocket_operator.metrics import HttpServer
+
+async def main() -> None:
+    server = HttpServer("127.0.0.1", int(sys.argv[1]))
+    await server.start()
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="session")
+def operator_endpoint() -> Iterator[Target]:
+    """The operator's own /metrics + /healthz server (rocket_operator.metrics.HttpServer, serving the
+    registry the operator fills), in a process of its own. The operator itself needs an API
+    server; tests/observability/test_chart_k8s.py runs it against one."""
+    try:
+        import rocket_operator.metrics  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"the operator's metrics endpoint has not landed yet: {exc}")
+    port = free_port()
+    with running([sys.executable, "-c", OPERATOR_ENDPOINT, str(port)], port=port):
+        yield Target("rocket-operator", "rocketcluster-operator", port, {"namespace": "rocket-system"})
+
+
 def scrape(address: str) -> dict[str, Any]:
     """Parse ``http://address/metrics``: family name -> family (prometheus-client's parser)."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
@@ -184,36 +212,60 @@ def scrape(address: str) -> dict[str, Any]:
     return {fam.name: fam for fam in text_string_to_metric_families(text)}
 
 
+#: Sample-name suffixes of each metric type (text format 0.0.4 as prometheus-client writes it).
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    "summary": ("", "_count", "_sum", "_created"),
+    "info": ("_info",),
+}
+
+
+def sample_names(families: dict[str, Any]) -> set[str]:
+    """Every sample name the families expose or would expose once a labelled child exists (a
+    counter with no children yet still declares ``x_total``)."""
+    names: set[str] = set()
+    for fam in families.values():
+        names.update(s.name for s in fam.samples)
+        names.update(fam.name + suffix for suffix in SUFFIXES.get(fam.type, ("",)))
+    return names
+
+
 @pytest.fixture(scope="session")
-def exported_samples(embedded_cluster: EmbeddedCluster) -> dict[str, set[str]]:
-    """Job -> every sample name its processes expose right now (``x_total``, ``x_bucket``, ...)."""
+def all_targets(embedded_cluster: EmbeddedCluster, operator_endpoint: Target) -> list[Target]:
+    return [*embedded_cluster.targets, operator_endpoint]
+
+
+@pytest.fixture(scope="session")
+def exported_samples(all_targets: list[Target]) -> dict[str, set[str]]:
+    """Job -> every sample name its processes expose (live scrape of each process's /metrics)."""
     out: dict[str, set[str]] = {}
-    for target in embedded_cluster.targets:
-        names = out.setdefault(target.job, set())
-        for fam in scrape(target.address).values():
-            names.update(sample.name for sample in fam.samples)
+    for target in all_targets:
+        out.setdefault(target.job, set()).update(sample_names(scrape(target.address)))
     return out
 
 
 @pytest.fixture(scope="session")
-def prometheus_scraping(embedded_cluster: EmbeddedCluster,
+def prometheus_scraping(all_targets: list[Target],
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    """A Prometheus scraping every process of the embedded cluster each second, with the chart's
-    alert rules loaded; returned once every target has been scraped successfully."""
+    """A Prometheus scraping every process of the embedded cluster and the operator's endpoint each
+    second, with the chart's alert rules loaded; returned once every target is up."""
     jobs: dict[str, list[dict[str, Any]]] = {}
-    for t in embedded_cluster.targets:
+    for t in all_targets:
         jobs.setdefault(t.job, []).append({"targets": [t.address], "labels": {**t.labels, "pod": t.name}})
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
         "scrape_configs": [
-            # honor_labels as in the chart's PodMonitors: rocketmq_group_diff brings its own labels.
+            # honor_labels as in the chart's monitors: rocketmq_group_diff and the operator's series
+            # bring their own cluster/broker/namespace labels.
             {"job_name": job, "honor_labels": True, "static_configs": static}
             for job, static in jobs.items()
         ],
     }
     with run_prometheus(config, tmp_path_factory.mktemp("prometheus-scraping")) as prom:
-        expected = len(embedded_cluster.targets)
+        expected = len(all_targets)
         deadline = time.monotonic() + 30
         while True:
             status, body = prom.query("up == 1")

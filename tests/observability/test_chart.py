@@ -35,8 +35,8 @@ SCENARIOS: dict[str, tuple[list[str], bool]] = {
     "namespaced": (["rbac.scope=namespace", "operator.watchNamespaces={team-a,team-b}"], True),
     "monitoring-off": (["monitoring.serviceMonitor.enabled=false", "monitoring.podMonitor.enabled=false",
                         "monitoring.prometheusRule.enabled=false", "monitoring.dashboards.enabled=false"], True),
-    "digest-and-extras": (["image.digest=sha256:" + "a" * 64, "replicaCount=2",
-                           "operator.extraArgs={--verbose}", "monitoring.podMonitor.namespaces={mq}"], True),
+    "digest-peering-extras": (["image.digest=sha256:" + "a" * 64, "replicaCount=2", "operator.peering=rocket",
+                               "operator.verbose=true", "monitoring.podMonitor.namespaces={mq}"], True),
 }
 
 
@@ -193,6 +193,30 @@ def operator_kinds() -> set[str]:
     return kinds - {"CustomResourceDefinition", "Status", "List", "DeleteOptions"}
 
 
+#: Verbs each call of the operator's Kubernetes client (rocket_operator.kube.Kube) needs.
+CALL_VERBS = {"get": {"get"}, "list": {"list"}, "delete": {"delete"}, "merge_patch": {"patch"}}
+
+
+def operator_calls() -> dict[str, set[str]]:
+    """Kind -> verbs, from ``kube.<call>("<apiVersion>", "<Kind>", ...)`` in the operator's code,
+    plus server-side apply (create + patch) of every kind its builders emit, and kopf's own needs."""
+    needed: dict[str, set[str]] = {}
+    for path in OPERATOR_SRC.glob("**/*.py"):
+        text = path.read_text()
+        for call, kind in re.findall(r"""kube\.(\w+)\(\s*["'][\w./]+["']\s*,\s*["']([A-Z]\w+)["']""", text):
+            needed.setdefault(kind, set()).update(CALL_VERBS.get(call, {call}))
+    builders = OPERATOR_SRC / "builders.py"
+    if builders.exists():
+        for kind in re.findall(r"""["']kind["']\s*:\s*["']([A-Z]\w+)["']""", builders.read_text()):
+            if kind != "PersistentVolumeClaim":  # a volumeClaimTemplate, created by the StatefulSet controller
+                needed.setdefault(kind, set()).update({"create", "patch", "get"})
+    if needed:
+        # kopf: watch the resource, patch it (finalizers, progress annotations) and its status, post events.
+        needed.setdefault("RocketCluster", set()).update({"get", "list", "watch", "patch"})
+        needed.setdefault("Event", set()).update({"create"})
+    return needed
+
+
 def test_rbac_covers_every_kind_the_operator_manages():
     kinds = operator_kinds()
     if not kinds:
@@ -204,6 +228,19 @@ def test_rbac_covers_every_kind_the_operator_manages():
         verbs = rules.get(KIND_RESOURCES[kind], set())
         needed = {"create", "patch"} if kind == "Event" else {"get", "list", "watch"}
         assert needed <= verbs, f"{kind}: {sorted(needed - verbs)} missing"
+
+
+def test_rbac_grants_every_verb_the_operator_uses():
+    needed = operator_calls()
+    if not needed:
+        pytest.skip("the operator makes no Kubernetes API calls yet")
+    for scenario, kind_ in (("with-prometheus-operator", "ClusterRole"), ("namespaced", "Role")):
+        rules = granted(by_kind(scenario, kind_)[0]["rules"])
+        missing = {kind: sorted(verbs - rules.get(KIND_RESOURCES[kind], set())) for kind, verbs in needed.items()}
+        missing = {k: v for k, v in missing.items() if v}
+        assert not missing, f"{scenario}: verbs the operator uses but is not granted: {missing}"
+        status = rules.get(("rocket.dev", "rocketclusters/status"), set())
+        assert {"get", "patch"} <= status, f"{scenario}: status subresource"
 
 
 def test_rbac_least_privilege():
@@ -226,13 +263,32 @@ def test_namespaced_scope_grants_writes_only_per_namespace():
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert len(by_kind("namespaced", "RoleBinding")) == 2
     args = by_kind("namespaced", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+    assert args == ["--namespace=team-a", "--namespace=team-b"]
 
 
 def test_cluster_scope_watches_all_namespaces():
-    args = by_kind("defaults", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--all-namespaces" in args
+    """`python -m rocket_operator` without --namespace serves every namespace."""
+    args = by_kind("defaults", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0].get("args") or []
+    assert not [a for a in args if a.startswith("--namespace")]
     assert not by_kind("defaults", "Role")
+
+
+def test_replicas_need_peering():
+    proc = helm("template", "rel", str(CHART), "--set", "replicaCount=2", check=False)
+    assert proc.returncode != 0 and "operator.peering" in proc.stderr
+    container = by_kind("digest-peering-extras", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["--peering=rocket", "--verbose"]
+    assert container["image"] == "rocketcluster/operator@sha256:" + "a" * 64
+    rules = granted(by_kind("digest-peering-extras", "ClusterRole")[0]["rules"])
+    assert {"get", "list", "watch", "patch"} <= rules[("kopf.dev", "clusterkopfpeerings")]
+
+
+def test_operator_http_port_and_probes():
+    container = by_kind("defaults", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ROCKET_OPERATOR_HTTP_PORT"] == "8080"
+    assert container["ports"][0] == {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
 
 def test_service_account_is_bound():
@@ -349,5 +405,5 @@ def test_example_cluster_matches_the_crd_schema():
         pytest.skip("crds/rocketclusters.yaml has not landed yet")
     crd = next(d for d in yaml.safe_load_all(crd_path.read_text()) if d)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
-    schema = _strict(version["schema"]["openAPIV3Schema"])
-    jsonschema.validate(example_cluster(), schema)
+    schema = _strict(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    jsonschema.validate(example_cluster()["spec"], schema)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.observability.conftest import GROUP, TOPIC, EmbeddedCluster, Prometheus
+from tests.observability.conftest import GROUP, TOPIC, Prometheus, Target
 
 
 def wait_result(prom: Prometheus, expr: str, timeout: float = 15.0) -> list[dict]:
@@ -20,10 +20,15 @@ def wait_result(prom: Prometheus, expr: str, timeout: float = 15.0) -> list[dict
         time.sleep(0.5)
 
 
-def test_every_process_is_up(prometheus_scraping: Prometheus, embedded_cluster: EmbeddedCluster):
+def test_every_process_is_up(prometheus_scraping: Prometheus, all_targets: list[Target]):
     result = wait_result(prometheus_scraping, "up")
     by_pod = {r["metric"]["pod"]: float(r["value"][1]) for r in result}
-    assert by_pod == {t.name: 1.0 for t in embedded_cluster.targets}
+    assert by_pod == {t.name: 1.0 for t in all_targets}
+
+
+def test_no_alert_fires_on_a_healthy_cluster(prometheus_scraping: Prometheus):
+    status, body = prometheus_scraping.query('ALERTS{alertstate="firing"}')
+    assert status == 200 and body["data"]["result"] == []
 
 
 def test_nameservers_see_both_broker_groups(prometheus_scraping: Prometheus):

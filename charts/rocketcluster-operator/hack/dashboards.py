@@ -6,7 +6,7 @@
 
 The JSON files are what the chart ships (and what the tests parse); this script keeps their layout,
 variables and datasource references uniform. Metric names are those the services export
-(``rocketmq_nameserver_*``, ``rocketmq_broker_*``, ``rocketmq_group_diff``, ``rocketcluster_operator_*``)
+(``rocketmq_nameserver_*``, ``rocketmq_broker_*``, ``rocketmq_group_diff``, ``rocket_operator_*``)
 plus Prometheus's own ``up`` and ``ALERTS``; the tests check every one against a live scrape.
 Jobs and target labels (``job``, ``namespace``, ``cluster``, ``broker``) are set by the chart's
 PodMonitors/ServiceMonitor.
@@ -367,26 +367,56 @@ def consumer_groups() -> dict[str, Any]:
 
 
 def operator() -> dict[str, Any]:
-    panels = [
-        Panel("Operator up", [(f"sum(up{{{OPJOB}}})", "")], kind="stat", width=6, height=4),
-        Panel("Resident memory", [(f"process_resident_memory_bytes{{{OPJOB}}}", "{{pod}}")],
-              unit="bytes", width=9, height=8),
-        Panel("CPU", [(f"rate(process_cpu_seconds_total{{{OPJOB}}}[{RATE}])", "{{pod}}")],
-              unit="percentunit", width=9, height=8),
+    variables = [
+        datasource_var(),
+        var_query("namespace", "Namespace", f"label_values(rocket_operator_cluster_phase{{{OPJOB}}}, namespace)"),
+        var_query("cluster", "Cluster",
+                  f'label_values(rocket_operator_cluster_phase{{{OPJOB}, namespace=~"$namespace"}}, cluster)'),
+    ]
+    c = f"{OPJOB}, {SEL}"
+    health = [
+        Panel("Operator up", [(f"sum(up{{{OPJOB}}})", "")], kind="stat", width=6, height=4,
+              thresholds=[(0, "red"), (1, "green")]),
+        Panel("RocketClusters served", [(f"max(rocket_operator_clusters{{{OPJOB}}})", "")],
+              kind="stat", width=6, height=4),
+        Panel("Degraded clusters", [(
+            f'count(rocket_operator_cluster_phase{{{c}, rocket_operator_cluster_phase="Degraded"}} == 1) or vector(0)',
+            "")], kind="stat", width=6, height=4, thresholds=[(1, "red")]),
+        Panel("Reconcile errors (1h)", [(
+            f"sum(increase(rocket_operator_reconcile_errors_total{{{OPJOB}}}[1h])) or vector(0)", "")],
+            kind="stat", width=6, height=4, thresholds=[(1, "orange")]),
+        Panel("Cluster phases", [(
+            f"rocket_operator_cluster_phase{{{c}}} == 1", "")], kind="table", instant=True, width=24, height=6,
+            description="The phase each RocketCluster reports in its status."),
+    ]
+    reconcile = [
+        Panel("Reconciliation passes by result", [(
+            f"sum by (result) (rate(rocket_operator_reconciles_total{{{OPJOB}}}[{RATE}]))", "{{result}}")],
+            unit="ops", stack=True),
+        Panel("Reconcile errors by kind", [(
+            f"sum by (kind) (rate(rocket_operator_reconcile_errors_total{{{OPJOB}}}[{RATE}]))", "{{kind}}")],
+            unit="ops"),
+        Panel("Reconcile duration", [
+            (f"histogram_quantile(0.5, sum by (le) (rate(rocket_operator_reconcile_duration_seconds_bucket"
+             f"{{{OPJOB}}}[{RATE}])))", "p50"),
+            (f"histogram_quantile(0.99, sum by (le) (rate(rocket_operator_reconcile_duration_seconds_bucket"
+             f"{{{OPJOB}}}[{RATE}])))", "p99"),
+        ], unit="s"),
+        Panel("Rolling restarts (pods rolled per hour)", [(
+            f"sum by (namespace, cluster) (increase(rocket_operator_rolling_restarts_total{{{c}}}[1h]))",
+            "{{namespace}}/{{cluster}}")]),
     ]
     drains = [
-        Panel("Drains in progress", [(
-            f"rocketcluster_operator_drain_duration_seconds{{{OPJOB}}}",
-            "{{namespace}}/{{rocketcluster}} {{broker}}")], unit="s", width=24,
-            thresholds=[(1800, "red")],
-            description="How long each broker group has been draining for scale-in "
-                        "(RocketClusterDrainStuck fires after 30 minutes)."),
+        Panel("Messages pending on draining broker groups", [(
+            f"rocket_operator_drain_pending_messages{{{c}}}", "{{namespace}}/{{cluster}} {{broker}}")], width=24,
+            description="Scale-in waits for these to reach zero (RocketClusterDrainStuck fires when they stop "
+                        "going down for 30 minutes)."),
     ]
     return dashboard(
         "rocketcluster-operator", "RocketCluster / Operator",
-        "The RocketCluster operator: health, reconciliation and drains.",
-        [("Process", panels), ("Scaling", drains)],
-        [datasource_var()], ["operator"],
+        "The RocketCluster operator: health, reconciliation, phases and drains.",
+        [("Health", health), ("Reconciliation", reconcile), ("Scale-in drains", drains)],
+        variables, ["operator"],
     )
 
 

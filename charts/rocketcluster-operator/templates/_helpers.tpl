@@ -68,6 +68,9 @@ app.kubernetes.io/component: operator
 {{- if not (has .Values.rbac.scope (list "cluster" "namespace")) }}
 {{- fail (printf "rbac.scope must be \"cluster\" or \"namespace\", not %q" .Values.rbac.scope) }}
 {{- end }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.operator.peering) }}
+{{- fail "replicaCount > 1 needs operator.peering (a kopf peering name) so that one replica is active" }}
+{{- end }}
 {{- end }}
 
 {{/* The relabeling source label of a pod label: __meta_kubernetes_pod_label_<sanitized name>. */}}

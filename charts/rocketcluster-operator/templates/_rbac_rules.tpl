@@ -11,43 +11,57 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
+{{- if .Values.operator.peering }}
+# kopf peering between replicas (cluster-wide peering object).
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
 {{- end }}
 
 {{- define "rocketcluster-operator.namespacedRules" -}}
-# The custom resource, its status and finalizers.
+# The custom resource (kopf patches finalizers and progress annotations), its status, and
+# finalizers (owner references with blockOwnerDeletion on the children).
 - apiGroups: ["rocket.dev"]
   resources: ["rocketclusters"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["rocket.dev"]
   resources: ["rocketclusters/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["get", "patch"]
 - apiGroups: ["rocket.dev"]
   resources: ["rocketclusters/finalizers"]
   verbs: ["update"]
-# Children: NameServer Deployment, broker StatefulSets, Services, ConfigMaps, PDBs.
+# Children applied server-side: NameServer Deployment, Services, broker ConfigMap, PDBs.
 - apiGroups: ["apps"]
-  resources: ["deployments", "statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# Broker StatefulSets: applied, and deleted when a slave tier or a drained group goes.
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Pods: observe readiness; delete one at a time for rolling restarts.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "delete"]
-# Broker PVCs: observe, and remove those of a drained broker group on scale-in.
+# Broker PVCs: observe; set or drop the cluster's owner reference (deleteClaim); remove those of a
+# drained broker group on scale-in.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 # Events the operator posts on its resources (kopf's event poster).
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Log analytics jobs (kubeflow spark-operator CRDs, when installed).
-- apiGroups: ["sparkoperator.k8s.io"]
-  resources: ["sparkapplications", "scheduledsparkapplications"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+{{- if .Values.operator.peering }}
+# kopf peering between replicas (namespaced peering objects).
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
 {{- end }}
