@@ -276,11 +276,13 @@ class LocalCluster:
         started is stopped again and :class:`LocalClusterError` is raised
         (``KeyboardInterrupt`` is re-raised)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(LocalClusterError):
-            old = ClusterState.load(self.data_dir)
-            if any(pid_alive(p.pid) for p in old.processes):
-                raise LocalClusterError(f"a local cluster already runs from {self.data_dir} "
-                                        "(rocket local status / rocket local down)")
+        try:
+            old: ClusterState | None = ClusterState.load(self.data_dir)
+        except LocalClusterError:
+            old = None
+        if old is not None and any(pid_alive(p.pid) for p in old.processes):
+            raise LocalClusterError(f"a local cluster already runs from {self.data_dir} "
+                                    "(rocket local status / rocket local down)")
         plan = self.plan()
         busy = [p for p in _all_ports(self.base_port, self.brokers) if not _port_free(p)]
         if busy:
@@ -421,13 +423,14 @@ def print_state(state: ClusterState) -> None:
     from rich.table import Table
 
     table = Table(title=f"local cluster in {state.data_dir}")
-    for col in ("process", "role", "address", "http", "pid", "log"):
-        table.add_column(col)
+    for col in ("process", "role", "address", "http", "pid"):
+        table.add_column(col, no_wrap=True)
     for p in state.processes:
-        role = "NameServer" if p.kind == "nameserver" else "broker master"
-        table.add_row(p.name, role, p.addr, f"http://127.0.0.1:{p.http_port}", str(p.pid), p.log)
+        role = "NameServer" if p.kind == "nameserver" else "broker (master)"
+        table.add_row(p.name, role, p.addr, f"127.0.0.1:{p.http_port}", str(p.pid))
     console = Console()
     console.print(table)
+    console.print(f"data and logs: {state.data_dir} (logs/<process>.log)")
     console.print(f"NameServers: [bold]{state.namesrv}[/bold]   (export ROCKET_NAMESRV='{state.namesrv}')")
 
 

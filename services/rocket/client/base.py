@@ -21,7 +21,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -159,6 +159,10 @@ class MQClient:
                 await task
         self._tasks.clear()
         await self.remoting.close()
+
+    def spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in a task that :meth:`close` cancels."""
+        self._tasks.append(asyncio.create_task(coro))
 
     def spawn(self, interval: float, action: Callable[[], Awaitable[Any]]) -> None:
         """Run ``action`` every ``interval`` seconds until :meth:`close` (errors are logged)."""

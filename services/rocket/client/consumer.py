@@ -514,6 +514,7 @@ class PushConsumer(_OffsetAPI):
         self._rebalance_wanted = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         self._inbox: asyncio.Queue[tuple[MessageExt, asyncio.Future[bool]]] | None = None
+        self._iter_current: asyncio.Future[bool] | None = None
         self._started = False
         self._stopping = False
         #: Counters for monitoring: messages handed to the handler, failed, sent back.
@@ -568,11 +569,11 @@ class PushConsumer(_OffsetAPI):
             try:
                 await self.client.fetch_route(topic)
             except TopicRouteError as exc:
-                log.warning("%s: %s (will retry)", self.group, exc)
+                log.info("%s: %s (will retry at the next rebalance)", self.group, exc)
         await self.client.send_heartbeat()
         self.client.start()
         self.client.spawn(self.persist_interval, self._persist_offsets)
-        self.client._tasks.append(asyncio.create_task(self._rebalance_loop()))
+        self.client.spawn_task(self._rebalance_loop())
         await self.rebalance()
         return self
 
@@ -588,6 +589,12 @@ class PushConsumer(_OffsetAPI):
         for task in pull_tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._iter_current is not None and not self._iter_current.done():
+            self._iter_current.set_result(True)  # the iterator's last message was handed out: done
+        if self._inbox is not None:
+            while not self._inbox.empty():  # never handed out: cancel, they will be redelivered
+                _, fut = self._inbox.get_nowait()
+                fut.cancel()
         if self._consume_tasks:
             _, pending = await asyncio.wait(set(self._consume_tasks), timeout=drain_timeout)
             for task in pending:
@@ -648,6 +655,7 @@ class PushConsumer(_OffsetAPI):
                 if previous is not None and not previous.done():
                     previous.set_result(True)
                 msg, previous = await inbox.get()
+                self._iter_current = previous
                 yield msg
         finally:
             if previous is not None and not previous.done():

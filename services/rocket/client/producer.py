@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rocket.client.base import DEFAULT_TIMEOUT, MQClient, ext
+from rocket.client.base import DEFAULT_TIMEOUT, MQClient
 from rocket.client.errors import MQClientError, NotStartedError, SendFailedError, TopicRouteError
 from rocket.client.route import (
     AUTO_CREATE_TOPIC,
@@ -343,21 +343,23 @@ class Producer:
     def _header(self, topic: str, queue_id: int, sys_flag: int, flag: int, properties: str, *,
                 batch: bool = False, reconsume_times: int = 0, max_reconsume_times: int | None = None
                 ) -> dict[str, str]:
-        return ext(
-            a=self.group,
-            b=topic,
-            c=AUTO_CREATE_TOPIC,
-            d=self.default_topic_queue_nums,
-            e=queue_id,
-            f=sys_flag,
-            g=int(time.time() * 1000),
-            h=flag,
-            i=properties,
-            j=reconsume_times,
-            k=False,
-            l=max_reconsume_times,
-            m=batch,
-        )
+        fields = {
+            "a": self.group,
+            "b": topic,
+            "c": AUTO_CREATE_TOPIC,
+            "d": str(self.default_topic_queue_nums),
+            "e": str(queue_id),
+            "f": str(sys_flag),
+            "g": str(int(time.time() * 1000)),
+            "h": str(flag),
+            "i": properties,
+            "j": str(reconsume_times),
+            "k": "false",
+            "m": "true" if batch else "false",
+        }
+        if max_reconsume_times is not None:
+            fields["l"] = str(max_reconsume_times)
+        return fields
 
     async def send(self, msg: Message, *, queue: MessageQueue | None = None,
                    timeout: float | None = None) -> SendResult:

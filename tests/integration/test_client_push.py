@@ -1,0 +1,249 @@
+"""PushConsumer against real processes: clustering, rebalance, broadcasting, retry, offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rocket.client import (
+    Admin,
+    ConsumeFrom,
+    ConsumeStatus,
+    MessageExt,
+    MessageModel,
+    Producer,
+    PushConsumer,
+    build_message,
+)
+from rocket.local import ClusterState
+from tests.integration.client_support import eventually, shared_cluster, unique
+
+FAST = {"rebalance_interval": 1.0, "persist_interval": 0.5, "heartbeat_interval": 2.0, "suspend_timeout": 2.0}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> ClusterState:
+    return shared_cluster()
+
+
+async def _topic(namesrv: str, queues: int = 4) -> str:
+    topic = unique("T")
+    async with Admin(namesrv) as admin:
+        await admin.create_topic(topic, queue_nums=queues)
+    return topic
+
+
+class Collector:
+    """A handler that records what it got."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.messages: list[MessageExt] = []
+
+    async def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        self.messages.extend(msgs)
+        self.bodies.extend(m.body for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+
+async def _send(namesrv: str, topic: str, bodies: list[str], **kw: str) -> None:
+    async with Producer(unique("PID"), namesrv) as producer:
+        await asyncio.gather(*(producer.send(build_message(topic, b, **kw)) for b in bodies))
+
+
+async def test_clustering_shares_queues_and_rebalances_when_one_leaves(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv)  # 4 queues x 2 broker groups
+    group = unique("CID")
+    c1, c2 = Collector(), Collector()
+    p1 = PushConsumer(group, cluster.namesrv, c1, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+    p2 = PushConsumer(group, cluster.namesrv, c2, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+    for p in (p1, p2):
+        p.subscribe(topic)
+    await p1.start()
+    await p2.start()
+    try:
+        def split() -> bool:
+            a = {q for q in p1.assigned_queues() if q.topic == topic}
+            b = {q for q in p2.assigned_queues() if q.topic == topic}
+            return len(a) == 4 and len(b) == 4 and not a & b
+
+        await eventually(split, 20, what="8 queues split 4/4 between two consumers")
+        await _send(cluster.namesrv, topic, [f"first-{i}" for i in range(200)])
+        await eventually(lambda: len(set(c1.bodies) | set(c2.bodies)) == 200, 20, what="200 messages consumed")
+        assert c1.bodies and c2.bodies, "both members should have consumed"
+        assert not set(c1.bodies) & set(c2.bodies), "a message went to both members of the group"
+        await p2.shutdown()
+        await eventually(lambda: len([q for q in p1.assigned_queues() if q.topic == topic]) == 8, 20,
+                         what="the remaining consumer to take all 8 queues")
+        before = len(c2.bodies)
+        await _send(cluster.namesrv, topic, [f"second-{i}" for i in range(100)])
+        await eventually(lambda: sum(b.startswith(b"second") for b in c1.bodies) >= 100, 20,
+                         what="the remaining consumer to get all new messages")
+        assert len(c2.bodies) == before
+    finally:
+        await p1.shutdown()
+        await p2.shutdown()
+
+
+async def test_broadcasting_delivers_everything_to_every_member(cluster: ClusterState, tmp_path: Path) -> None:
+    topic = await _topic(cluster.namesrv, queues=2)
+    group = unique("CID")
+    collectors = [Collector(), Collector()]
+    consumers = [
+        PushConsumer(group, cluster.namesrv, c, message_model=MessageModel.BROADCASTING,
+                     offset_store_dir=tmp_path / f"m{i}", instance_name=f"member{i}", **FAST)
+        for i, c in enumerate(collectors)
+    ]
+    for consumer in consumers:
+        consumer.subscribe(topic)
+        await consumer.start()
+    try:
+        for consumer in consumers:
+            await eventually(lambda c=consumer: len(c.assigned_queues()) == 4, 10, what="all queues assigned")
+        await _send(cluster.namesrv, topic, [f"b{i}" for i in range(50)])
+        for c in collectors:
+            await eventually(lambda c=c: len(set(c.bodies)) == 50, 20, what="every member to get all 50")
+        assert "%RETRY%" not in " ".join(consumers[0].subscriptions)
+    finally:
+        for consumer in consumers:
+            await consumer.shutdown()
+    # offsets were kept locally
+    assert any((tmp_path / "m0").glob("*.json"))
+
+
+async def test_failed_messages_come_back_through_the_retry_topic(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=1)
+    group = unique("CID")
+    attempts: Counter[str] = Counter()
+    deliveries: list[MessageExt] = []
+
+    async def flaky(msgs: list[MessageExt]) -> ConsumeStatus:
+        for msg in msgs:
+            attempts[msg.body.decode()] += 1
+            deliveries.append(msg)
+        if any(attempts[m.body.decode()] == 1 and m.body.startswith(b"fail") for m in msgs):
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer(group, cluster.namesrv, flaky, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            consume_batch_size=1, retry_delay_level=1, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await _send(cluster.namesrv, topic, ["ok-1", "fail-1", "ok-2"])
+        await eventually(lambda: attempts["fail-1"] >= 2, 30, what="the failed message to be redelivered")
+        retried = [m for m in deliveries if m.body == b"fail-1"][-1]
+        assert retried.reconsume_times >= 1
+        assert retried.topic == topic  # the retry topic is hidden from the handler
+        assert attempts["ok-1"] == 1 and attempts["ok-2"] == 1
+        assert consumer.stats["sent_back"] >= 1
+    finally:
+        await consumer.shutdown()
+
+
+async def test_raising_handler_counts_as_reconsume_later(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=1)
+    calls: Counter[str] = Counter()
+
+    async def boom(msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            calls[m.body.decode()] += 1
+        if calls["x"] == 1:
+            raise RuntimeError("first time fails")
+
+    consumer = PushConsumer(unique("CID"), cluster.namesrv, boom, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            retry_delay_level=1, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await _send(cluster.namesrv, topic, ["x"])
+        await eventually(lambda: calls["x"] >= 2, 30, what="redelivery after an exception")
+    finally:
+        await consumer.shutdown()
+
+
+async def test_offsets_are_committed_and_a_restarted_consumer_resumes(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=2)
+    group = unique("CID")
+    first = Collector()
+    consumer = PushConsumer(group, cluster.namesrv, first, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    await _send(cluster.namesrv, topic, [f"a{i}" for i in range(30)])
+    await eventually(lambda: len(first.bodies) >= 30, 20, what="first 30 consumed")
+    await consumer.shutdown()
+
+    async with Admin(cluster.namesrv) as admin:
+        lag = await admin.consumer_lag(group, topic)
+    assert lag.total_lag == 0 and sum(q.broker_offset for q in lag.queues) == 30
+
+    await _send(cluster.namesrv, topic, [f"b{i}" for i in range(20)])
+    second = Collector()
+    again = PushConsumer(group, cluster.namesrv, second, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+    again.subscribe(topic)
+    await again.start()
+    try:
+        await eventually(lambda: len(second.bodies) >= 20, 20, what="the 20 new messages")
+        await asyncio.sleep(0.5)
+        assert sorted(second.bodies) == sorted(f"b{i}".encode() for i in range(20))
+    finally:
+        await again.shutdown()
+
+
+async def test_start_from_timestamp(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=1)
+    await _send(cluster.namesrv, topic, [f"old{i}" for i in range(10)])
+    await asyncio.sleep(1.5)
+    since = int(time.time() * 1000)
+    await _send(cluster.namesrv, topic, [f"new{i}" for i in range(10)])
+    got = Collector()
+    consumer = PushConsumer(unique("CID"), cluster.namesrv, got, consume_from=ConsumeFrom.TIMESTAMP,
+                            consume_timestamp=since, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await eventually(lambda: len(got.bodies) >= 10, 20, what="messages after the timestamp")
+        await asyncio.sleep(0.5)
+        assert sorted(got.bodies) == sorted(f"new{i}".encode() for i in range(10))
+    finally:
+        await consumer.shutdown()
+
+
+async def test_start_from_last_offset_skips_old_messages_when_the_broker_says_so(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=1)
+    got = Collector()
+    consumer = PushConsumer(unique("CID"), cluster.namesrv, got, consume_from=ConsumeFrom.LAST_OFFSET, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await eventually(lambda: len(consumer.assigned_queues()) >= 2, 10, what="queues assigned")
+        await _send(cluster.namesrv, topic, ["after-start"])
+        await eventually(lambda: b"after-start" in got.bodies, 20, what="a message sent after start")
+    finally:
+        await consumer.shutdown()
+
+
+async def test_async_iterator_and_tag_filter(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=2)
+    await _send(cluster.namesrv, topic, [f"a{i}" for i in range(5)], tags="TagA")
+    await _send(cluster.namesrv, topic, [f"b{i}" for i in range(5)], tags="TagB")
+    consumer = PushConsumer(unique("CID"), cluster.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+    consumer.subscribe(topic, "TagB")
+    seen: list[bytes] = []
+
+    async def read() -> None:
+        async for msg in consumer.messages():
+            assert msg.tags == "TagB"
+            seen.append(msg.body)
+            if len(seen) == 5:
+                break
+
+    try:
+        await asyncio.wait_for(read(), 20)
+    finally:
+        await consumer.shutdown()
+    assert sorted(seen) == sorted(f"b{i}".encode() for i in range(5))
