@@ -19,6 +19,7 @@ from tests.integration.broker_harness import (
     RawBroker,
     broker_process,
     nameserver_process,
+    records,
     route,
     wait_for,
 )
@@ -64,11 +65,18 @@ async def test_overload_answers_system_busy_at_once(tmp_path: Path, client: Remo
 async def test_sigterm_unregisters_answers_parked_pulls_and_exits(
     tmp_path: Path, client: RemotingClient, ns: NameServerProc
 ) -> None:
-    with broker_process(tmp_path, "term", ns.addr) as b:
+    delays = {"messageDelayLevel": "200ms 3s"}
+    with broker_process(tmp_path, "term", ns.addr, settings=delays) as b:
         rb = RawBroker(client, b.addr)
         assert (await rb.create_topic("TermT", 1)).code == 0
         assert (await rb.send("TermT", b"persisted")).code == 0
         assert await route(client, ns.addr, "TermT") is not None
+        # one delayed message delivered before the restart, one still waiting at shutdown
+        assert (await rb.send("TermD", b"early", props={"DELAY": "1"})).code == 0
+        await wait_for(lambda: _found(rb, "TermD"), timeout=5)
+        assert (await rb.send("TermD", b"late", queue_id=1, props={"DELAY": "2"})).code == 0
+        offsets_before = orjson.loads((await rb.call(RequestCode.GET_ALL_DELAY_OFFSET)).body)["offsetTable"]
+        assert offsets_before["1"] == 1
         parked = asyncio.create_task(rb.pull("G", "TermT", offset=1, sys_flag=6, suspend_ms=20_000, timeout=30))
         await asyncio.sleep(0.3)
         assert not parked.done()
@@ -82,12 +90,25 @@ async def test_sigterm_unregisters_answers_parked_pulls_and_exits(
         assert await route(client, ns.addr, "TermT") is None  # unregistered, not merely expired
         log = b.log_text()
         assert "unregistered from 1 of 1 NameServers" in log and "Traceback" not in log
-    # the store was shut down cleanly: a restart finds the message
-    with broker_process(tmp_path, "term", ns.addr, port=b.port) as b2:
+    # the store was shut down cleanly: a restart finds the message, and delayed delivery resumes
+    # where it stopped: the early message is not delivered again, the late one arrives once
+    with broker_process(tmp_path, "term", ns.addr, port=b.port, settings=delays) as b2:
         rb = RawBroker(client, b2.addr)
         client.close_connection(b2.addr)
         pulled = await rb.pull("G2", "TermT")
         assert pulled.code == 0
+        offsets_after = orjson.loads((await rb.call(RequestCode.GET_ALL_DELAY_OFFSET)).body)["offsetTable"]
+        assert offsets_after["1"] == offsets_before["1"]
+        late = await wait_for(lambda: _found(rb, "TermD", queue_id=1), timeout=8)
+        assert [m.body for m in records(late)] == [b"late"]
+        await asyncio.sleep(0.5)
+        assert [m.body for m in records(await rb.pull("G2", "TermD"))] == [b"early"]
+        assert [m.body for m in records(await rb.pull("G2", "TermD", queue_id=1))] == [b"late"]
+
+
+async def _found(rb: RawBroker, topic: str, queue_id: int = 0) -> object:
+    resp = await rb.pull("G_found", topic, queue_id=queue_id)
+    return resp if resp.code == 0 else None
 
 
 async def test_http_endpoints(tmp_path: Path, client: RemotingClient, ns: NameServerProc) -> None:
