@@ -54,6 +54,7 @@ def _installed(script: str, names: tuple[str, ...], timeout: float) -> dict[str,
     return found
 
 
+@functools.cache
 def need_promtool() -> str:
     """promtool (Debian's `prometheus` package)."""
     if (path := shutil.which("promtool")) and shutil.which("prometheus") and _works(path, "--version"):
@@ -73,6 +74,7 @@ def need_prometheus() -> str:
     return path
 
 
+@functools.cache
 def need_helm() -> str:
     """A real helm 3 binary: $HELM, PATH, or the npm-packaged one that install_helm.sh unpacks."""
     for candidate in (os.environ.get("HELM"), shutil.which("helm")):
