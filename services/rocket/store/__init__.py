@@ -1,1 +1,51 @@
-"""rocket.store."""
+"""rocket.store: the broker's storage engine (CommitLog, ConsumeQueue, IndexFile, config stores).
+
+Start with :class:`DefaultMessageStore`; formats and recovery are described in
+the modules ``commitlog``, ``consumequeue``, ``index``, ``checkpoint`` and
+``config`` (RocketMQ 4.9.8 names throughout).
+"""
+
+from rocket.store.api import (
+    AppendedMessage,
+    BrokerRole,
+    ConfigCorruptError,
+    FlushDiskType,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageStoreConfig,
+    PutMessageRequest,
+    PutMessageResult,
+    PutMessageStatus,
+    StoreError,
+)
+from rocket.store.config import (
+    ConsumerOffsetManager,
+    DataVersion,
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+    TopicConfig,
+    TopicConfigManager,
+)
+from rocket.store.message_store import DefaultMessageStore, StoreStats
+
+__all__ = [
+    "AppendedMessage",
+    "BrokerRole",
+    "ConfigCorruptError",
+    "ConsumerOffsetManager",
+    "DataVersion",
+    "DefaultMessageStore",
+    "FlushDiskType",
+    "GetMessageResult",
+    "GetMessageStatus",
+    "MessageStoreConfig",
+    "PutMessageRequest",
+    "PutMessageResult",
+    "PutMessageStatus",
+    "StoreError",
+    "StoreStats",
+    "SubscriptionGroupConfig",
+    "SubscriptionGroupManager",
+    "TopicConfig",
+    "TopicConfigManager",
+]

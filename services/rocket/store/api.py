@@ -61,6 +61,11 @@ class MessageStoreConfig:
     #: ``brokerIP1:listenPort`` written as STOREHOST into every record.
     store_host: str = "127.0.0.1:10911"
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    #: Most messages one get returns (``maxTransferCountOnMessageInMemory``).
+    max_transfer_count_on_message_in_memory: int = 32
+    #: A consumer further behind than this % of RAM is told to pull from a slave
+    #: (``accessMessageInMemoryMaxRatio``).
+    access_message_in_memory_max_ratio: int = 40
 
     def __post_init__(self) -> None:
         self.store_path_root_dir = Path(self.store_path_root_dir)

@@ -1,0 +1,840 @@
+"""The CommitLog (B1): every topic's records in one append-only log of fixed-size segments.
+
+Layout: ``<root>/commitlog/<20-digit start offset>``, each file
+``mapped_file_size_commit_log`` bytes (1 GiB by default), preallocated at
+creation so that a full disk shows up there (CREATE_MAPPED_FILE_FAILED) and not
+in the middle of a record. Records are RocketMQ's stored layout (A9.1); a
+record never spans two files: when ``record + 8`` bytes do not fit, the rest
+of the file is closed by a blank marker (int32 remaining length, int32
+``BLANK_MAGIC_CODE``) and the record goes to the next file.
+
+Write path (RocketMQ 4.9.8 ``CommitLog.putMessage`` + ``GroupCommitService``,
+reshaped for one event loop):
+
+* On the loop, :meth:`CommitLog.put` assigns queue offsets (table per
+  ``(topic, queueId)``) and physical offsets, encodes the records into an
+  in-memory chunk and queues a :class:`PutOp` per call.
+* One writer thread runs one *job* at a time: every chunk queued since the
+  previous job, written with ``pwrite`` (never through a mapping), followed
+  under SYNC_FLUSH by one ``fdatasync`` that covers the whole job (group
+  commit). While a job runs the loop keeps filling the next one.
+* When a job completes the loop advances ``committed`` (and ``flushed``),
+  lets the reput dispatch the new records, and resolves the covered puts.
+* A failed write (ENOSPC, EIO ...) fails every put from the failing chunk
+  on, zeroes whatever part of the chunk reached the file, and rolls the
+  write position and the queue offsets back: nothing partial is ever
+  visible, and the next put tries again.
+
+Reads (:meth:`CommitLog.read`) come from read-only mappings of the files and
+never go beyond ``committed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import mmap
+import os
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocket.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+)
+from rocket.store import files
+from rocket.store.api import (
+    FlushDiskType,
+    MessageStoreConfig,
+    PutMessageRequest,
+    PutMessageResult,
+    PutMessageStatus,
+    StoreError,
+)
+from rocket.store.record import (
+    BLANK,
+    BLANK_MARKER,
+    CORRUPT,
+    MIN_RECORD_SIZE,
+    DispatchRecord,
+    RecordEncoder,
+    parse_dispatch,
+    topic_tail,
+)
+
+log = logging.getLogger("rocket.store")
+
+_SIZE_MAGIC = struct.Struct(">ii")
+_TRAN_MASK = 0xC
+#: Bytes read at a time by recovery scans.
+SCAN_CHUNK = 8 * 1024 * 1024
+
+
+class Segment:
+    """One CommitLog file: ``[start, start + size)`` of the log.
+
+    ``fd`` is an O_RDWR descriptor once the file exists (``created``); reads
+    go through a lazily created read-only shared mapping.
+    """
+
+    __slots__ = ("_mm", "created", "fd", "path", "size", "start")
+
+    def __init__(self, start: int, size: int, path: Path) -> None:
+        self.start = start
+        self.size = size
+        self.path = path
+        self.fd = -1
+        self.created = False
+        self._mm: mmap.mmap | None = None
+
+    @property
+    def end(self) -> int:
+        """Offset just past this file."""
+        return self.start + self.size
+
+    def view(self) -> mmap.mmap:
+        """The read-only mapping of the whole file (created on first use)."""
+        mm = self._mm
+        if mm is None:
+            mm = self._mm = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)
+        return mm
+
+    def close_view(self) -> None:
+        """Drop the mapping (on the loop, before the file goes away)."""
+        if self._mm is not None:
+            with contextlib.suppress(BufferError):
+                self._mm.close()
+            self._mm = None
+
+    def close(self) -> None:
+        """Drop the mapping and close the descriptor."""
+        self.close_view()
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path.name})"
+
+
+@dataclass(slots=True)
+class DispatchBatch:
+    """What one put appended, kept for the reput so that it need not re-parse its own records.
+
+    All records of a batch share topic, queue and store time; ``queue_offset``
+    of record i is ``first_queue_offset + i`` unless it is transactional
+    (``sys_flags`` is only set when some record is).
+    """
+
+    start: int
+    end: int
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    phys: list[int]
+    sizes: list[int]
+    tags: list[int]
+    keys: list[list[str]] | None
+    uniq: list[str | None] | None
+    store_timestamp: int
+    sys_flags: list[int] | None = None
+
+
+class PutOp:
+    """One pending put: resolved (``fut``) once ``end`` is committed, or flushed when ``sync``."""
+
+    __slots__ = ("deadline", "end", "first_queue_offset", "fut", "queue_key", "result", "store_timestamp", "sync")
+
+    def __init__(self, end: int, fut: asyncio.Future[PutMessageResult], result: PutMessageResult, sync: bool,
+                 deadline: float, queue_key: tuple[str, int] | None, first_queue_offset: int,
+                 store_timestamp: int) -> None:
+        self.end = end
+        self.fut = fut
+        self.result = result
+        self.sync = sync
+        self.deadline = deadline
+        self.queue_key = queue_key
+        self.first_queue_offset = first_queue_offset
+        self.store_timestamp = store_timestamp
+
+
+class _Chunk:
+    __slots__ = ("buf", "end", "seg", "start")
+
+    def __init__(self, seg: Segment, start: int) -> None:
+        self.seg = seg
+        self.start = start
+        self.buf = bytearray()
+        self.end = start
+
+
+@dataclass(slots=True)
+class _JobResult:
+    ok_until: int
+    error: OSError | None = None
+    phase: str = ""
+    path: Path | None = None
+    synced: bool = False
+    sync_error: OSError | None = None
+    write_seconds: float = 0.0
+    sync_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class CommitLogStats:
+    """Cheap counters for ``runtime_info``: flush and write timings in seconds."""
+
+    jobs: int = 0
+    fdatasyncs: int = 0
+    bytes_written: int = 0
+    last_flush_seconds: float = 0.0
+    max_flush_seconds: float = 0.0
+    last_write_seconds: float = 0.0
+    write_errors: int = 0
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    """Outcome of a recovery scan: end of valid data and what was found after it."""
+
+    end: int
+    torn: bool
+    records: int
+    last_store_timestamp: int
+    remark: str = ""
+    dispatched: list[DispatchRecord] = field(default_factory=list)
+
+
+class CommitLog:
+    """The log of all records; see the module docstring for the write path.
+
+    ``committed`` is the confirmed end: bytes up to it are whole records in
+    the files (page cache); ``flushed`` is the part fdatasync'd. Both are
+    physical offsets. Not thread-safe: loop methods must be called on the
+    loop, ``load``/``recover`` before the loop uses the log.
+    """
+
+    def __init__(self, config: MessageStoreConfig, *, preallocate: bool = True) -> None:
+        self.config = config
+        self.dir = config.store_path_root_dir / "commitlog"
+        self.segment_size = config.mapped_file_size_commit_log
+        self.preallocate = preallocate
+        self.segments: list[Segment] = []
+        #: Next queue offset per (topic, queueId) (``topicQueueTable``).
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.encoder = RecordEncoder(config.store_host)
+        self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.append_offset = 0
+        self.committed = 0
+        self.flushed = 0
+        self.committed_store_timestamp = 0
+        self.flushed_store_timestamp = 0
+        #: Batches appended but not yet taken by the reput, in log order.
+        self.dispatch_batches: deque[DispatchBatch] = deque()
+        self.stats = CommitLogStats()
+        #: Called on the loop after ``committed`` advanced (the reput).
+        self.on_committed: Callable[[], None] = lambda: None
+        #: Write function, replaceable in tests to inject ENOSPC/EIO.
+        self.pwrite: Callable[[int, bytes | bytearray | memoryview, int], int] = os.pwrite
+        #: File creation, replaceable in tests.
+        self.create_file: Callable[[Path, int, bool], int] = files.create_file
+        self._ops: deque[PutOp] = deque()
+        self._chunks: list[_Chunk] = []
+        self._cur: _Chunk | None = None
+        self._job_running = False
+        self._flush_running = False
+        self._unsynced: list[Segment] = []  # writer thread only
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-writer")
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-flusher")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: asyncio.Event | None = None
+        self._last_error_log = 0.0
+
+    # -- positions ----------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the oldest file (``getMinOffset``); the append position when there is none."""
+        return self.segments[0].start if self.segments else self.append_offset
+
+    @property
+    def unflushed_bytes(self) -> int:
+        """Bytes assigned but not yet fdatasync'd (including those still in memory)."""
+        return self.append_offset - self.flushed
+
+    @property
+    def busy(self) -> bool:
+        """A job or flush is in flight, or puts wait."""
+        return self._job_running or self._flush_running or bool(self._ops) or bool(self._chunks)
+
+    def segment_at(self, offset: int) -> Segment | None:
+        """The file holding ``offset``, if any."""
+        segs = self.segments
+        if not segs:
+            return None
+        i = (offset - segs[0].start) // self.segment_size
+        if 0 <= i < len(segs):
+            seg = segs[i]
+            if seg.start <= offset < seg.end:
+                return seg
+        return None
+
+    def _path(self, start: int) -> Path:
+        return self.dir / files.offset_name(start)
+
+    # -- load and recovery (blocking; start-up thread) -----------------------------------
+
+    def load(self) -> None:
+        """Open every CommitLog file. Raises :class:`StoreError` for a wrong size or a gap."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        starts = []
+        for name in os.listdir(self.dir):
+            start = files.parse_offset_name(name)
+            if start is None:
+                log.warning("ignoring %s in %s: not a CommitLog file name", name, self.dir)
+                continue
+            starts.append(start)
+        for start in sorted(starts):
+            path = self._path(start)
+            seg = Segment(start, self.segment_size, path)
+            seg.fd = os.open(path, os.O_RDWR)
+            size = os.fstat(seg.fd).st_size
+            if size > self.segment_size:
+                os.close(seg.fd)
+                raise StoreError(
+                    f"{path}: {size} bytes, larger than mapped_file_size_commit_log={self.segment_size}; "
+                    "was the store written with another segment size?"
+                )
+            if size < self.segment_size:
+                log.warning("%s: %d bytes, extending to %d", path, size, self.segment_size)
+                files.allocate(seg.fd, self.segment_size, self.preallocate)
+            seg.created = True
+            if self.segments and self.segments[-1].end != start:
+                seg.close()
+                raise StoreError(
+                    f"{self.dir}: gap between {self.segments[-1].path.name} and {path.name}; "
+                    "a CommitLog file is missing"
+                )
+            self.segments.append(seg)
+
+    def first_store_timestamp(self, seg: Segment) -> int:
+        """Store time of the first record of ``seg``; -1 when it has none (blocking read)."""
+        head = os.pread(seg.fd, 128, 0)
+        if len(head) < MIN_RECORD_SIZE:
+            return -1
+        _size, magic = _SIZE_MAGIC.unpack_from(head, 0)
+        if magic != MESSAGE_MAGIC_CODE:
+            return -1
+        from rocket.store.record import pickup_store_timestamp
+
+        return pickup_store_timestamp(head, 0)
+
+    def recover(self, scan_from: int, dispatch_from: int, on_record: Callable[[DispatchRecord], None],
+                check_crc: bool, zero_tail: bool) -> RecoveryResult:
+        """Validate records from ``scan_from`` (a record boundary) to the end of the data.
+
+        Every valid record at or after ``dispatch_from`` is passed to
+        ``on_record``. Checks: magic code, sizes, physical offset field, and
+        the body CRC when ``check_crc``. The first bad or incomplete record is
+        the end: with ``zero_tail`` (abnormal recovery) or when something
+        torn was found, the rest of that file is zeroed (truncate + re-extend)
+        and later files are deleted, so nothing past the end can ever be
+        served. Sets ``append_offset``/``committed``/``flushed`` to the end.
+        """
+        segs = self.segments
+        if not segs:
+            return RecoveryResult(end=self.append_offset, torn=False, records=0, last_store_timestamp=0)
+        if not (segs[0].start <= scan_from <= segs[-1].end):
+            scan_from = segs[0].start
+        pos = scan_from
+        torn = False
+        remark = ""
+        records = 0
+        last_ts = 0
+        i = (pos - segs[0].start) // self.segment_size
+        while i < len(segs) and pos < segs[-1].end:
+            seg = segs[i]
+            buf = b""
+            buf_start = pos
+            moved_on = False
+            while pos < seg.end:
+                rel = pos - buf_start
+                avail = len(buf) - rel
+                need = 8 if avail < 8 else 0
+                if not need:
+                    total, magic = _SIZE_MAGIC.unpack_from(buf, rel)
+                    if magic == MESSAGE_MAGIC_CODE and total > avail and buf_start + len(buf) < seg.end:
+                        need = total
+                if need:
+                    buf = os.pread(seg.fd, min(max(SCAN_CHUNK, need), seg.end - pos), pos - seg.start)
+                    buf_start = pos
+                    rel = 0
+                    if len(buf) < 8:
+                        break
+                r = parse_dispatch(buf, rel, check_crc)
+                if isinstance(r, DispatchRecord):
+                    if r.physical_offset != pos:
+                        torn = True
+                        remark = f"record at {pos} carries physical offset {r.physical_offset}"
+                        break
+                    if pos >= dispatch_from:
+                        on_record(r)
+                    records += 1
+                    last_ts = r.store_timestamp
+                    pos += r.size
+                    continue
+                total, magic = _SIZE_MAGIC.unpack_from(buf, rel)
+                if r == BLANK:
+                    if pos + total != seg.end:
+                        torn = True
+                        remark = f"blank marker at {pos} of {total} bytes does not end its file"
+                        break
+                    pos = seg.end
+                    moved_on = True
+                    break
+                if r == CORRUPT:
+                    torn = True
+                    remark = f"bad record at {pos} (magic, size or body CRC)"
+                elif total or magic:  # END_OF_DATA but not zeros: a record cut by the end of the file
+                    torn = True
+                    remark = f"incomplete record at {pos} ({total} bytes do not fit)"
+                break
+            if not moved_on:
+                break
+            i += 1
+        end = pos
+        self._truncate_after(end, zero=zero_tail or torn)
+        self.append_offset = self.committed = self.flushed = end
+        self.committed_store_timestamp = self.flushed_store_timestamp = last_ts
+        if torn:
+            log.warning("CommitLog recovery: %s; truncated the log at %d", remark, end)
+        return RecoveryResult(end=end, torn=torn, records=records, last_store_timestamp=last_ts, remark=remark)
+
+    def _truncate_after(self, end: int, zero: bool) -> None:
+        """Delete files wholly past ``end`` and (``zero``) clear the rest of the file holding it."""
+        keep: list[Segment] = []
+        for seg in self.segments:
+            if seg.start >= end and not (seg.start == end and seg is self.segments[0]):
+                log.warning("CommitLog recovery: deleting %s (past the end of valid data %d)", seg.path, end)
+                seg.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(seg.path)
+                continue
+            if zero and seg.start <= end < seg.end:
+                os.ftruncate(seg.fd, end - seg.start)
+                files.allocate(seg.fd, seg.size, self.preallocate)
+                os.fsync(seg.fd)
+            keep.append(seg)
+        if len(keep) != len(self.segments):
+            files.fsync_dir(self.dir)
+        self.segments = keep
+
+    # -- append (loop) -------------------------------------------------------------------
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the running loop (``start``)."""
+        self._loop = loop
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _chunk(self, seg: Segment) -> _Chunk:
+        cur = self._cur
+        if cur is None or cur.seg is not seg:
+            cur = self._cur = _Chunk(seg, self.append_offset)
+            self._chunks.append(cur)
+        return cur
+
+    def _segment_for(self, size: int) -> Segment:
+        """The file to append ``size`` bytes to, closing the current one with a blank marker if needed."""
+        pos = self.append_offset
+        seg = self.segments[-1] if self.segments else None
+        if seg is not None and seg.start <= pos < seg.end:
+            space = seg.end - pos
+            if size + BLANK_MARKER.size <= space:
+                return seg
+            chunk = self._chunk(seg)
+            chunk.buf += BLANK_MARKER.pack(space, BLANK_MAGIC_CODE)
+            chunk.end = seg.end
+            self.append_offset = seg.end
+            pos = seg.end
+        start = pos - pos % self.segment_size if not self.segments else pos
+        seg = Segment(start, self.segment_size, self._path(start))
+        self.segments.append(seg)
+        return seg
+
+    def put(self, reqs: Sequence[PutMessageRequest], props: Sequence[bytes], topic: str, queue_id: int,
+            store_timestamp: int, sync: bool, deadline: float) -> PutOp | PutMessageResult:
+        """Append ``reqs`` (all to ``topic``/``queue_id``; ``props`` their encoded properties)
+        contiguously; returns the pending op.
+
+        Returns a :class:`PutMessageResult` instead when the batch cannot be
+        encoded (MESSAGE_ILLEGAL). The caller checked sizes and state.
+        """
+        assert self._loop is not None
+        enc = self.encoder
+        tail = topic_tail(topic)
+        try:
+            borns = [enc.born_bytes(r.born_host) for r in reqs]
+        except ValueError as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad born host: {exc}")
+        fixed = enc.fixed
+        tl = len(tail)
+        sizes = [fixed[len(b)] + tl + len(r.body) + len(p) for r, b, p in zip(reqs, borns, props, strict=True)]
+        total = sum(sizes)
+        if total + BLANK_MARKER.size > self.segment_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"{total} bytes do not fit in one CommitLog file of {self.segment_size} bytes",
+            )
+        seg = self._segment_for(total)
+        chunk = self._chunk(seg)
+        start = self.append_offset
+        key = (topic, queue_id)
+        first_qoff = self.topic_queue_table.get(key, 0)
+        appended, phys_list, qoff, sys_flags = enc.encode_batch_into(
+            chunk.buf, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
+        phys = start + total
+        self.topic_queue_table[key] = qoff
+        self.append_offset = chunk.end = phys
+        keys = uniq = None
+        for r in reqs:
+            if r.keys or r.uniq_key:
+                keys = [r.keys for r in reqs]
+                uniq = [r.uniq_key for r in reqs]
+                break
+        self.dispatch_batches.append(DispatchBatch(
+            start, phys, topic, queue_id, first_qoff, phys_list, sizes, [r.tags_code for r in reqs], keys, uniq,
+            store_timestamp, sys_flags,
+        ))
+        op = PutOp(phys, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
+                   deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)
+        self._ops.append(op)
+        self._start_job()
+        return op
+
+    def append_raw(self, offset: int, data: bytes, deadline: float) -> PutOp | None:
+        """Queue raw log bytes at exactly ``offset`` (HA slave); None when ``offset`` is not the end.
+
+        An empty log also accepts the start of any file (a new slave starts
+        where the master's last file starts, B7).
+        """
+        assert self._loop is not None
+        if offset != self.append_offset:
+            if self.segments or self._ops or self.append_offset != 0 or offset < 0 or offset % self.segment_size:
+                return None
+            self.append_offset = self.committed = self.flushed = offset
+        pos = offset
+        view = memoryview(data)
+        while view:
+            seg = self.segments[-1] if self.segments else None
+            if seg is None or not (seg.start <= pos < seg.end):
+                start = pos - pos % self.segment_size
+                seg = Segment(start, self.segment_size, self._path(start))
+                self.segments.append(seg)
+            n = min(len(view), seg.end - pos)
+            chunk = self._chunk(seg)
+            chunk.buf += view[:n]
+            pos += n
+            chunk.end = self.append_offset = pos
+            view = view[n:]
+        op = PutOp(pos, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK), self.sync_flush,
+                   deadline, None, 0, 0)
+        self._ops.append(op)
+        self._start_job()
+        return op
+
+    # -- the writer ------------------------------------------------------------------------
+
+    def _start_job(self) -> None:
+        if self._job_running or not self._chunks:
+            return
+        assert self._loop is not None and self._idle is not None
+        chunks = self._chunks
+        self._chunks = []
+        self._cur = None
+        self._job_running = True
+        self._idle.clear()
+        fut = self._loop.run_in_executor(self._writer, self._write_job, chunks, self.sync_flush)
+        fut.add_done_callback(self._job_done)
+
+    def _write_job(self, chunks: list[_Chunk], sync: bool) -> _JobResult:
+        """Writer thread: write the chunks in order, then (SYNC_FLUSH) one fdatasync for all of them.
+
+        Stops at the first failing chunk; what was written before it is still synced.
+        """
+        t0 = time.perf_counter()
+        res = _JobResult(ok_until=chunks[0].start)
+        for c in chunks:
+            seg = c.seg
+            if not seg.created:
+                try:
+                    seg.fd = self.create_file(seg.path, seg.size, self.preallocate)
+                except OSError as exc:
+                    res.error, res.phase, res.path = exc, "create", seg.path
+                    break
+                seg.created = True
+            try:
+                files.pwrite_all(seg.fd, c.buf, c.start - seg.start, self.pwrite)
+            except files.PartialWriteError as exc:
+                self._undo_partial(seg, c.start - seg.start, exc.written)
+                res.error, res.phase, res.path = exc.cause, "write", seg.path
+                break
+            except OSError as exc:  # e.g. EBADF
+                res.error, res.phase, res.path = exc, "write", seg.path
+                break
+            res.ok_until = c.end
+            if sync and (not self._unsynced or self._unsynced[-1] is not seg):
+                self._unsynced.append(seg)
+        t1 = time.perf_counter()
+        res.write_seconds = t1 - t0
+        if sync and self._unsynced:
+            try:
+                for seg in self._unsynced:
+                    os.fdatasync(seg.fd)
+                self._unsynced = []
+                res.synced = True
+            except OSError as exc:
+                res.sync_error = exc
+            res.sync_seconds = time.perf_counter() - t1
+        return res
+
+    def _undo_partial(self, seg: Segment, rel: int, written: int) -> None:
+        """Writer thread: remove the part of a failed chunk that reached the file."""
+        if written <= 0:
+            return
+        try:
+            files.pwrite_all(seg.fd, bytes(written), rel, self.pwrite)
+        except OSError:
+            try:
+                os.ftruncate(seg.fd, rel)
+                files.allocate(seg.fd, seg.size, False)
+            except OSError as exc:
+                log.error("%s: cannot clear %d bytes of a failed write at %d: %s", seg.path, written, rel, exc)
+
+    def _job_done(self, fut: asyncio.Future[_JobResult]) -> None:
+        self._job_running = False
+        try:
+            res = fut.result()
+        except BaseException as exc:  # the job itself never raises; be safe
+            log.exception("CommitLog writer job crashed")
+            res = _JobResult(ok_until=self.committed, error=OSError(errno.EIO, str(exc)), phase="write")
+        st = self.stats
+        st.jobs += 1
+        st.last_write_seconds = res.write_seconds
+        if res.ok_until > self.committed:
+            st.bytes_written += res.ok_until - self.committed
+            self.committed = res.ok_until
+        ops = self._ops
+        for op in ops:  # newest store time at or below the committed end
+            if op.end > self.committed:
+                break
+            if op.store_timestamp:
+                self.committed_store_timestamp = op.store_timestamp
+        if res.synced:
+            st.fdatasyncs += 1
+            st.last_flush_seconds = res.sync_seconds
+            st.max_flush_seconds = max(st.max_flush_seconds, res.sync_seconds)
+            self.flushed = self.committed
+            self.flushed_store_timestamp = self.committed_store_timestamp
+        elif res.sync_error is not None:
+            self._log_error(f"CommitLog fdatasync failed: {res.sync_error}")
+        if res.error is not None:
+            self._rollback(res)
+        self.on_committed()
+        self._resolve_ops(res.sync_error)
+        self._start_job()
+        if not self._job_running and self._idle is not None and not self._ops:
+            self._idle.set()
+
+    def _resolve_ops(self, sync_error: OSError | None = None) -> None:
+        ops = self._ops
+        committed = self.committed
+        flushed = self.flushed
+        while ops:
+            op = ops[0]
+            if op.end > committed:
+                break
+            if op.sync and op.end > flushed:
+                if sync_error is None:
+                    break
+                if not op.fut.done():
+                    op.fut.set_result(PutMessageResult(
+                        PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages,
+                        f"stored, but fdatasync failed: {sync_error}",
+                    ))
+            elif not op.fut.done():
+                op.fut.set_result(op.result)
+            ops.popleft()
+
+    def _rollback(self, res: _JobResult) -> None:
+        """Fail every put past ``res.ok_until`` and move the write position back there."""
+        err = res.error
+        assert err is not None
+        ok_until = res.ok_until
+        self.stats.write_errors += 1
+        if res.phase == "create":
+            status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+            what = f"cannot create CommitLog file {res.path}"
+        else:
+            status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+            what = f"cannot write CommitLog file {res.path} at offset {ok_until}"
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        remark = f"{'disk full: ' if full else ''}{what}: [Errno {err.errno}] {err.strerror}"
+        failed = [op for op in self._ops if op.end > ok_until]
+        self._log_error(f"{remark}; {len(failed)} pending put(s) failed, write position back to {ok_until}")
+        restored: set[tuple[str, int]] = set()
+        for op in failed:
+            if op.queue_key is not None and op.queue_key not in restored:
+                self.topic_queue_table[op.queue_key] = op.first_queue_offset
+                restored.add(op.queue_key)
+            if not op.fut.done():
+                op.fut.set_result(PutMessageResult(status, [], remark))
+        self._ops = deque(op for op in self._ops if op.end <= ok_until)
+        self._chunks = []
+        self._cur = None
+        self.append_offset = ok_until
+        batches = self.dispatch_batches
+        while batches and batches[-1].start >= ok_until:
+            batches.pop()
+        while self.segments and self.segments[-1].start >= ok_until and not (
+            self.segments[-1].created and self.segments[-1].start == ok_until
+        ):
+            seg = self.segments.pop()
+            seg.close()
+
+    def _log_error(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log > 1.0:
+            self._last_error_log = now
+            log.error(text)
+
+    def expire_ops(self, now: float) -> None:
+        """Answer FLUSH_DISK_TIMEOUT to sync puts past their deadline (they stay stored)."""
+        for op in self._ops:
+            if op.deadline > now:
+                break
+            if op.sync and not op.fut.done() and op.end <= self.committed:
+                op.fut.set_result(PutMessageResult(
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages, "stored, fdatasync not done in time",
+                ))
+            elif op.sync and not op.fut.done():
+                op.fut.set_result(PutMessageResult(
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages, "stored, not yet written in time",
+                ))
+
+    async def wait_idle(self) -> None:
+        """Wait until no write job runs and no put is pending."""
+        while self._job_running or self._ops or self._chunks:
+            assert self._idle is not None
+            self._idle.clear()
+            if not self._job_running:
+                self._start_job()
+            await self._idle.wait()
+
+    # -- flushing ---------------------------------------------------------------------------
+
+    async def flush(self) -> bool:
+        """fdatasync everything committed so far (ASYNC_FLUSH's flusher; also used at shutdown).
+
+        Returns False when nothing needed flushing or a flush is already running.
+        """
+        if self._flush_running or self.committed <= self.flushed:
+            return False
+        assert self._loop is not None
+        target = self.committed
+        ts = self.committed_store_timestamp
+        segs = [s for s in self.segments if s.created and s.end > self.flushed and s.start < target]
+        self._flush_running = True
+        t0 = time.perf_counter()
+        try:
+            await self._loop.run_in_executor(self._flusher, _fdatasync_all, [s.fd for s in segs])
+        except OSError as exc:
+            self._log_error(f"CommitLog fdatasync failed: {exc}")
+            return False
+        finally:
+            self._flush_running = False
+        dt = time.perf_counter() - t0
+        st = self.stats
+        st.fdatasyncs += 1
+        st.last_flush_seconds = dt
+        st.max_flush_seconds = max(st.max_flush_seconds, dt)
+        if target > self.flushed:
+            self.flushed = target
+            self.flushed_store_timestamp = ts
+        return True
+
+    # -- reads (loop) --------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at ``offset`` if they are committed and within one file, else None."""
+        if size <= 0 or offset + size > self.committed:
+            return None
+        seg = self.segment_at(offset)
+        if seg is None or not seg.created or offset + size > seg.end:
+            return None
+        rel = offset - seg.start
+        return seg.view()[rel : rel + size]
+
+    def record_size_at(self, offset: int) -> int:
+        """Size of the message record at ``offset``; 0 when there is none."""
+        head = self.read(offset, 8)
+        if head is None:
+            return 0
+        size, magic = _SIZE_MAGIC.unpack(head)
+        return size if magic == MESSAGE_MAGIC_CODE and size >= MIN_RECORD_SIZE else 0
+
+    def read_record(self, offset: int) -> bytes | None:
+        """The whole stored record at ``offset``, or None."""
+        size = self.record_size_at(offset)
+        return self.read(offset, size) if size else None
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` committed bytes from ``offset``, within one file (HA transfer)."""
+        seg = self.segment_at(offset)
+        if seg is None or not seg.created or max_bytes <= 0:
+            return b""
+        n = min(max_bytes, self.committed - offset, seg.end - offset)
+        if n <= 0:
+            return b""
+        rel = offset - seg.start
+        return seg.view()[rel : rel + n]
+
+    # -- retention (loop decides, a thread deletes) --------------------------------------------
+
+    def deletable_segments(self) -> list[Segment]:
+        """Files retention may delete: every file wholly flushed, except the one being written."""
+        segs = self.segments
+        return [s for s in segs[:-1] if s.end <= self.flushed]
+
+    def remove_segments(self, victims: list[Segment]) -> list[Segment]:
+        """Take ``victims`` (a prefix of the files) out of the log; returns those removed."""
+        removed = []
+        for seg in victims:
+            if not self.segments or self.segments[0] is not seg or len(self.segments) == 1:
+                break
+            self.segments.pop(0)
+            seg.close_view()
+            removed.append(seg)
+        return removed
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close files and threads (after the last flush)."""
+        self._writer.shutdown(wait=True)
+        self._flusher.shutdown(wait=True)
+        for seg in self.segments:
+            seg.close()
+
+
+def _fdatasync_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.fdatasync(fd)

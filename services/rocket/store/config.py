@@ -1,0 +1,637 @@
+"""Broker config stores: topics, subscription groups, consumer offsets (B3, A10.3).
+
+* :class:`TopicConfigManager` and :class:`SubscriptionGroupManager` keep their
+  table in memory and persist every change incrementally to SQLite (WAL) from
+  a dedicated thread: one row per topic/group, a batch of changes per
+  transaction. Creating 10,000 topics one at a time costs 10,000 dict updates
+  on the caller's side and a few transactions on the writer's. Calls are
+  synchronous and never block on the disk; :meth:`ConfigTable.flush` (or
+  ``await wait_persisted()``) waits for durability.
+* :class:`ConsumerOffsetManager` keeps ``topic@group → {queueId: offset}``
+  and writes ``config/consumerOffset.json`` atomically (temp file, fsync,
+  rename, the previous copy kept as ``.bak``), every
+  ``flush_consumer_offset_interval`` and at shutdown.
+
+Every file is checked at start-up; a corrupt or truncated one is logged
+(which file, what is wrong), set aside as ``<name>.corrupt-<ms>``, and the
+last good copy (``.bak``) is used. With no good copy at all
+:class:`~rocket.store.api.ConfigCorruptError` is raised, rather than silently
+starting empty.
+
+JSON shapes are RocketMQ 4.9.8's (fastjson field names).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from rocket.remoting import loads_lenient
+from rocket.store.api import ConfigCorruptError, StoreError
+from rocket.store.files import write_file_atomically
+
+log = logging.getLogger("rocket.store.config")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _as_bool(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1")
+    return bool(v)
+
+
+def _as_obj(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
+    if isinstance(obj, (str, bytes)):
+        obj = loads_lenient(obj)
+    if not isinstance(obj, Mapping):
+        raise ValueError("not a JSON object")
+    return obj
+
+
+@dataclass(slots=True)
+class DataVersion:
+    """``DataVersion``: when the table last changed (ms) and how many changes so far."""
+
+    timestamp: int = field(default_factory=_now_ms)
+    counter: int = 0
+
+    def next_version(self) -> None:
+        """Bump for a change: timestamp = now, counter + 1."""
+        self.timestamp = _now_ms()
+        self.counter += 1
+
+    def to_json(self) -> dict[str, int]:
+        """``{"timestamp": ..., "counter": ...}``."""
+        return {"timestamp": self.timestamp, "counter": self.counter}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> DataVersion:
+        """Parse; raises ``ValueError`` for a malformed object."""
+        o = _as_obj(obj)
+        return cls(int(o.get("timestamp", 0)), int(o.get("counter", 0)))
+
+    def copy(self) -> DataVersion:
+        """An independent copy."""
+        return DataVersion(self.timestamp, self.counter)
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    """``TopicConfig``: queue counts, permission (6 = read + write), filter type, flags."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Java field names (A10.3)."""
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": self.topic_filter_type,
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> TopicConfig:
+        """Parse Java JSON (numbers may arrive as strings). Raises ``ValueError``/``KeyError``."""
+        o = _as_obj(obj)
+        return cls(
+            topic_name=str(o["topicName"]),
+            read_queue_nums=int(o.get("readQueueNums", 16)),
+            write_queue_nums=int(o.get("writeQueueNums", 16)),
+            perm=int(o.get("perm", 6)),
+            topic_filter_type=str(o.get("topicFilterType", "SINGLE_TAG")),
+            topic_sys_flag=int(o.get("topicSysFlag", 0)),
+            order=_as_bool(o.get("order", False)),
+        )
+
+    @property
+    def name(self) -> str:
+        """The table key."""
+        return self.topic_name
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    """``SubscriptionGroupConfig`` (B3)."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        """Java field names."""
+        return {
+            "groupName": self.group_name,
+            "consumeEnable": self.consume_enable,
+            "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeBroadcastEnable": self.consume_broadcast_enable,
+            "retryQueueNums": self.retry_queue_nums,
+            "retryMaxTimes": self.retry_max_times,
+            "brokerId": self.broker_id,
+            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> SubscriptionGroupConfig:
+        """Parse Java JSON. Raises ``ValueError``/``KeyError``."""
+        o = _as_obj(obj)
+        return cls(
+            group_name=str(o["groupName"]),
+            consume_enable=_as_bool(o.get("consumeEnable", True)),
+            consume_from_min_enable=_as_bool(o.get("consumeFromMinEnable", True)),
+            consume_broadcast_enable=_as_bool(o.get("consumeBroadcastEnable", True)),
+            retry_queue_nums=int(o.get("retryQueueNums", 1)),
+            retry_max_times=int(o.get("retryMaxTimes", 16)),
+            broker_id=int(o.get("brokerId", 0)),
+            which_broker_when_consume_slowly=int(o.get("whichBrokerWhenConsumeSlowly", 1)),
+            notify_consumer_ids_changed_enable=_as_bool(o.get("notifyConsumerIdsChangedEnable", True)),
+        )
+
+    @property
+    def name(self) -> str:
+        """The table key."""
+        return self.group_name
+
+
+# -- SQLite-backed tables ---------------------------------------------------------------------
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS config (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+_DELETE = object()
+
+
+def _set_aside(path: Path) -> Path:
+    aside = path.with_name(f"{path.name}.corrupt-{_now_ms()}")
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.replace(side, aside.with_name(aside.name + suffix))
+    return aside
+
+
+class ConfigTable:
+    """A durable ``name → JSON object`` table plus a DataVersion, in one SQLite file (WAL).
+
+    Changes are queued by the caller's thread and written by a dedicated
+    writer thread, coalesced: many changes, one transaction. Blocking
+    methods (:meth:`load`, :meth:`flush`, :meth:`backup`, :meth:`close`)
+    belong in a thread.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bak = path.with_name(path.name + ".bak")
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._pending: dict[str, Any] = {}
+        self._pending_version: dict[str, int] | None = None
+        self._inflight: Future[None] | None = None
+        self._last: Future[None] | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"rocket-config-{path.stem}")
+        self.write_errors = 0
+
+    # -- load -----------------------------------------------------------------------------------------
+
+    def _open(self, path: Path) -> tuple[sqlite3.Connection, dict[str, Any], dict[str, int] | None]:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+            check = conn.execute("PRAGMA quick_check").fetchone()
+            if not check or check[0] != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {check[0] if check else 'no answer'}")
+            rows: dict[str, Any] = {}
+            for name, value in conn.execute("SELECT name, value FROM config"):
+                try:
+                    rows[name] = orjson.loads(value)
+                except orjson.JSONDecodeError as exc:
+                    raise sqlite3.DatabaseError(f"row {name!r} is not JSON: {exc}") from None
+            version = None
+            row = conn.execute("SELECT value FROM meta WHERE name = 'dataVersion'").fetchone()
+            if row:
+                try:
+                    version = dict(orjson.loads(row[0]))
+                except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+                    raise sqlite3.DatabaseError(f"dataVersion is not JSON: {exc}") from None
+            return conn, rows, version
+        except BaseException:
+            conn.close()
+            raise
+
+    def load(self) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """Open (creating when missing) and read every row; falls back to ``.bak`` when corrupt.
+
+        Raises :class:`ConfigCorruptError` when neither copy is usable.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn, rows, version = self._open(self.path)
+        except sqlite3.DatabaseError as exc:
+            problem = f"{self.path}: corrupt or truncated ({exc})"
+            if not self.bak.exists():
+                raise ConfigCorruptError(f"{problem}, and there is no last good copy {self.bak}") from None
+            aside = _set_aside(self.path)
+            log.error("%s; set aside as %s, using the last good copy %s", problem, aside.name, self.bak)
+            shutil.copyfile(self.bak, self.path)
+            try:
+                conn, rows, version = self._open(self.path)
+            except sqlite3.DatabaseError as exc2:
+                raise ConfigCorruptError(f"{problem}, and the last good copy {self.bak} is corrupt too ({exc2})"
+                                         ) from None
+        self._conn = conn
+        return rows, version
+
+    def backup(self) -> None:
+        """Copy the (good) database to ``.bak`` via SQLite's online backup (blocking).
+
+        Runs on the writer thread, so it never overlaps a write.
+        """
+        self.flush()
+        self._executor.submit(self._backup).result()
+
+    def _backup(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        tmp = self.bak.with_name(self.bak.name + ".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        dst = sqlite3.connect(tmp)
+        try:
+            conn.backup(dst)
+        finally:
+            dst.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.bak)
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def stage(self, name: str, value: Any, version: Mapping[str, int]) -> None:
+        """Queue an upsert (``value`` a JSON-able object) or a delete (``value`` = ``DELETE``)."""
+        with self._lock:
+            self._pending[name] = value
+            self._pending_version = dict(version)
+            self._kick_locked()
+
+    def stage_many(self, items: Iterable[tuple[str, Any]], version: Mapping[str, int]) -> None:
+        """Queue several changes; they land in one transaction."""
+        with self._lock:
+            for name, value in items:
+                self._pending[name] = value
+            self._pending_version = dict(version)
+            self._kick_locked()
+
+    def _kick_locked(self) -> None:
+        if self._inflight is not None or not (self._pending or self._pending_version):
+            return
+        batch, version = self._pending, self._pending_version
+        self._pending, self._pending_version = {}, None
+        fut = self._executor.submit(self._write, batch, version)
+        self._inflight = self._last = fut
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: Future[None]) -> None:
+        with self._lock:
+            self._inflight = None
+            self._kick_locked()
+
+    def _write(self, batch: dict[str, Any], version: dict[str, int] | None) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.execute("BEGIN")
+            try:
+                ups = [(k, orjson.dumps(v).decode()) for k, v in batch.items() if v is not _DELETE]
+                dels = [(k,) for k, v in batch.items() if v is _DELETE]
+                if ups:
+                    conn.executemany(
+                        "INSERT INTO config(name, value) VALUES(?, ?) "
+                        "ON CONFLICT(name) DO UPDATE SET value = excluded.value", ups)
+                if dels:
+                    conn.executemany("DELETE FROM config WHERE name = ?", dels)
+                if version is not None:
+                    conn.execute(
+                        "INSERT INTO meta(name, value) VALUES('dataVersion', ?) "
+                        "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                        (orjson.dumps(version).decode(),))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            self.write_errors += 1
+            log.error("%s: cannot persist %d change(s): %s; will retry", self.path, len(batch), exc)
+            with self._lock:
+                for k, v in batch.items():
+                    self._pending.setdefault(k, v)
+                if self._pending_version is None:
+                    self._pending_version = version
+            time.sleep(0.5)
+
+    def flush(self, timeout: float | None = 30.0) -> None:
+        """Block until every change staged so far is committed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                fut = self._inflight
+                if fut is None and not self._pending and not self._pending_version:
+                    return
+                if fut is None:
+                    self._kick_locked()
+                    fut = self._inflight
+            if fut is not None:
+                fut.result(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+            if deadline is not None and time.monotonic() > deadline:
+                raise StoreError(f"{self.path}: changes not persisted within {timeout} s")
+
+    async def wait_persisted(self) -> None:
+        """Await until every change staged so far is committed."""
+        await asyncio.get_running_loop().run_in_executor(None, self.flush)
+
+    def close(self) -> None:
+        """Flush, then close the database and the writer thread."""
+        self.flush()
+        self._executor.shutdown(wait=True)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+T = TypeVar("T", TopicConfig, SubscriptionGroupConfig)
+
+
+class _ConfigManager(Generic[T]):
+    """In-memory table + DataVersion persisted through a :class:`ConfigTable`."""
+
+    _kind: type[T]
+    _wrapper_key: str
+
+    def __init__(self, path: Path) -> None:
+        self.store = ConfigTable(path)
+        self._table: dict[str, T] = {}
+        self.data_version = DataVersion()
+        self._loaded = False
+
+    def load(self) -> None:
+        """Read the table (blocking). Raises :class:`ConfigCorruptError`."""
+        rows, version = self.store.load()
+        table: dict[str, T] = {}
+        for name, obj in rows.items():
+            try:
+                table[name] = self._kind.from_json(obj)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("%s: entry %r is malformed (%s); ignored", self.store.path, name, exc)
+        self._table = table
+        if version is not None:
+            self.data_version = DataVersion(int(version.get("timestamp", 0)), int(version.get("counter", 0)))
+        self._loaded = True
+
+    def _check(self) -> None:
+        if not self._loaded:
+            raise StoreError(f"{self.store.path}: not loaded yet (start the store first)")
+
+    def get(self, name: str) -> T | None:
+        """The config named ``name``, if any."""
+        return self._table.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def all(self) -> dict[str, T]:
+        """A copy of the whole table."""
+        return dict(self._table)
+
+    def put(self, cfg: T) -> None:
+        """Create or replace; bumps the data version; persisted in the background."""
+        self._check()
+        self._table[cfg.name] = cfg
+        self.data_version.next_version()
+        self.store.stage(cfg.name, cfg.to_json(), self.data_version.to_json())
+
+    def put_many(self, cfgs: Iterable[T]) -> None:
+        """Create or replace several with one version bump and one transaction."""
+        self._check()
+        items = []
+        for cfg in cfgs:
+            self._table[cfg.name] = cfg
+            items.append((cfg.name, cfg.to_json()))
+        if items:
+            self.data_version.next_version()
+            self.store.stage_many(items, self.data_version.to_json())
+
+    def delete(self, name: str) -> bool:
+        """Remove ``name``; False when absent."""
+        self._check()
+        if self._table.pop(name, None) is None:
+            return False
+        self.data_version.next_version()
+        self.store.stage(name, _DELETE, self.data_version.to_json())
+        return True
+
+    def delete_many(self, names: Iterable[str]) -> int:
+        """Remove several in one transaction; returns how many existed."""
+        self._check()
+        gone = [n for n in names if self._table.pop(n, None) is not None]
+        if gone:
+            self.data_version.next_version()
+            self.store.stage_many([(n, _DELETE) for n in gone], self.data_version.to_json())
+        return len(gone)
+
+    def wrapper_json(self) -> dict[str, Any]:
+        """``{"<table key>": {name: json}, "dataVersion": {...}}`` (the ...SerializeWrapper)."""
+        return {
+            self._wrapper_key: {n: c.to_json() for n, c in self._table.items()},
+            "dataVersion": self.data_version.to_json(),
+        }
+
+    def flush(self) -> None:
+        """Block until persisted."""
+        self.store.flush()
+
+    async def wait_persisted(self) -> None:
+        """Await until every change so far is persisted."""
+        await self.store.wait_persisted()
+
+
+class TopicConfigManager(_ConfigManager[TopicConfig]):
+    """Topic configs (``TopicConfigManager``); file ``config/topics.db``."""
+
+    _kind = TopicConfig
+    _wrapper_key = "topicConfigTable"
+
+
+class SubscriptionGroupManager(_ConfigManager[SubscriptionGroupConfig]):
+    """Subscription group configs (``SubscriptionGroupManager``); file ``config/subscriptionGroup.db``."""
+
+    _kind = SubscriptionGroupConfig
+    _wrapper_key = "subscriptionGroupTable"
+
+
+# -- consumer offsets ------------------------------------------------------------------------------
+
+
+class ConsumerOffsetManager:
+    """Committed consumer offsets (``ConsumerOffsetManager``), ``topic@group → {queueId: offset}``.
+
+    In memory; :meth:`persist` writes ``config/consumerOffset.json``
+    (standard JSON, string queue ids) atomically with a ``.bak``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bak = path.with_name(path.name + ".bak")
+        self.table: dict[str, dict[int, int]] = {}
+        self._version = 0
+        self._persisted_version = 0
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        """``topic@group``."""
+        return f"{topic}@{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``offset`` for the group's queue."""
+        k = f"{topic}@{group}"
+        q = self.table.get(k)
+        if q is None:
+            q = self.table[k] = {}
+        if q.get(queue_id) != offset:
+            q[queue_id] = offset
+            self._version += 1
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or None."""
+        q = self.table.get(f"{topic}@{group}")
+        return None if q is None else q.get(queue_id)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        """A copy of the group's offsets on ``topic``."""
+        return dict(self.table.get(f"{topic}@{group}", {}))
+
+    def remove_group(self, group: str) -> int:
+        """Forget the group on every topic; returns how many topic entries went."""
+        gone = [k for k in self.table if k.rpartition("@")[2] == group]
+        for k in gone:
+            del self.table[k]
+        if gone:
+            self._version += 1
+        return len(gone)
+
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets on ``topic``."""
+        gone = [k for k in self.table if k.rpartition("@")[0] == topic]
+        for k in gone:
+            del self.table[k]
+        if gone:
+            self._version += 1
+        return len(gone)
+
+    def groups_of(self, topic: str) -> list[str]:
+        """Groups with offsets on ``topic``."""
+        return [k.rpartition("@")[2] for k in self.table if k.rpartition("@")[0] == topic]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"offsetTable": {"topic@group": {"0": 12}}}`` (standard JSON)."""
+        return {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}}
+
+    def replace_all(self, obj: Mapping[str, Any] | str | bytes) -> None:
+        """Take over a whole table (a slave copying its master's). Raises ``ValueError``."""
+        self.table = self._parse(obj)
+        self._version += 1
+
+    @staticmethod
+    def _parse(obj: Mapping[str, Any] | str | bytes) -> dict[str, dict[int, int]]:
+        o = _as_obj(obj)
+        raw = o.get("offsetTable")
+        if not isinstance(raw, Mapping):
+            raise ValueError('no "offsetTable" object')
+        table: dict[str, dict[int, int]] = {}
+        for k, v in raw.items():
+            if not isinstance(v, Mapping) or "@" not in str(k):
+                raise ValueError(f"entry {k!r} is not topic@group -> {{queueId: offset}}")
+            table[str(k)] = {int(q): int(off) for q, off in v.items()}
+        return table
+
+    @property
+    def dirty(self) -> bool:
+        """Changed since the last persist."""
+        return self._version != self._persisted_version
+
+    def load(self) -> None:
+        """Read the file (blocking); falls back to ``.bak``. Raises :class:`ConfigCorruptError`."""
+        if not self.path.exists() and not self.bak.exists():
+            return
+        problems = []
+        for candidate in (self.path, self.bak):
+            if not candidate.exists():
+                continue
+            try:
+                self.table = self._parse(candidate.read_bytes())
+            except (ValueError, TypeError) as exc:
+                problems.append(f"{candidate}: corrupt or truncated ({exc})")
+                continue
+            if problems:
+                aside = _set_aside(self.path)
+                log.error("%s; set aside as %s, using the last good copy %s", problems[0], aside.name, candidate)
+            return
+        raise ConfigCorruptError("; ".join(problems) or f"{self.path}: unreadable")
+
+    def snapshot(self) -> tuple[int, bytes]:
+        """On the loop: ``(version, JSON bytes)`` to hand to :meth:`write`."""
+        return self._version, orjson.dumps(self.to_json())
+
+    def write(self, version: int, data: bytes) -> None:
+        """Blocking: write a snapshot atomically (keeping ``.bak``) and mark it persisted."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomically(self.path, data, keep_bak=True)
+        self._persisted_version = max(self._persisted_version, version)
+
+    def persist(self) -> None:
+        """Blocking: write the current table when it changed."""
+        if self.dirty or not self.path.exists():
+            self.write(*self.snapshot())

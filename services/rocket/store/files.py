@@ -1,0 +1,119 @@
+"""Small file primitives shared by the store's file formats.
+
+Everything here blocks on the disk: call it from an executor thread (or from
+start-up recovery, which runs in one), never from the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+#: Names of CommitLog/ConsumeQueue files: the start offset, 20 decimal digits.
+OFFSET_NAME_DIGITS = 20
+
+
+class PartialWriteError(OSError):
+    """A write failed after ``written`` of its bytes reached the file."""
+
+    def __init__(self, err: OSError, written: int) -> None:
+        super().__init__(err.errno, err.strerror)
+        self.written = written
+        self.cause = err
+
+
+def offset_name(offset: int) -> str:
+    """File name for a file starting at ``offset``: 20 zero-padded digits (B1, B2)."""
+    return f"{offset:0{OFFSET_NAME_DIGITS}d}"
+
+
+def parse_offset_name(name: str) -> int | None:
+    """Inverse of :func:`offset_name`; None for any other name."""
+    if len(name) == OFFSET_NAME_DIGITS and name.isdigit():
+        return int(name)
+    return None
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that created, renamed or deleted entries are durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def allocate(fd: int, size: int, preallocate: bool) -> None:
+    """Make the file ``size`` bytes long; with ``preallocate`` reserve the blocks too.
+
+    Preallocation (``posix_fallocate``) turns a later ENOSPC into an error here,
+    at creation, instead of at a write. Falls back to a sparse ``ftruncate``
+    where the file system cannot preallocate. Raises ``OSError`` (ENOSPC ...).
+    """
+    if preallocate:
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, size)
+
+
+def create_file(path: Path, size: int, preallocate: bool) -> int:
+    """Create (or reopen) ``path`` with ``size`` bytes and return an O_RDWR descriptor.
+
+    A file that could not be sized is removed again. Raises ``OSError``.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size < size:
+            allocate(fd, size, preallocate)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    fsync_dir(path.parent)
+    return fd
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int,
+               pwrite: Callable[[int, bytes | bytearray | memoryview, int], int] = os.pwrite) -> None:
+    """Write all of ``data`` at ``offset``; raises :class:`PartialWriteError` with the bytes written."""
+    view = memoryview(data)
+    done = 0
+    total = len(view)
+    try:
+        while done < total:
+            n = pwrite(fd, view[done:], offset + done)
+            if n <= 0:
+                raise OSError(errno.EIO, "write returned 0")
+            done += n
+    except OSError as exc:
+        raise PartialWriteError(exc, done) from exc
+    finally:
+        view.release()
+
+
+def write_file_atomically(path: Path, data: bytes, *, keep_bak: bool = True) -> None:
+    """Replace ``path`` with ``data`` durably: temp file, fsync, (``.bak`` of the old), rename, fsync dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if keep_bak and path.exists():
+        # Hard-link the current copy to .bak first, so that ``path`` exists at every moment.
+        bak_tmp = path.with_name(path.name + ".bak.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(bak_tmp)
+        os.link(path, bak_tmp)
+        os.replace(bak_tmp, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

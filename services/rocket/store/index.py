@@ -1,0 +1,438 @@
+"""IndexFile (B4): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
+
+Layout of ``<root>/index/<yyyyMMddHHmmssSSS>`` (RocketMQ 4.9.8 ``IndexFile``),
+big-endian::
+
+    header (40 bytes): beginTimestamp int64 @0, endTimestamp int64 @8,
+                       beginPhyOffset int64 @16, endPhyOffset int64 @24,
+                       hashSlotCount int32 @32, indexCount int32 @36 (starts at 1)
+    hash slots:        max_hash_slot_num x int32, the newest entry number in that bucket (0 = empty)
+    entries:           max_index_num x 20 bytes: keyHash int32, phyOffset int64,
+                       timeDiff int32 (seconds since beginTimestamp), prevIndex int32
+
+Key hash = ``abs(hashCode(topic + "#" + key))`` (0 for Integer.MIN_VALUE),
+slot = hash mod slot count; entries of a bucket form a linked list walked
+backwards from the slot. Entry number 0 is never used, so a file holds
+``max_index_num - 1`` entries; a new file starts when one is full.
+
+Files are preallocated (``posix_fallocate``) before they are mapped for
+writing, so a write through the mapping never meets an unallocated block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocket.store import files
+from rocket.store.record import index_key_hash
+
+log = logging.getLogger("rocket.store")
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_INT = struct.Struct(">i")
+#: Most offsets one query returns (``maxMsgsNumBatch``).
+MAX_MSGS_NUM_BATCH = 64
+
+
+def index_file_size(slot_num: int, index_num: int) -> int:
+    """Bytes of an index file with these counts."""
+    return INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+def file_name_for(ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as RocketMQ names index files."""
+    t = time.localtime(ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+class IndexFile:
+    """One index file, mapped read-write (it is preallocated)."""
+
+    def __init__(self, path: Path, slot_num: int, index_num: int, fd: int) -> None:
+        self.path = path
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.fd = fd
+        self.size = index_file_size(slot_num, index_num)
+        self.mm = mmap.mmap(fd, self.size)
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self.mm, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        self._entries_at = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
+        # The header is written once per dispatched batch: a crash can leave written entries
+        # past indexCount. Entries are written in order, so adopt them up to the first empty one.
+        while self.index_count < index_num and any(self.entry(self.index_count)):
+            _h, phys, diff, _p = self.entry(self.index_count)
+            self.index_count += 1
+            self.end_phy_offset = max(self.end_phy_offset, phys)
+            self.end_timestamp = max(self.end_timestamp, self.begin_timestamp + diff * 1000)
+
+    @classmethod
+    def create(cls, path: Path, slot_num: int, index_num: int, prev_end_phy: int, prev_end_ts: int) -> IndexFile:
+        """Create a file (blocking) whose range starts where the previous file's ended."""
+        fd = files.create_file(path, index_file_size(slot_num, index_num), True)
+        f = cls(path, slot_num, index_num, fd)
+        if prev_end_phy > 0:
+            f.begin_phy_offset = f.end_phy_offset = prev_end_phy
+        if prev_end_ts > 0:
+            f.begin_timestamp = f.end_timestamp = prev_end_ts
+        f.index_count = 1
+        f.write_header()
+        return f
+
+    def write_header(self) -> None:
+        """Write the in-memory header fields to the mapping."""
+        _HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                          self.end_phy_offset, self.hash_slot_count, self.index_count)
+
+    @property
+    def is_full(self) -> bool:
+        """No entry number left."""
+        return self.index_count >= self.index_num
+
+    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one entry (``IndexFile.putKey``); False when the file is full.
+
+        The header fields change in memory only: call :meth:`write_header` after a batch.
+        """
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        mm = self.mm
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        (slot_value,) = _INT.unpack_from(mm, slot_pos)
+        if slot_value <= INVALID_INDEX or slot_value > count:
+            slot_value = INVALID_INDEX
+        begin = self.begin_timestamp
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = (store_timestamp - begin) // 1000 if store_timestamp >= begin else 0
+            diff = min(diff, 0x7FFFFFFF)
+        _ENTRY.pack_into(mm, self._entries_at + count * INDEX_SIZE, key_hash, phy_offset, diff, slot_value)
+        _INT.pack_into(mm, slot_pos, count)
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        return True
+
+    def entry(self, number: int) -> tuple[int, int, int, int]:
+        """``(keyHash, phyOffset, timeDiff, prevIndex)`` of entry ``number``."""
+        h, phys, diff, prev = _ENTRY.unpack_from(self.mm, self._entries_at + number * INDEX_SIZE)
+        return int(h), int(phys), int(diff), int(prev)
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """Does ``[begin, end]`` overlap this file's time range (``isTimeMatched``)?"""
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select(self, key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        """Append to ``out`` the offsets of entries with ``key_hash`` stored in ``[begin, end]`` ms."""
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        (slot_value,) = _INT.unpack_from(self.mm, slot_pos)
+        count = self.index_count
+        if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
+            return
+        nxt = slot_value
+        seen = 0
+        while len(out) < max_num and seen < count:
+            seen += 1
+            h, phys, diff, prev = self.entry(nxt)
+            if diff < 0:
+                break
+            time_read = self.begin_timestamp + diff * 1000
+            if h == key_hash and begin <= time_read <= end:
+                out.append(phys)
+            if prev <= INVALID_INDEX or prev > count or prev == nxt or time_read < begin:
+                break
+            nxt = prev
+
+    def repair(self, phys_end: int, read_store_ts: Callable[[int], int]) -> int:
+        """Recovery: drop the entries at or past ``phys_end`` (the reput re-adds the valid ones).
+
+        Returns the number of entries removed.
+        """
+        count = self.index_count
+        mm = self.mm
+        removed = 0
+        while count > 1:
+            h, phys, _d, prev = self.entry(count - 1)
+            if phys < phys_end:
+                break
+            slot_pos = INDEX_HEADER_SIZE + (h % self.slot_num) * HASH_SLOT_SIZE
+            if _INT.unpack_from(mm, slot_pos)[0] == count - 1:
+                _INT.pack_into(mm, slot_pos, prev if 0 < prev < count - 1 else INVALID_INDEX)
+            at = self._entries_at + (count - 1) * INDEX_SIZE
+            mm[at : at + INDEX_SIZE] = bytes(INDEX_SIZE)
+            count -= 1
+            removed += 1
+        if removed:
+            self.index_count = count
+            if count > 1:
+                _h, phys, diff, _p = self.entry(count - 1)
+                self.end_phy_offset = phys
+                ts = read_store_ts(phys)
+                self.end_timestamp = ts if ts > 0 else self.begin_timestamp + diff * 1000
+            else:
+                self.end_phy_offset = self.begin_phy_offset
+                self.end_timestamp = self.begin_timestamp
+            self.write_header()
+        return removed
+
+    def close(self) -> None:
+        """Unmap and close."""
+        with contextlib.suppress(BufferError, ValueError):
+            self.mm.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@dataclass(slots=True)
+class _Pending:
+    key_hash: int
+    phys: int
+    store_timestamp: int
+
+
+class IndexService:
+    """All index files of a store: build (``buildIndex``) and query (``queryOffset``).
+
+    ``create_file`` makes a new file; on the loop the store passes a function
+    that defers creation to a thread (:meth:`set_async_creator`) — entries
+    arriving meanwhile wait in memory.
+    """
+
+    def __init__(self, dir: Path, slot_num: int, index_num: int, clock_ms: Callable[[], int]) -> None:
+        self.dir = dir
+        self.slot_num = slot_num
+        self.index_num = max(index_num, 2)
+        self.clock_ms = clock_ms
+        self.files: list[IndexFile] = []
+        self._pending: list[_Pending] = []
+        self._creating = False
+        self._async_create: Callable[[Path, int, int], None] | None = None
+        #: Files written since their last flush.
+        self.dirty: set[IndexFile] = set()
+        self._header_dirty: set[IndexFile] = set()
+        #: Physical offset of the newest message indexed (or waiting for a file); -1 when none.
+        self.indexed_phys = -1
+
+    # -- load (recovery thread) ----------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open the index files (oldest first); files of another size are set aside with a warning."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        expected = index_file_size(self.slot_num, self.index_num)
+        for name in sorted(os.listdir(self.dir)):
+            path = self.dir / name
+            if not (len(name) == 17 and name.isdigit()):
+                continue
+            if path.stat().st_size != expected:
+                log.warning("%s: %d bytes, expected %d for max_hash_slot_num/max_index_num; not used",
+                            path, path.stat().st_size, expected)
+                continue
+            fd = os.open(path, os.O_RDWR)
+            self.files.append(IndexFile(path, self.slot_num, self.index_num, fd))
+        self.indexed_phys = self.end_phy_offset
+
+    def repair(self, phys_end: int, read_store_ts: Callable[[int], int]) -> None:
+        """Recovery: drop files wholly past ``phys_end``, remove later entries from the newest one."""
+        while len(self.files) > 1 and self.files[-1].begin_phy_offset >= phys_end:
+            f = self.files.pop()
+            log.warning("index recovery: deleting %s (it starts past the end of the CommitLog)", f.path)
+            f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(f.path)
+        if self.files:
+            n = self.files[-1].repair(phys_end, read_store_ts)
+            if n:
+                log.info("index recovery: removed %d entries of %s", n, self.files[-1].path.name)
+        self.indexed_phys = self.end_phy_offset
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Physical offset of the newest indexed message; -1 when none."""
+        for f in reversed(self.files):
+            if f.index_count > 1:
+                return f.end_phy_offset
+        return -1
+
+    @property
+    def last_update_timestamp(self) -> int:
+        """``indexLastUpdateTimestamp``: end time of the newest file."""
+        return self.files[-1].end_timestamp if self.files else 0
+
+    @property
+    def last_update_phy_offset(self) -> int:
+        """``indexLastUpdatePhyoffset``: end physical offset of the newest file."""
+        return self.files[-1].end_phy_offset if self.files else 0
+
+    # -- build ----------------------------------------------------------------------------------------
+
+    def set_async_creator(self, create: Callable[[Path, int, int], None] | None) -> None:
+        """On the loop: ``create(path, prev_end_phy, prev_end_ts)`` starts a creation in a thread
+        and must call :meth:`file_created` on the loop when done."""
+        self._async_create = create
+
+    def new_path(self) -> Path:
+        """A fresh file name from the clock (bumped by 1 ms on a clash)."""
+        ms = self.clock_ms()
+        while True:
+            path = self.dir / file_name_for(ms)
+            if not path.exists() and all(f.path != path for f in self.files):
+                return path
+            ms += 1
+
+    def _writable(self) -> IndexFile | None:
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
+        if self._creating:
+            return None
+        prev_phy = self.files[-1].end_phy_offset if self.files else 0
+        prev_ts = self.files[-1].end_timestamp if self.files else 0
+        path = self.new_path()
+        if self._async_create is not None:
+            self._creating = True
+            self._async_create(path, prev_phy, prev_ts)
+            return None
+        f = IndexFile.create(path, self.slot_num, self.index_num, prev_phy, prev_ts)
+        self.files.append(f)
+        return f
+
+    def ensure_writable_file(self) -> None:
+        """Create a file now (blocking) unless the newest one has room (start-up)."""
+        if not self.files or self.files[-1].is_full:
+            async_create, self._async_create = self._async_create, None
+            try:
+                self._writable()
+            finally:
+                self._async_create = async_create
+
+    def write_headers(self) -> None:
+        """Write the headers of the files changed since the last call (after each dispatched batch)."""
+        if self._header_dirty:
+            for f in self._header_dirty:
+                f.write_header()
+            self._header_dirty.clear()
+
+    def pending_min_phys(self) -> int:
+        """Offset of the oldest message whose entries wait for a file; -1 when none."""
+        return self._pending[0].phys if self._pending else -1
+
+    def retry_pending(self) -> None:
+        """Ask again for a file when entries wait and no creation is under way."""
+        if self._pending and not self._creating:
+            if self._writable() is not None:
+                self.file_created(None)
+
+    def file_created(self, f: IndexFile | None) -> None:
+        """Loop: a file requested from the thread exists (None: creation failed, retry later)."""
+        self._creating = False
+        if f is not None:
+            self.files.append(f)
+        elif not self.files or self.files[-1].is_full:
+            return
+        pending, self._pending = self._pending, []
+        for p in pending:
+            self._put(p.key_hash, p.phys, p.store_timestamp)
+
+    def _put(self, key_hash: int, phys: int, store_timestamp: int) -> None:
+        if not self._pending:
+            f = self.files[-1] if self.files else None
+            if f is not None and f.put_key(key_hash, phys, store_timestamp):
+                self.dirty.add(f)
+                self._header_dirty.add(f)
+                return
+        if self._pending:
+            self._pending.append(_Pending(key_hash, phys, store_timestamp))
+            return
+        while True:
+            f = self._writable()
+            if f is None:
+                self._pending.append(_Pending(key_hash, phys, store_timestamp))
+                return
+            if f.put_key(key_hash, phys, store_timestamp):
+                self.dirty.add(f)
+                self._header_dirty.add(f)
+                return
+            self._header_dirty.add(f)
+
+    def build(self, topic: str, phys: int, store_timestamp: int, uniq_key: str | None, keys: list[str] | str) -> None:
+        """Index one message's UNIQ_KEY and each of its keys (``IndexService.buildIndex``).
+
+        ``keys`` is the KEYS list or the raw space-separated property. Messages
+        at or below the newest indexed offset are skipped (re-dispatch).
+        """
+        if phys <= self.indexed_phys:
+            return
+        self.indexed_phys = phys
+        if uniq_key:
+            self._put(index_key_hash(topic, uniq_key), phys, store_timestamp)
+        if isinstance(keys, str):
+            keys = keys.split(" ")
+        for k in keys:
+            if k:
+                self._put(index_key_hash(topic, k), phys, store_timestamp)
+
+    # -- query ---------------------------------------------------------------------------------------------
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Physical offsets of messages indexed under ``topic#key`` stored in ``[begin, end]`` ms,
+        newest first (``queryOffset``); at most ``min(max_num, 64)``."""
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        out: list[int] = []
+        if max_num <= 0:
+            return out
+        h = index_key_hash(topic, key)
+        for f in reversed(self.files):
+            if f.is_time_matched(begin, end):
+                f.select(h, max_num, begin, end, out)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out
+
+    # -- retention ----------------------------------------------------------------------------------------------
+
+    def expired_files(self, min_phys: int) -> list[IndexFile]:
+        """Files (never the newest) whose newest entry is below ``min_phys`` (``deleteExpiredFile``)."""
+        out = []
+        for f in self.files[:-1]:
+            if f.end_phy_offset < min_phys:
+                out.append(f)
+            else:
+                break
+        return out
+
+    def remove(self, victims: list[IndexFile]) -> None:
+        """Take ``victims`` out of the list (the caller deletes them in a thread)."""
+        for f in victims:
+            if f in self.files:
+                self.files.remove(f)
+                self.dirty.discard(f)
+                self._header_dirty.discard(f)
+
+    def close(self) -> None:
+        """Write headers and close every file."""
+        self.write_headers()
+        for f in self.files:
+            f.close()
+        self.files = []
