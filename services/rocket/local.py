@@ -130,6 +130,7 @@ def _all_ports(base_port: int, brokers: int = len(BROKER_NAMES)) -> list[int]:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind (TIME_WAIT is fine)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

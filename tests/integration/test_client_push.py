@@ -247,3 +247,67 @@ async def test_async_iterator_and_tag_filter(cluster: ClusterState) -> None:
     finally:
         await consumer.shutdown()
     assert sorted(seen) == sorted(f"b{i}".encode() for i in range(5))
+
+
+async def test_orderly_consumer_sees_each_key_in_send_order(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=2)
+    async with Producer(unique("PID"), cluster.namesrv) as producer:
+        for i in range(60):
+            key = f"k{i % 3}"
+            await producer.send_orderly(build_message(topic, f"{key}:{i}"), key)
+    seen: dict[str, list[int]] = {}
+
+    async def handle(msgs: list[MessageExt]) -> None:
+        for msg in msgs:
+            key, n = msg.body.decode().split(":")
+            seen.setdefault(key, []).append(int(n))
+        await asyncio.sleep(0.001)
+
+    consumer = PushConsumer(unique("CID"), cluster.namesrv, handle, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            orderly=True, consume_batch_size=4, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await eventually(lambda: sum(len(v) for v in seen.values()) >= 60, 20, what="60 ordered messages")
+    finally:
+        await consumer.shutdown()
+    for values in seen.values():
+        assert values == sorted(values)
+
+
+@pytest.mark.slow
+async def test_committed_offsets_survive_a_cluster_restart(tmp_path: Path) -> None:
+    from rocket.local import LocalCluster, find_free_base_port
+
+    base = find_free_base_port()
+    cluster = LocalCluster(tmp_path / "c", base, nameservers=1, brokers=1)
+    state = await asyncio.to_thread(cluster.start, detach=False)
+    topic, group = unique("T"), unique("CID")
+    try:
+        async with Admin(state.namesrv) as admin:
+            await admin.create_topic(topic, queue_nums=2)
+        await _send(state.namesrv, topic, [f"a{i}" for i in range(20)])
+        first = Collector()
+        consumer = PushConsumer(group, state.namesrv, first, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+        consumer.subscribe(topic)
+        await consumer.start()
+        await eventually(lambda: len(first.bodies) >= 20, 20, what="20 consumed")
+        await consumer.shutdown()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    cluster = LocalCluster(tmp_path / "c", base, nameservers=1, brokers=1)
+    state = await asyncio.to_thread(cluster.start, detach=False)
+    try:
+        await _send(state.namesrv, topic, [f"b{i}" for i in range(10)])
+        second = Collector()
+        again = PushConsumer(group, state.namesrv, second, consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+        again.subscribe(topic)
+        await again.start()
+        try:
+            await eventually(lambda: len(second.bodies) >= 10, 20, what="the 10 new messages")
+            await asyncio.sleep(0.5)
+        finally:
+            await again.shutdown()
+        assert sorted(second.bodies) == sorted(f"b{i}".encode() for i in range(10))
+    finally:
+        await asyncio.to_thread(cluster.stop)

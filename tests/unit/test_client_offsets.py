@@ -73,3 +73,24 @@ def test_decode_pull_body_decompresses_and_filters() -> None:
     everything = decode_pull_body(body, SubscriptionData.of("T", "*"))
     assert [m.queue_offset for m in everything] == [0, 1, 2]
     assert everything[0].msg_id == "ID0"
+
+
+def test_pull_address_follows_suggestion_and_falls_back_to_slaves() -> None:
+    from rocket.client.base import MQClient
+    from rocket.client.consumer import _Puller
+    from rocket.client.route import BrokerData
+
+    client = MQClient("127.0.0.1:9876")
+    puller = _Puller(client, "g")
+    mq = MessageQueue("T", "a", 0)
+    client.brokers["a"] = BrokerData("c", "a", {0: "m:1", 1: "s1:1", 2: "s2:1"})
+    assert puller.address(mq) == ("m:1", 0)
+    puller.suggested[mq] = 1  # the broker said: read from the slave
+    assert puller.address(mq) == ("s1:1", 1)
+    puller.suggested[mq] = 5  # unknown id: back to the master
+    assert puller.address(mq) == ("m:1", 0)
+    puller.suggested[mq] = 0
+    puller.mark_down("m:1")  # master failed a moment ago: a slave serves
+    assert puller.address(mq) == ("s1:1", 1)
+    client.brokers["a"] = BrokerData("c", "a", {2: "s2:1"})  # the master is gone from the route
+    assert puller.address(mq) == ("s2:1", 2)
