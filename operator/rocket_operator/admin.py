@@ -1,0 +1,405 @@
+"""What the operator asks of NameServers and brokers, over the RocketMQ remoting protocol.
+
+:class:`ClusterAdmin` is the interface the reconciler uses (tests may pass a
+fake); :class:`RemotingClusterAdmin` implements it with
+:class:`rocket.remoting.client.RemotingClient` and the request codes of
+``shared/reference/rocketmq-protocol.md``:
+
+========================================  ===============================================
+registration check                        106 GET_BROKER_CLUSTER_INFO on every NameServer
+read-only before scale-in                 205 WIPE_WRITE_PERM_OF_BROKER on every NameServer,
+                                          25 UPDATE_BROKER_CONFIG ``brokerPermission=4``
+undo (scale-in cancelled)                 327 ADD_WRITE_PERM_OF_BROKER, 25 ``brokerPermission=6``
+copy to a new group (scale-out)           21 GET_ALL_TOPIC_CONFIG / 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+                                          -> 17 UPDATE_AND_CREATE_TOPIC / 200 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+drain progress                            43 GET_ALL_CONSUMER_OFFSET, 30/31 GET_MAX/MIN_OFFSET,
+                                          45 GET_ALL_DELAY_OFFSET (208 GET_CONSUME_STATS as fallback)
+slave caught up                           28 GET_BROKER_RUNTIME_INFO ``commitLogMaxOffset``
+remove a group                            104 UNREGISTER_BROKER on every NameServer
+========================================  ===============================================
+
+Errors: every method raises :class:`AdminError` (a message naming the request
+and the peer) when a peer cannot be reached or answers with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocket.nameserver import client as ns_client
+from rocket.nameserver.model import TopicConfig, TopicConfigSerializeWrapper, dumps, parse_kv_table
+from rocket.remoting.client import RemotingClient
+from rocket.remoting.codes import RequestCode, ResponseCode
+from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError, loads_lenient
+
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_READ_WRITE = 6
+
+#: Topics of the broker itself, never copied to another group nor counted as backlog.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SYSTEM_TOPICS = frozenset({
+    "TBW102", SCHEDULE_TOPIC, "RMQ_SYS_TRACE_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
+    "SELF_TEST_TOPIC", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+})
+SYSTEM_GROUPS = frozenset({
+    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP",
+    "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL",
+    "CID_RMQ_SYS_TRANS",
+})
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+
+class AdminError(Exception):
+    """A NameServer or broker could not be reached, or refused a request."""
+
+
+@dataclass(slots=True)
+class Registration:
+    """What the NameServers report for one cluster.
+
+    ``per_nameserver[addr]`` maps brokerName -> {brokerId: broker address} as
+    seen by that NameServer; ``unreachable`` lists NameServers that did not answer.
+    """
+
+    per_nameserver: dict[str, dict[str, dict[int, str]]] = field(default_factory=dict)
+    unreachable: list[str] = field(default_factory=list)
+
+    def registered_everywhere(self, broker_name: str, broker_id: int = 0) -> bool:
+        """True when every NameServer answered and each lists ``broker_id`` of ``broker_name``."""
+        if self.unreachable or not self.per_nameserver:
+            return False
+        return all(broker_id in table.get(broker_name, {}) for table in self.per_nameserver.values())
+
+    def registered_anywhere(self, broker_name: str) -> bool:
+        """True when at least one NameServer still lists ``broker_name``."""
+        return any(broker_name in table for table in self.per_nameserver.values())
+
+
+@dataclass(slots=True)
+class DrainProgress:
+    """Backlog left on one draining master, in messages.
+
+    ``lag``: per ``"topic@group"``, messages a consumer group has not consumed
+    yet (retry topics included). ``unconsumed``: per topic, messages on topics
+    no group has consumed from this broker. ``delayed``: scheduled (delay-level)
+    messages not yet delivered. Zero everywhere means nothing would be lost.
+    """
+
+    lag: dict[str, int] = field(default_factory=dict)
+    unconsumed: dict[str, int] = field(default_factory=dict)
+    delayed: int = 0
+
+    @property
+    def total(self) -> int:
+        """Every pending message counted once per consumer group."""
+        return sum(self.lag.values()) + sum(self.unconsumed.values()) + self.delayed
+
+    @property
+    def drained(self) -> bool:
+        """True when nothing is pending."""
+        return self.total == 0
+
+
+class ClusterAdmin:
+    """Interface of the remoting calls the reconciler makes (see the module table)."""
+
+    async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
+        """brokerName -> {brokerId: addr} of ``cluster_name`` on every NameServer."""
+        raise NotImplementedError
+
+    async def set_write_permission(self, nameservers: list[str], broker_name: str, broker_addrs: list[str],
+                                   writable: bool) -> None:
+        """Wipe (or restore) write permission of a broker group on every NameServer and on its brokers."""
+        raise NotImplementedError
+
+    async def copy_metadata(self, source: str, target: str, exclude_topics: frozenset[str] = frozenset()
+                            ) -> tuple[int, int]:
+        """Copy every topic and subscription group from broker ``source`` to ``target``: (topics, groups).
+
+        ``exclude_topics``: broker-specific topics (named after the cluster or a broker group).
+        """
+        raise NotImplementedError
+
+    async def create_topics(self, broker: str, topics: Iterable[tuple[str, int, int]]) -> None:
+        """Create or update ``(name, queues, perm)`` topics on a master."""
+        raise NotImplementedError
+
+    async def drain_progress(self, broker: str, exclude_topics: frozenset[str] = frozenset()) -> DrainProgress:
+        """What is still pending on master ``broker`` (``exclude_topics``: broker-specific topics)."""
+        raise NotImplementedError
+
+    async def slave_caught_up(self, master: str, slave: str) -> bool:
+        """True when ``slave``'s CommitLog reaches ``master``'s (within the allowance)."""
+        raise NotImplementedError
+
+    async def unregister(self, nameservers: list[str], cluster_name: str, broker_name: str,
+                         brokers: Mapping[int, str]) -> None:
+        """UNREGISTER_BROKER of every ``brokerId -> addr`` of a group on every NameServer."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+_OFFSET_PAIR = re.compile(r"\{[^{}]*\"brokerOffset\"\s*:\s*(-?\d+)[^{}]*\"consumerOffset\"\s*:\s*(-?\d+)[^{}]*\}")
+
+
+def parse_consume_stats_lag(body: bytes) -> int:
+    """Sum of ``brokerOffset - consumerOffset`` over a ConsumeStats body (208).
+
+    The body maps MessageQueue *objects* to OffsetWrapper objects (quirk Q4),
+    which is not JSON; every ``{"brokerOffset":..,"consumerOffset":..}`` object
+    is read wherever it appears.
+    """
+    text = body.decode("utf-8", errors="replace")
+    return sum(max(0, int(b) - int(c)) for b, c in _OFFSET_PAIR.findall(text))
+
+
+class RemotingClusterAdmin(ClusterAdmin):
+    """:class:`ClusterAdmin` over one shared :class:`RemotingClient`.
+
+    ``timeout``: seconds per request. ``catch_up_allowance``: bytes a slave may
+    trail its master's CommitLog and still count as caught up (writes keep
+    coming during a rolling restart).
+    """
+
+    def __init__(self, client: RemotingClient | None = None, *, timeout: float = 3.0,
+                 catch_up_allowance: int = 256 * 1024) -> None:
+        self.client = client or RemotingClient(connect_timeout=min(timeout, 2.0))
+        self.timeout = timeout
+        self.catch_up_allowance = catch_up_allowance
+
+    async def _call(self, addr: str, code: int, ext: Mapping[str, str] | None = None, body: bytes = b"",
+                    accept: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        request = RemotingCommand(code=int(code), ext_fields=dict(ext or {}), body=body)
+        try:
+            response = await self.client.invoke(addr, request, self.timeout)
+        except (RemotingError, OSError, TimeoutError) as exc:
+            raise AdminError(f"{RequestCode(code).name} to {addr}: {exc}") from exc
+        if response.code not in accept:
+            raise AdminError(f"{RequestCode(code).name} to {addr}: code {response.code}: {response.remark or ''}")
+        return response
+
+    async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
+        """Ask every NameServer in parallel (106); unreachable ones are listed, not raised."""
+        result = Registration()
+
+        async def one(addr: str) -> None:
+            try:
+                info = await ns_client.get_cluster_info(self.client, addr, self.timeout)
+            except (RemotingError, OSError, TimeoutError, ValueError):
+                result.unreachable.append(addr)
+                return
+            members = set(info.clusterAddrTable.get(cluster_name, []))
+            result.per_nameserver[addr] = {
+                name: {int(k): v for k, v in data.brokerAddrs.items()}
+                for name, data in info.brokerAddrTable.items() if name in members
+            }
+
+        await asyncio.gather(*(one(addr) for addr in nameservers))
+        return result
+
+    async def set_write_permission(self, nameservers: list[str], broker_name: str, broker_addrs: list[str],
+                                   writable: bool) -> None:
+        """205/327 on every NameServer, then 25 ``brokerPermission`` on every broker of the group.
+
+        The broker-side permission makes the change survive re-registration and
+        broker restarts; the NameServer-side one takes effect on producers' next
+        route refresh without waiting for the broker to re-register.
+        """
+        code = RequestCode.ADD_WRITE_PERM_OF_BROKER if writable else RequestCode.WIPE_WRITE_PERM_OF_BROKER
+        perm = PERM_READ_WRITE if writable else PERM_READ
+        for addr in broker_addrs:
+            await self._call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=f"brokerPermission={perm}\n".encode())
+        await asyncio.gather(*(self._call(ns, code, {"brokerName": broker_name}) for ns in nameservers))
+
+    async def topic_configs(self, broker: str) -> dict[str, TopicConfig]:
+        """Every topic config of ``broker`` (21); empty when it has none (code 1 "No topic")."""
+        response = await self._call(broker, RequestCode.GET_ALL_TOPIC_CONFIG,
+                                    accept=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            return {}
+        try:
+            return dict(TopicConfigSerializeWrapper.from_json(response.body).topicConfigTable)
+        except ValueError as exc:
+            raise AdminError(f"GET_ALL_TOPIC_CONFIG from {broker}: bad body: {exc}") from exc
+
+    async def subscription_groups(self, broker: str) -> dict[str, dict[str, Any]]:
+        """Every subscription group config of ``broker`` (201), as JSON objects by group name."""
+        response = await self._call(broker, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        if not response.body:
+            return {}
+        try:
+            obj = loads_lenient(response.body)
+        except ValueError as exc:
+            raise AdminError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG from {broker}: bad body: {exc}") from exc
+        table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
+        return {str(k): dict(v) for k, v in (table or {}).items() if isinstance(v, dict)}
+
+    async def _create_topic(self, broker: str, tc: TopicConfig) -> None:
+        ext = {
+            "topic": tc.topicName,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(tc.readQueueNums),
+            "writeQueueNums": str(tc.writeQueueNums),
+            "perm": str(tc.perm),
+            "topicFilterType": tc.topicFilterType or "SINGLE_TAG",
+            "topicSysFlag": str(tc.topicSysFlag),
+            "order": "true" if tc.order else "false",
+        }
+        await self._call(broker, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+
+    async def copy_metadata(self, source: str, target: str, exclude_topics: frozenset[str] = frozenset()
+                            ) -> tuple[int, int]:
+        """21 + 201 from ``source``, then 17 per topic and 200 per group on ``target``.
+
+        System topics and retry/DLQ topics are left to the target broker (it
+        creates them itself); a topic's perm is copied as is. Idempotent.
+        """
+        topics = await self.topic_configs(source)
+        groups = await self.subscription_groups(source)
+        copied_topics = 0
+        for name, tc in sorted(topics.items()):
+            if name in SYSTEM_TOPICS or name in exclude_topics or name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+                continue
+            await self._create_topic(target, tc)
+            copied_topics += 1
+        copied_groups = 0
+        for name, config in sorted(groups.items()):
+            if name in SYSTEM_GROUPS:
+                continue
+            body = dumps({**config, "groupName": name})
+            await self._call(target, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+            copied_groups += 1
+        return copied_topics, copied_groups
+
+    async def create_topics(self, broker: str, topics: Iterable[tuple[str, int, int]]) -> None:
+        """17 UPDATE_AND_CREATE_TOPIC per ``(name, queues, perm)``; read and write queue counts equal."""
+        for name, queues, perm in topics:
+            await self._create_topic(broker, TopicConfig(topicName=name, readQueueNums=queues,
+                                                         writeQueueNums=queues, perm=perm))
+
+    async def _offset(self, broker: str, code: int, topic: str, queue: int) -> int:
+        response = await self._call(broker, code, {"topic": topic, "queueId": str(queue)})
+        return response.get_int("offset", 0)
+
+    async def drain_progress(self, broker: str, exclude_topics: frozenset[str] = frozenset()) -> DrainProgress:
+        """Backlog on ``broker`` from its consumer offsets (43) and queue offsets (30/31), delays (45).
+
+        A ``topic@group`` pair counts ``max - committed`` per queue (a queue the
+        group never committed counts from the queue's min offset). A non-system
+        topic holding messages that no group has consumed here counts in
+        ``unconsumed``. Brokers without 43 fall back to 208 per subscription group.
+        """
+        progress = DrainProgress()
+        topics = await self.topic_configs(broker)
+        response = await self._call(broker, RequestCode.GET_ALL_CONSUMER_OFFSET,
+                                    accept=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                            ResponseCode.SYSTEM_ERROR))
+        consumed_topics: set[str] = set()
+        if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            for group in await self.subscription_groups(broker):
+                if group in SYSTEM_GROUPS:
+                    continue
+                stats = await self._call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group},
+                                         accept=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+                if stats.code == ResponseCode.SUCCESS:
+                    lag = parse_consume_stats_lag(stats.body)
+                    if lag:
+                        progress.lag[f"*@{group}"] = lag
+            return progress
+        table: dict[str, Any] = {}
+        if response.code == ResponseCode.SUCCESS and response.body:
+            try:
+                obj = loads_lenient(response.body)
+            except ValueError as exc:
+                raise AdminError(f"GET_ALL_CONSUMER_OFFSET from {broker}: bad body: {exc}") from exc
+            table = (obj.get("offsetTable") if isinstance(obj, dict) else None) or {}
+        for key, offsets in sorted(table.items()):
+            topic, _, group = str(key).partition("@")
+            tc = topics.get(topic)
+            if tc is None or not isinstance(offsets, dict) or group in SYSTEM_GROUPS:
+                continue
+            consumed_topics.add(topic)
+            committed = {int(q): int(o) for q, o in offsets.items()}
+            lag = 0
+            for queue in range(tc.readQueueNums):
+                high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, topic, queue)
+                low = committed.get(queue)
+                if low is None:
+                    low = await self._offset(broker, RequestCode.GET_MIN_OFFSET, topic, queue) if high else 0
+                lag += max(0, high - low)
+            if lag:
+                progress.lag[str(key)] = lag
+        for topic, tc in sorted(topics.items()):
+            if (topic in consumed_topics or topic in SYSTEM_TOPICS or topic in exclude_topics
+                    or topic.startswith(DLQ_PREFIX)):
+                continue
+            pending = 0
+            for queue in range(tc.readQueueNums):
+                high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, topic, queue)
+                if high:
+                    pending += high - await self._offset(broker, RequestCode.GET_MIN_OFFSET, topic, queue)
+            if pending:
+                progress.unconsumed[topic] = pending
+        progress.delayed = await self._delayed(broker, topics.get(SCHEDULE_TOPIC))
+        return progress
+
+    async def _delayed(self, broker: str, schedule: TopicConfig | None) -> int:
+        if schedule is None:
+            return 0
+        response = await self._call(broker, RequestCode.GET_ALL_DELAY_OFFSET,
+                                    accept=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED))
+        if response.code != ResponseCode.SUCCESS:
+            return 0
+        try:
+            obj = loads_lenient(response.body) if response.body else {}
+        except ValueError as exc:
+            raise AdminError(f"GET_ALL_DELAY_OFFSET from {broker}: bad body: {exc}") from exc
+        delivered = {int(k): int(v) for k, v in ((obj or {}).get("offsetTable") or {}).items()}
+        pending = 0
+        for queue in range(schedule.readQueueNums):  # queue id = delay level - 1
+            high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, SCHEDULE_TOPIC, queue)
+            pending += max(0, high - delivered.get(queue + 1, 0))
+        return pending
+
+    async def _commitlog_max(self, broker: str) -> int:
+        response = await self._call(broker, RequestCode.GET_BROKER_RUNTIME_INFO)
+        table = parse_kv_table(response.body)
+        try:
+            return int(table.get("commitLogMaxOffset", "0"))
+        except ValueError as exc:
+            raise AdminError(f"GET_BROKER_RUNTIME_INFO from {broker}: bad commitLogMaxOffset") from exc
+
+    async def slave_caught_up(self, master: str, slave: str) -> bool:
+        """Master's ``commitLogMaxOffset`` first, then the slave's: caught up within the allowance."""
+        master_max = await self._commitlog_max(master)
+        slave_max = await self._commitlog_max(slave)
+        return slave_max + self.catch_up_allowance >= master_max
+
+    async def unregister(self, nameservers: list[str], cluster_name: str, broker_name: str,
+                         brokers: Mapping[int, str]) -> None:
+        """104 for every broker of the group on every NameServer (already-gone is fine)."""
+        calls = []
+        for ns in nameservers:
+            for broker_id, addr in brokers.items():
+                calls.append(ns_client.unregister_broker(
+                    self.client, ns, cluster_name=cluster_name, broker_name=broker_name, broker_addr=addr,
+                    broker_id=broker_id, timeout=self.timeout))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            first = errors[0]
+            if isinstance(first, RemotingCommandError | RemotingError | OSError | TimeoutError):
+                raise AdminError(f"UNREGISTER_BROKER of {broker_name}: {first}") from first
+            raise first
+
+    async def close(self) -> None:
+        """Close every connection."""
+        await self.client.close()

@@ -1,0 +1,446 @@
+"""Desired state: every child manifest of a RocketCluster as a pure function of its spec.
+
+Nothing here does I/O. Each ``build_*`` function returns a plain ``dict`` ready
+for a server-side apply (``apiVersion``, ``kind``, ``metadata`` with
+``namespace``, labels and a controller owner reference, and ``spec``).
+:func:`desired_children` returns the whole set for one cluster in apply order.
+
+Broker topology (see :mod:`rocket_operator.names`): one StatefulSet of masters
+(brokerId 0) and one StatefulSet per slave index k = 1..``replicasPerGroup``;
+in every one of them ordinal i is broker group i, so scaling ``groups`` adds or
+removes the same ordinal in every StatefulSet, and the highest group goes
+first on scale-in. All use ``updateStrategy: OnDelete``: the operator deletes
+outdated pods itself, slaves before masters, one at a time
+(:mod:`rocket_operator.rollout`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rocket_operator import names
+from rocket_operator.spec import (
+    BROKER_HA_PORT,
+    BROKER_HTTP_PORT,
+    BROKER_PORT,
+    NAMESERVER_HTTP_PORT,
+    NAMESERVER_PORT,
+    ClusterSpec,
+)
+
+STORE_MOUNT = "/var/lib/rocket/store"
+CONFIG_MOUNT = "/etc/rocket"
+CONFIG_FILE = "broker.conf"
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The RocketCluster that owns the children: namespace, name and uid."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        """A controller ``ownerReference`` to this RocketCluster (garbage-collects the child with it)."""
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the API server supports, probed once at start (see ``kube.probe_capabilities``).
+
+    ``pdb_api_version``: ``policy/v1`` (k8s >= 1.21) or ``policy/v1beta1`` (1.20).
+    ``affinity_match_label_keys``: pod (anti-)affinity ``matchLabelKeys`` with the
+    ``apps.kubernetes.io/pod-index`` label (k8s >= 1.31), which lets one
+    template keep master i and slave i on different nodes.
+    """
+
+    pdb_api_version: str = "policy/v1"
+    affinity_match_label_keys: bool = False
+
+    @classmethod
+    def for_version(cls, major: int, minor: int) -> Capabilities:
+        """The capabilities of a Kubernetes ``major.minor`` server."""
+        modern = (major, minor) >= (1, 21)
+        return cls(
+            pdb_api_version="policy/v1" if modern else "policy/v1beta1",
+            affinity_match_label_keys=(major, minor) >= (1, 31),
+        )
+
+
+def _meta(owner: Owner, name: str, labels: Mapping[str, str], annotations: Mapping[str, str] | None = None
+          ) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": dict(labels),
+        "ownerReferences": [owner.reference()],
+    }
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def _http_probe(path: str, port: str, *, initial: int, period: int, failures: int, timeout: int = 3
+                ) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "initialDelaySeconds": initial,
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def _pod_scheduling(spec: ClusterSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if spec.scheduling.tolerations:
+        out["tolerations"] = [t.to_k8s() for t in spec.scheduling.tolerations]
+    if spec.scheduling.node_selector:
+        out["nodeSelector"] = dict(spec.scheduling.node_selector)
+    return out
+
+
+# -- NameServer ---------------------------------------------------------------------------------
+
+def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
+    """The NameServer Deployment: ``spec.nameServer.replicas`` stateless pods.
+
+    Rolling update never drops below the desired count (maxUnavailable 0,
+    maxSurge 1). Probes: readiness ``/readyz``, liveness ``/healthz`` on the
+    HTTP port 9877; remoting on 9876. Pods prefer different nodes.
+    """
+    cluster = owner.name
+    labels = names.base_labels(cluster, names.COMPONENT_NAMESERVER)
+    selector = names.selector_labels(cluster, names.COMPONENT_NAMESERVER)
+    container: dict[str, Any] = {
+        "name": "nameserver",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["python", "-m", "rocket.cli", "nameserver",
+                    "--port", str(NAMESERVER_PORT), "--http-port", str(NAMESERVER_HTTP_PORT)],
+        "ports": [
+            {"name": "remoting", "containerPort": NAMESERVER_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": NAMESERVER_HTTP_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _http_probe("/readyz", "http", initial=2, period=5, failures=3),
+        "livenessProbe": _http_probe("/healthz", "http", initial=10, period=10, failures=6),
+    }
+    resources = spec.name_server.resources.to_k8s()
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {"labelSelector": {"matchLabels": selector},
+                                "topologyKey": spec.scheduling.topology_key},
+        }]}},
+        **_pod_scheduling(spec),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(owner, names.nameserver(cluster), labels),
+        "spec": {
+            "replicas": spec.name_server.replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def build_nameserver_service(owner: Owner) -> Manifest:
+    """ClusterIP Service for clients: ``<cluster>-nameserver:9876`` (plus ``http`` 9877)."""
+    cluster = owner.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(owner, names.nameserver(cluster), names.base_labels(cluster, names.COMPONENT_NAMESERVER)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": names.selector_labels(cluster, names.COMPONENT_NAMESERVER),
+            "ports": [
+                {"name": "remoting", "port": NAMESERVER_PORT, "targetPort": "remoting", "protocol": "TCP"},
+                {"name": "http", "port": NAMESERVER_HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def build_nameserver_headless_service(owner: Owner) -> Manifest:
+    """Headless Service whose DNS name resolves to every ready NameServer pod.
+
+    Brokers get this one name and register with every address it resolves to,
+    so NameServer pods can be replaced without restarting brokers.
+    """
+    cluster = owner.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(owner, names.nameserver_headless(cluster),
+                          names.base_labels(cluster, names.COMPONENT_NAMESERVER)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": names.selector_labels(cluster, names.COMPONENT_NAMESERVER),
+            "ports": [{"name": "remoting", "port": NAMESERVER_PORT, "targetPort": "remoting", "protocol": "TCP"}],
+        },
+    }
+
+
+def nameserver_dns(namespace: str, cluster: str) -> str:
+    """``host:port`` of the headless NameServer Service inside the Kubernetes cluster."""
+    return f"{names.nameserver_headless(cluster)}.{namespace}.svc:{NAMESERVER_PORT}"
+
+
+# -- broker ---------------------------------------------------------------------------------
+
+def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
+    """``broker.conf`` (RocketMQ properties format, ``key=value`` lines, sorted).
+
+    Operator-owned keys (cluster name, role, flush type, ports, NameServer
+    address) come first in precedence order; ``spec.broker.config`` may add
+    keys but cannot override ``brokerClusterName``, ``namesrvAddr`` or ports.
+    Per-pod values (``brokerName``, ``brokerId``, ``brokerRole`` of slaves) are
+    given on the command line.
+    """
+    fixed = {
+        "brokerClusterName": owner.name,
+        "namesrvAddr": nameserver_dns(owner.namespace, owner.name),
+        "listenPort": str(BROKER_PORT),
+        "haListenPort": str(BROKER_HA_PORT),
+        "storePathRootDir": STORE_MOUNT,
+    }
+    merged = {
+        "brokerRole": spec.broker.broker_role,
+        "flushDiskType": spec.broker.flush_disk_type,
+        **spec.broker.config,
+        **fixed,
+    }
+    return "".join(f"{key}={merged[key]}\n" for key in sorted(merged))
+
+
+def config_hash(text: str) -> str:
+    """First 16 hex digits of the SHA-256 of ``text`` (pod template annotation: config change => roll)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_broker_configmap(owner: Owner, spec: ClusterSpec) -> Manifest:
+    """ConfigMap ``<cluster>-broker-config`` with one key, ``broker.conf``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(owner, names.broker_config(owner.name),
+                          names.base_labels(owner.name, names.COMPONENT_BROKER)),
+        "data": {CONFIG_FILE: broker_config_text(owner, spec)},
+    }
+
+
+def build_broker_headless_service(owner: Owner) -> Manifest:
+    """Headless Service governing every broker StatefulSet: pod DNS ``<pod>.<cluster>-broker.<ns>.svc``.
+
+    ``publishNotReadyAddresses`` so that a recovering broker is reachable by the
+    operator and its slaves before it reports ready.
+    """
+    cluster = owner.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(owner, names.broker_service(cluster), names.base_labels(cluster, names.COMPONENT_BROKER)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": names.selector_labels(cluster, names.COMPONENT_BROKER),
+            "ports": [
+                {"name": "remoting", "port": BROKER_PORT, "targetPort": "remoting", "protocol": "TCP"},
+                {"name": "ha", "port": BROKER_HA_PORT, "targetPort": "ha", "protocol": "TCP"},
+                {"name": "http", "port": BROKER_HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def broker_command(owner: Owner, broker_id: int) -> list[str]:
+    """The broker container's command: brokerName from the pod's ordinal (``${HOSTNAME##*-}``).
+
+    A StatefulSet pod's hostname is its name, ``<sts>-<ordinal>``; ordinal i is
+    broker group i, so the pod runs ``rocket broker --name <cluster>-broker-<i>``.
+    Slaves run with ``brokerRole=SLAVE``.
+    """
+    role = "" if broker_id == 0 else " --role SLAVE"
+    script = (
+        'ordinal="${HOSTNAME##*-}"; '
+        f'exec python -m rocket.cli broker --name "{owner.name}-broker-$ordinal" --cluster {owner.name} '
+        f"--broker-id {broker_id} --port {BROKER_PORT} --http-port {BROKER_HTTP_PORT} "
+        f"--namesrv {nameserver_dns(owner.namespace, owner.name)} --store-dir {STORE_MOUNT} "
+        f'--ip "$POD_IP" --config {CONFIG_MOUNT}/{CONFIG_FILE}{role}'
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def _broker_affinity(owner: Owner, spec: ClusterSpec, caps: Capabilities) -> dict[str, Any] | None:
+    mode = spec.scheduling.anti_affinity
+    if mode == "None":
+        return None
+    all_brokers = {"matchLabels": names.selector_labels(owner.name, names.COMPONENT_BROKER)}
+    spread = {"weight": 50, "podAffinityTerm": {"labelSelector": all_brokers,
+                                                "topologyKey": spec.scheduling.topology_key}}
+    if caps.affinity_match_label_keys:
+        # Pods of the same ordinal (= the same broker group) across the master and slave StatefulSets.
+        same_group = {"labelSelector": all_brokers, "matchLabelKeys": [names.LABEL_POD_INDEX],
+                      "topologyKey": spec.scheduling.topology_key}
+        if mode == "Required":
+            return {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [same_group],
+                "preferredDuringSchedulingIgnoredDuringExecution": [spread],
+            }}
+        return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": same_group}, spread]}}
+    # Older servers cannot tell one group's pods apart in a shared template: spread all brokers (soft).
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": spread["podAffinityTerm"]}]}}
+
+
+def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, replicas: int,
+                             caps: Capabilities | None = None) -> Manifest:
+    """StatefulSet of brokerId ``broker_id`` with ``replicas`` pods (= broker groups incl. draining ones).
+
+    Parallel pod management (scale-out starts every new group at once),
+    ``OnDelete`` updates (the operator restarts pods in a safe order), a
+    ``store`` volumeClaimTemplate of ``spec.broker.storage.size``, probes on the
+    HTTP port (readiness ``/readyz``, liveness ``/healthz``, a startup probe
+    allowing 10 min of store recovery), ``terminationGracePeriodSeconds`` from
+    the spec so that a stopping broker can flush, and a config-hash annotation
+    so that a ``broker.conf`` change rolls the pods.
+    """
+    caps = caps or Capabilities()
+    cluster = owner.name
+    role = "master" if broker_id == 0 else "slave"
+    labels = {**names.base_labels(cluster, names.COMPONENT_BROKER),
+              names.LABEL_BROKER_ID: str(broker_id), names.LABEL_ROLE: role}
+    selector = names.broker_selector(cluster, broker_id)
+    container: dict[str, Any] = {
+        "name": "broker",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": broker_command(owner, broker_id),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
+        "ports": [
+            {"name": "remoting", "containerPort": BROKER_PORT, "protocol": "TCP"},
+            {"name": "ha", "containerPort": BROKER_HA_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": BROKER_HTTP_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _http_probe("/readyz", "http", initial=5, period=5, failures=3),
+        "livenessProbe": _http_probe("/healthz", "http", initial=0, period=10, failures=6),
+        "startupProbe": _http_probe("/healthz", "http", initial=5, period=5, failures=120),
+        "volumeMounts": [
+            {"name": names.STORE_VOLUME, "mountPath": STORE_MOUNT},
+            {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+        ],
+    }
+    resources = spec.broker.resources.to_k8s()
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": spec.broker.termination_grace_period_seconds,
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": names.broker_config(cluster)}}],
+        **_pod_scheduling(spec),
+    }
+    affinity = _broker_affinity(owner, spec, caps)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    claim_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": spec.broker.storage.size}},
+    }
+    if spec.broker.storage.storage_class_name is not None:
+        claim_spec["storageClassName"] = spec.broker.storage.storage_class_name
+    conf_hash = config_hash(broker_config_text(owner, spec))
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(owner, names.broker_statefulset(cluster, broker_id), labels),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": names.broker_service(cluster),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {names.ANNOTATION_CONFIG_HASH: conf_hash}},
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [{
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": names.STORE_VOLUME, "labels": labels},
+                "spec": claim_spec,
+            }],
+        },
+    }
+
+
+def build_pdb(owner: Owner, component: str, caps: Capabilities | None = None) -> Manifest:
+    """PodDisruptionBudget allowing one voluntary disruption at a time among ``component``'s pods.
+
+    Brokers: at most one broker pod of the cluster evicted at once (a group
+    keeps its master or its slave). Uses ``policy/v1`` or, on 1.20,
+    ``policy/v1beta1`` (same fields).
+    """
+    caps = caps or Capabilities()
+    name = names.broker_service(owner.name) if component == names.COMPONENT_BROKER else names.nameserver(owner.name)
+    return {
+        "apiVersion": caps.pdb_api_version,
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(owner, name, names.base_labels(owner.name, component)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.selector_labels(owner.name, component)}},
+    }
+
+
+def desired_children(owner: Owner, spec: ClusterSpec, statefulset_replicas: int | None = None,
+                     caps: Capabilities | None = None) -> list[Manifest]:
+    """Every child of the cluster, in apply order (ConfigMap and Services before workloads).
+
+    ``statefulset_replicas`` is the broker StatefulSets' size; it differs from
+    ``spec.broker.groups`` while a scale-in drains (the draining groups stay
+    until they are empty). Default: ``spec.broker.groups``.
+    """
+    caps = caps or Capabilities()
+    replicas = spec.broker.groups if statefulset_replicas is None else statefulset_replicas
+    children = [
+        build_broker_configmap(owner, spec),
+        build_nameserver_service(owner),
+        build_nameserver_headless_service(owner),
+        build_broker_headless_service(owner),
+        build_nameserver_deployment(owner, spec),
+        build_pdb(owner, names.COMPONENT_NAMESERVER, caps),
+        build_pdb(owner, names.COMPONENT_BROKER, caps),
+    ]
+    for broker_id in range(spec.broker.replicas_per_group + 1):
+        children.append(build_broker_statefulset(owner, spec, broker_id, replicas, caps))
+    return children
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """A stable digest of a manifest (to skip re-applying what was applied unchanged)."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

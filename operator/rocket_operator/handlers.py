@@ -1,0 +1,196 @@
+"""kopf handlers: thin glue between kopf's events and :func:`rocket_operator.reconcile.reconcile`.
+
+* ``on.startup``: kopf settings (progress kept in ``rocket.dev/`` annotations),
+  the API client, server capabilities, the remoting hooks, the HTTP endpoint.
+* ``on.login``: in-cluster service account, else the kubeconfig (no
+  ``kubernetes`` package needed).
+* ``on.create`` / ``on.update`` / ``on.resume``: one reconciliation pass at once
+  (the spec or the pause annotation changed, or the operator started).
+* ``daemon`` (one per RocketCluster): every ``RECHECK_SECONDS`` a pass while
+  the cluster waits for something (pods, registration, a drain, a rolling
+  restart), every ``RESYNC_SECONDS`` once it has converged. Long operations
+  are driven this way with their progress in ``status``; no pass ever sleeps
+  (the daemon waits on kopf's stop flag between passes).
+* ``on.delete`` (optional, no finalizer): forget in-memory state. Children go
+  by garbage collection through their owner references.
+
+Tests and embedders call :func:`configure` before kopf starts to replace the
+address resolver and the admin (see :mod:`rocket_operator.addresses`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from rocket_operator import metrics, names
+from rocket_operator.addresses import AddressResolver, DnsAddressResolver
+from rocket_operator.admin import ClusterAdmin, RemotingClusterAdmin
+from rocket_operator.kube import Credentials, KubeClient
+from rocket_operator.reconcile import Context, Outcome, reconcile
+from rocket_operator.settings import OperatorSettings
+
+log = logging.getLogger("rocket_operator")
+
+
+@dataclass
+class Hooks:
+    """Factories the operator uses at startup; ``None`` means the default."""
+
+    resolver: Callable[[OperatorSettings], AddressResolver] | None = None
+    admin: Callable[[OperatorSettings], ClusterAdmin] | None = None
+    settings: OperatorSettings | None = None
+
+
+@dataclass
+class _State:
+    settings: OperatorSettings
+    ctx: Context
+    http: metrics.HttpServer | None
+    #: uid -> monotonic time the next timer pass is due
+    due: dict[str, float] = field(default_factory=dict)
+
+
+HOOKS = Hooks()
+_STATE: _State | None = None
+
+
+def configure(*, resolver: Callable[[OperatorSettings], AddressResolver] | None = None,
+              admin: Callable[[OperatorSettings], ClusterAdmin] | None = None,
+              settings: OperatorSettings | None = None) -> None:
+    """Replace the address resolver / admin factories or the settings (before kopf starts)."""
+    HOOKS.resolver = resolver
+    HOOKS.admin = admin
+    HOOKS.settings = settings
+
+
+def state() -> _State:
+    """The running operator's state. Raises ``RuntimeError`` before startup."""
+    if _STATE is None:
+        raise RuntimeError("the operator has not started")
+    return _STATE
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Service account inside a pod, else ``$KUBECONFIG`` / ``~/.kube/config``."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, logger: Any, **kwargs: Any) -> None:
+    """Configure kopf, connect to the API server, probe it, start the HTTP endpoint."""
+    global _STATE
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=names.GROUP, key="last-handled-configuration")
+    settings.persistence.finalizer = f"{names.GROUP}/finalizer"
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    ours = HOOKS.settings or OperatorSettings.from_env()
+    info = kopf.login_with_service_account(settings=settings, logger=logger) or \
+        kopf.login_with_kubeconfig(settings=settings, logger=logger)
+    if info is None:
+        raise kopf.PermanentError("no Kubernetes credentials: neither a service account nor a kubeconfig")
+    kube = KubeClient(Credentials.from_connection_info(info))
+    caps = await kube.probe_capabilities()
+    resolver = HOOKS.resolver(ours) if HOOKS.resolver else DnsAddressResolver(ours.cluster_domain)
+    admin = HOOKS.admin(ours) if HOOKS.admin else RemotingClusterAdmin(timeout=ours.remoting_timeout)
+    http = None
+    if ours.http_port >= 0:
+        http = metrics.HttpServer(ours.http_host, ours.http_port)
+        port = await http.start()
+        logger.info("metrics and health on http://%s:%d", ours.http_host, port)
+    _STATE = _State(settings=ours, ctx=Context(kube=kube, resolver=resolver, admin=admin, caps=caps), http=http)
+    logger.info("API server capabilities: %s", caps)
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    """Close connections and the HTTP endpoint."""
+    global _STATE
+    st, _STATE = _STATE, None
+    if st is None:
+        return
+    if st.http is not None:
+        await st.http.stop()
+    await st.ctx.admin.close()
+    await st.ctx.kube.close()
+
+
+async def _pass(body: kopf.Body, namespace: str | None, name: str, uid: str, logger: Any, *, wait_for_lock: bool
+                ) -> Outcome | None:
+    st = state()
+    lock = st.ctx.lock(uid)
+    if lock.locked() and not wait_for_lock:
+        return None
+    async with lock:
+        started = time.monotonic()
+        try:
+            outcome = await reconcile(st.ctx, namespace or "", name)
+        except Exception as exc:
+            metrics.RECONCILES.labels("error").inc()
+            metrics.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
+            st.due[uid] = time.monotonic() + st.settings.recheck_seconds
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+            if st.http is not None:
+                st.http.beat()
+    metrics.RECONCILES.labels("waiting" if outcome.waiting else "converged").inc()
+    delay = st.settings.recheck_seconds if outcome.waiting else st.settings.resync_seconds
+    st.due[uid] = time.monotonic() + delay
+    for type_, reason, message in outcome.events:
+        kopf.event(body, type=type_, reason=reason, message=message)
+        logger.info("%s: %s", reason, message)
+    if outcome.waiting:
+        logger.debug("waiting: %s", "; ".join(outcome.waiting))
+    metrics.CLUSTERS.set(len(st.ctx.locks))
+    return outcome
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.PLURAL)
+@kopf.on.create(names.GROUP, names.VERSION, names.PLURAL)
+@kopf.on.update(names.GROUP, names.VERSION, names.PLURAL)
+async def changed(body: kopf.Body, namespace: str | None, name: str, uid: str, logger: Any, **_: Any) -> None:
+    """The spec or metadata changed (or the operator started): reconcile now."""
+    await _pass(body, namespace, name, uid, logger, wait_for_lock=True)
+
+
+@kopf.daemon(names.GROUP, names.VERSION, names.PLURAL, cancellation_timeout=10.0)
+async def drive(body: kopf.Body, namespace: str | None, name: str, uid: str, logger: Any,
+                stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """One per RocketCluster: run a pass whenever the cluster's next pass is due (recheck or resync).
+
+    It waits on kopf's stop flag between checks (at most one second), so it
+    ends promptly when the cluster is deleted or the operator stops. A failed
+    pass is counted in metrics and retried after ``RECHECK_SECONDS``.
+    """
+    while not stopped:
+        st = state()
+        if st.http is not None:
+            st.http.beat()
+        wait = st.due.get(uid, 0.0) - time.monotonic()
+        if wait <= 0:
+            try:
+                await _pass(body, namespace, name, uid, logger, wait_for_lock=False)
+            except Exception as exc:  # counted in _pass; the next pass retries
+                logger.warning("reconciliation failed, retrying in %.0f s: %s", st.settings.recheck_seconds, exc)
+            wait = 0.0
+        await stopped.wait(min(max(wait, 0.05), 1.0))
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.PLURAL, optional=True)
+async def deleted(namespace: str | None, name: str, uid: str, **_: Any) -> None:
+    """Forget the cluster; its children are garbage-collected through owner references."""
+    if _STATE is not None:
+        _STATE.ctx.forget(uid)
+        _STATE.due.pop(uid, None)
+        metrics.CLUSTERS.set(len(_STATE.ctx.locks))
+    metrics.forget_cluster(namespace or "", name)

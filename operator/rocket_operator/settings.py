@@ -1,0 +1,49 @@
+"""Operator settings from the environment (all optional).
+
+=====================================  =======  =======================================================
+``ROCKET_OPERATOR_HTTP_HOST``          0.0.0.0  address of the ``/metrics`` + ``/healthz`` endpoint
+``ROCKET_OPERATOR_HTTP_PORT``          8080     its port (0 = any free port, -1 = no endpoint)
+``ROCKET_OPERATOR_RECHECK_SECONDS``    5        how soon a cluster that waits for something is looked at again
+``ROCKET_OPERATOR_RESYNC_SECONDS``     60       how often a converged cluster is re-checked (drift, status)
+``ROCKET_OPERATOR_REMOTING_TIMEOUT``   3        seconds per request to a NameServer or broker
+``ROCKET_OPERATOR_CLUSTER_DOMAIN``     cluster.local  DNS suffix for Service and pod names
+=====================================  =======  =======================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSettings:
+    """The settings above, typed (seconds as floats)."""
+
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    recheck_seconds: float = 5.0
+    resync_seconds: float = 60.0
+    remoting_timeout: float = 3.0
+    cluster_domain: str = "cluster.local"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
+        """Read ``ROCKET_OPERATOR_*`` variables; raises ``ValueError`` naming a malformed one."""
+        env = os.environ if env is None else env
+
+        def get(key: str, default: str) -> str:
+            return env.get(f"ROCKET_OPERATOR_{key}", default)
+
+        try:
+            return cls(
+                http_host=get("HTTP_HOST", "0.0.0.0"),
+                http_port=int(get("HTTP_PORT", "8080")),
+                recheck_seconds=float(get("RECHECK_SECONDS", "5")),
+                resync_seconds=float(get("RESYNC_SECONDS", "60")),
+                remoting_timeout=float(get("REMOTING_TIMEOUT", "3")),
+                cluster_domain=get("CLUSTER_DOMAIN", "cluster.local"),
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad ROCKET_OPERATOR_* setting: {exc}") from None

@@ -1,0 +1,328 @@
+"""The RocketCluster spec as typed, defaulted values (pure; no I/O).
+
+The CRD (``crds/rocketclusters.yaml``) already defaults and bounds every field
+on the API server; :func:`parse_spec` applies the same defaults again so that
+the builders never see a missing key (objects stored before a default was
+added, unit tests that pass partial specs). It raises :class:`SpecError` for a
+value the schema would have refused, which the operator reports in the
+``Degraded`` condition instead of building anything from it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_IMAGE = "rocketcluster/rocket:0.1.0"
+
+#: Remoting and HTTP ports inside the pods (RocketMQ's defaults for remoting).
+NAMESERVER_PORT = 9876
+NAMESERVER_HTTP_PORT = 9877
+BROKER_PORT = 10911
+BROKER_HA_PORT = 10912
+BROKER_HTTP_PORT = 10913
+
+#: ``metadata.annotations`` key that stops reconciliation while its value is "true".
+PAUSED_ANNOTATION = "rocket.dev/paused"
+
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+ANTI_AFFINITY_MODES = ("Required", "Preferred", "None")
+DRAIN_ON_TIMEOUT = ("Hold", "Force")
+TOPIC_PERMS = (2, 4, 6)
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class SpecError(ValueError):
+    """A spec value outside what the CRD schema allows (message names the field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Container resources: ``requests`` and ``limits`` maps (``cpu``, ``memory``) of quantities."""
+
+    requests: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
+
+    def to_k8s(self) -> dict[str, Any]:
+        """The ``resources`` field of a container (empty maps left out)."""
+        out: dict[str, Any] = {}
+        if self.requests:
+            out["requests"] = dict(self.requests)
+        if self.limits:
+            out["limits"] = dict(self.limits)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class NameServerSpec:
+    """``spec.nameServer``: replicas (1..9) and container resources."""
+
+    replicas: int = 2
+    resources: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteClaim:
+    """``spec.broker.storage.deleteClaim``: delete the PVCs on scale-in / when the cluster is deleted."""
+
+    on_scale_in: bool = False
+    on_delete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSpec:
+    """``spec.broker.storage``: PVC size (quantity), storage class (None = default class), deleteClaim."""
+
+    size: str = "10Gi"
+    storage_class_name: str | None = None
+    delete_claim: DeleteClaim = field(default_factory=DeleteClaim)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSpec:
+    """``spec.broker``: groups (masters), slaves per master, roles, storage and extra config."""
+
+    groups: int = 2
+    replicas_per_group: int = 1
+    broker_role: str = "ASYNC_MASTER"
+    flush_disk_type: str = "ASYNC_FLUSH"
+    storage: StorageSpec = field(default_factory=StorageSpec)
+    resources: Resources = field(default_factory=Resources)
+    config: dict[str, str] = field(default_factory=dict)
+    termination_grace_period_seconds: int = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """One pod toleration, as in the core/v1 API (only set fields are emitted)."""
+
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+    def to_k8s(self) -> dict[str, Any]:
+        """The core/v1 ``Toleration`` object."""
+        out: dict[str, Any] = {}
+        for name, value in (("key", self.key), ("operator", self.operator), ("value", self.value),
+                            ("effect", self.effect), ("tolerationSeconds", self.toleration_seconds)):
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSpec:
+    """``spec.scheduling``: broker anti-affinity mode, its topology key, tolerations and nodeSelector."""
+
+    anti_affinity: str = "Required"
+    topology_key: str = "kubernetes.io/hostname"
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainSpec:
+    """``spec.drain``: seconds a scale-in may wait for consumers, and what to do after (Hold or Force)."""
+
+    timeout_seconds: int = 600
+    on_timeout: str = "Hold"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One entry of ``spec.topics``: name, queue count (read = write), perm (2, 4 or 6)."""
+
+    name: str
+    queues: int = 8
+    perm: int = 6
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticsJobSpec:
+    """One entry of ``spec.analytics.jobs`` (reserved: accepted and validated, not acted on yet)."""
+
+    name: str
+    job: str
+    topics: tuple[str, ...] = ()
+    schedule: str | None = None
+    resources: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """The whole ``RocketCluster.spec``, defaulted."""
+
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    name_server: NameServerSpec = field(default_factory=NameServerSpec)
+    broker: BrokerSpec = field(default_factory=BrokerSpec)
+    scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
+    drain: DrainSpec = field(default_factory=DrainSpec)
+    topics: tuple[TopicSpec, ...] = ()
+    analytics_jobs: tuple[AnalyticsJobSpec, ...] = ()
+
+
+def _obj(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where} must be an object")
+    return value
+
+
+def _int(obj: Mapping[str, Any], key: str, default: int, lo: int, hi: int, where: str) -> int:
+    value = obj.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}.{key} must be an integer")
+    if not lo <= value <= hi:
+        raise SpecError(f"{where}.{key} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _enum(obj: Mapping[str, Any], key: str, default: Any, allowed: tuple[Any, ...], where: str) -> Any:
+    value = obj.get(key, default)
+    if value is None:
+        value = default
+    if value not in allowed:
+        raise SpecError(f"{where}.{key} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+    return value
+
+
+def _bool(obj: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = obj.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}.{key} must be a boolean")
+    return value
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, item in _obj(value, where).items():
+        if not isinstance(item, str):
+            raise SpecError(f"{where}.{key} must be a string")
+        out[str(key)] = item
+    return out
+
+
+def _resources(value: Any, where: str) -> Resources:
+    obj = _obj(value, where)
+
+    def quantities(name: str) -> dict[str, str]:
+        return {str(k): str(v) for k, v in _obj(obj.get(name), f"{where}.{name}").items()}
+
+    return Resources(requests=quantities("requests"), limits=quantities("limits"))
+
+
+def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
+    """Turn a ``RocketCluster.spec`` mapping into a :class:`ClusterSpec`.
+
+    Missing fields take the CRD's defaults. Raises :class:`SpecError` naming
+    the field for a wrong type, an out-of-range number, a value outside an
+    enum, or a duplicate topic/job name.
+    """
+    root = _obj(spec, "spec")
+    image = root.get("image") or DEFAULT_IMAGE
+    if not isinstance(image, str):
+        raise SpecError("spec.image must be a string")
+    pull = _enum(root, "imagePullPolicy", "IfNotPresent", PULL_POLICIES, "spec")
+
+    ns = _obj(root.get("nameServer"), "spec.nameServer")
+    name_server = NameServerSpec(
+        replicas=_int(ns, "replicas", 2, 1, 9, "spec.nameServer"),
+        resources=_resources(ns.get("resources"), "spec.nameServer.resources"),
+    )
+
+    br = _obj(root.get("broker"), "spec.broker")
+    st = _obj(br.get("storage"), "spec.broker.storage")
+    dc = _obj(st.get("deleteClaim"), "spec.broker.storage.deleteClaim")
+    storage_class = st.get("storageClassName")
+    if storage_class is not None and not isinstance(storage_class, str):
+        raise SpecError("spec.broker.storage.storageClassName must be a string")
+    storage = StorageSpec(
+        size=str(st.get("size") or "10Gi"),
+        storage_class_name=storage_class,
+        delete_claim=DeleteClaim(
+            on_scale_in=_bool(dc, "onScaleIn", False, "spec.broker.storage.deleteClaim"),
+            on_delete=_bool(dc, "onDelete", False, "spec.broker.storage.deleteClaim"),
+        ),
+    )
+    broker = BrokerSpec(
+        groups=_int(br, "groups", 2, 1, 64, "spec.broker"),
+        replicas_per_group=_int(br, "replicasPerGroup", 1, 0, 4, "spec.broker"),
+        broker_role=_enum(br, "brokerRole", "ASYNC_MASTER", BROKER_ROLES, "spec.broker"),
+        flush_disk_type=_enum(br, "flushDiskType", "ASYNC_FLUSH", FLUSH_DISK_TYPES, "spec.broker"),
+        storage=storage,
+        resources=_resources(br.get("resources"), "spec.broker.resources"),
+        config=_str_map(br.get("config"), "spec.broker.config"),
+        termination_grace_period_seconds=_int(br, "terminationGracePeriodSeconds", 120, 10, 3600, "spec.broker"),
+    )
+
+    sc = _obj(root.get("scheduling"), "spec.scheduling")
+    tolerations = []
+    for i, raw in enumerate(sc.get("tolerations") or []):
+        t = _obj(raw, f"spec.scheduling.tolerations[{i}]")
+        tolerations.append(Toleration(key=t.get("key"), operator=t.get("operator"), value=t.get("value"),
+                                      effect=t.get("effect"), toleration_seconds=t.get("tolerationSeconds")))
+    scheduling = SchedulingSpec(
+        anti_affinity=_enum(sc, "antiAffinity", "Required", ANTI_AFFINITY_MODES, "spec.scheduling"),
+        topology_key=str(sc.get("topologyKey") or "kubernetes.io/hostname"),
+        tolerations=tuple(tolerations),
+        node_selector=_str_map(sc.get("nodeSelector"), "spec.scheduling.nodeSelector"),
+    )
+
+    dr = _obj(root.get("drain"), "spec.drain")
+    drain = DrainSpec(
+        timeout_seconds=_int(dr, "timeoutSeconds", 600, 0, 7 * 24 * 3600, "spec.drain"),
+        on_timeout=_enum(dr, "onTimeout", "Hold", DRAIN_ON_TIMEOUT, "spec.drain"),
+    )
+
+    topics: list[TopicSpec] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(root.get("topics") or []):
+        t = _obj(raw, f"spec.topics[{i}]")
+        name = t.get("name")
+        if not isinstance(name, str) or not _TOPIC_RE.match(name):
+            raise SpecError(f"spec.topics[{i}].name must match {_TOPIC_RE.pattern}")
+        if name in seen:
+            raise SpecError(f"spec.topics[{i}].name {name!r} is listed twice")
+        seen.add(name)
+        topics.append(TopicSpec(name=name, queues=_int(t, "queues", 8, 1, 1024, f"spec.topics[{i}]"),
+                                perm=_enum(t, "perm", 6, TOPIC_PERMS, f"spec.topics[{i}]")))
+
+    jobs: list[AnalyticsJobSpec] = []
+    job_names: set[str] = set()
+    an = _obj(root.get("analytics"), "spec.analytics")
+    for i, raw in enumerate(an.get("jobs") or []):
+        j = _obj(raw, f"spec.analytics.jobs[{i}]")
+        name = j.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise SpecError(f"spec.analytics.jobs[{i}].name must be a DNS-1035 label")
+        if name in job_names:
+            raise SpecError(f"spec.analytics.jobs[{i}].name {name!r} is listed twice")
+        job_names.add(name)
+        schedule = j.get("schedule")
+        jobs.append(AnalyticsJobSpec(
+            name=name, job=str(j.get("job") or ""), topics=tuple(str(x) for x in j.get("topics") or ()),
+            schedule=str(schedule) if schedule else None,
+            resources=_resources(j.get("resources"), f"spec.analytics.jobs[{i}].resources"),
+        ))
+
+    return ClusterSpec(image=image, image_pull_policy=pull, name_server=name_server, broker=broker,
+                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics_jobs=tuple(jobs))
+
+
+def is_paused(annotations: Mapping[str, str] | None) -> bool:
+    """True when the ``rocket.dev/paused`` annotation is "true" (case-insensitive)."""
+    return str((annotations or {}).get(PAUSED_ANNOTATION, "")).strip().lower() == "true"
