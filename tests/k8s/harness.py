@@ -1,0 +1,323 @@
+"""Test harness for the operator against a real API server (no kubelet).
+
+* :func:`build_control_plane` / :class:`ControlPlane`: ``tests/k8s/control_plane.sh`` builds
+  (once, cached) and runs etcd + kube-apiserver + kube-controller-manager + kube-scheduler
+  v1.20.2 on loopback ports picked free.
+* :class:`FakeKubelet`: a Ready fake Node whose status and Lease it renews, a pool of
+  hostPath PVs so PVCs bind, and what a kubelet would do for our pods: scheduled pods
+  become Running + Ready (with a pod IP), terminating pods are removed.
+* :class:`OperatorRunner`: ``kopf.testing.KopfRunner`` running ``rocket_operator.handlers``
+  in this process, restartable, with test hooks (resolver, admin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SCRIPT = HERE / "control_plane.sh"
+CRD_FILE = ROOT / "crds" / "rocketclusters.yaml"
+NODE = "fake-node-1"
+
+
+def cache_bin_dir() -> Path:
+    """Where control_plane.sh keeps the binaries."""
+    out = subprocess.run(["bash", str(SCRIPT), "path"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def binaries_present() -> bool:
+    """True when the three binaries of the right version are cached."""
+    bin_dir = cache_bin_dir()
+    return all((bin_dir / c).exists() for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")) \
+        and (bin_dir / "VERSION").exists()
+
+
+def build_control_plane(log_path: Path, timeout: float = 3600.0) -> str | None:
+    """Build the binaries if missing. Returns None on success, else why it failed (with the log tail)."""
+    if binaries_present():
+        return None
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.run(["bash", str(SCRIPT), "build"], stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return f"control_plane.sh build did not finish in {timeout:.0f} s (log: {log_path})"
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-25:]
+        return f"control_plane.sh build failed with exit code {proc.returncode} (log: {log_path}):\n" + "\n".join(tail)
+    return None
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ControlPlane:
+    """A running control plane in ``run_dir``; ``kubeconfig`` is an admin kubeconfig."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.kubeconfig = run_dir / "kubeconfig"
+        self.env = {
+            **os.environ,
+            "ROCKET_K8S_API_PORT": str(free_port()),
+            "ROCKET_K8S_ETCD_PORT": str(free_port()),
+            "ROCKET_K8S_ETCD_PEER_PORT": str(free_port()),
+            "ROCKET_K8S_KCM_PORT": str(free_port()),
+            "ROCKET_K8S_SCHED_PORT": str(free_port()),
+        }
+
+    def start(self) -> None:
+        """Start everything; raises ``RuntimeError`` with the script's output when it fails."""
+        proc = subprocess.run(["bash", str(SCRIPT), "start", str(self.run_dir)], env=self.env,
+                              capture_output=True, text=True, timeout=180, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"control_plane.sh start failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started."""
+        subprocess.run(["bash", str(SCRIPT), "stop", str(self.run_dir)], env=self.env, capture_output=True,
+                       timeout=60, check=False)
+
+
+def api_client(kubeconfig: Path) -> Any:
+    """A ``kubernetes.client.ApiClient`` for ``kubeconfig``."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def install_crd(api: Any, timeout: float = 30.0) -> None:
+    """Create (or replace) the RocketCluster CRD and wait until it is Established."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+    body = yaml.safe_load(CRD_FILE.read_text())
+    try:
+        ext.create_custom_resource_definition(body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(body["metadata"]["name"])
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("the RocketCluster CRD did not become Established")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeKubelet:
+    """A fake Ready node plus the kubelet duties our tests need, in a background thread.
+
+    Every ``period`` seconds: renew the node's Ready condition and Lease; mark
+    scheduled, not-ready pods of namespaces in ``namespaces`` (all when empty)
+    Running and Ready with a pod IP (unless ``auto_ready`` is False or the pod
+    name is in ``hold``); force-delete terminating pods. ``ensure_pvs(n)``
+    keeps ``n`` Available hostPath PVs.
+    """
+
+    def __init__(self, api: Any, period: float = 0.3) -> None:
+        from kubernetes import client
+
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.coord = client.CoordinationV1Api(api)
+        self.period = period
+        self.auto_ready = True
+        self.hold: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
+        self._pv_counter = 0
+        self._ip_counter = 10
+        self._last_heartbeat = 0.0
+        self.errors: list[str] = []
+
+    def start(self) -> None:
+        """Register the node and start the loop."""
+        from kubernetes.client.rest import ApiException
+
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux",
+                                                       "kubernetes.io/arch": "amd64"}}}
+        try:
+            self.core.create_node(node)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        self._heartbeat()
+        self.ensure_pvs(60)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop."""
+        self._stop.set()
+        self._thread.join(5)
+
+    def ensure_pvs(self, available: int) -> None:
+        """Create hostPath PVs until ``available`` are Available (10Gi, RWO, no class)."""
+        pvs = self.core.list_persistent_volume().items
+        free = sum(1 for pv in pvs if pv.status and pv.status.phase in (None, "Pending", "Available")
+                   and pv.spec.claim_ref is None)
+        for _ in range(max(0, available - free)):
+            self._pv_counter += 1
+            name = f"fake-pv-{os.getpid()}-{self._pv_counter}"
+            self.core.create_persistent_volume({
+                "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{name}"}},
+            })
+
+    def _heartbeat(self) -> None:
+        now = _now()
+        self.core.patch_node_status(NODE, {"status": {
+            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "500"},
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "500"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake kubelet",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        }})
+        from kubernetes.client.rest import ApiException
+
+        micro = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                 "metadata": {"name": NODE, "namespace": "kube-node-lease"},
+                 "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40, "renewTime": micro}}
+        try:
+            self.coord.patch_namespaced_lease(NODE, "kube-node-lease", {"spec": lease["spec"]})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            self.coord.create_namespaced_lease("kube-node-lease", lease)
+        self._last_heartbeat = time.monotonic()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() - self._last_heartbeat > 5:
+                    self._heartbeat()
+                self._pods()
+            except Exception as exc:  # keep going; tests read .errors when puzzled
+                self.errors.append(repr(exc))
+            self._stop.wait(self.period)
+
+    def _pods(self) -> None:
+        from kubernetes.client.rest import ApiException
+
+        for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
+            meta = pod.metadata
+            try:
+                if meta.deletion_timestamp is not None:
+                    self.core.delete_namespaced_pod(meta.name, meta.namespace, grace_period_seconds=0)
+                    continue
+                ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+                if ready or not self.auto_ready or meta.name in self.hold:
+                    continue
+                self._ip_counter += 1
+                now = _now()
+                ip = f"10.244.{(self._ip_counter // 250) % 250}.{self._ip_counter % 250 + 1}"
+                self.core.patch_namespaced_pod_status(meta.name, meta.namespace, {"status": {
+                    "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.10",
+                    "startTime": now,
+                    "conditions": [
+                        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                    ],
+                }})
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    raise
+
+
+class OperatorRunner:
+    """``rocket_operator`` under ``kopf.testing.KopfRunner`` in this process; restartable."""
+
+    def __init__(self, configure: Callable[[], None]) -> None:
+        self._configure = configure
+        self._runner: Any = None
+        self._cm: contextlib.ExitStack | None = None
+
+    def start(self) -> None:
+        """Configure the hooks and start kopf (returns once kopf's thread runs)."""
+        from kopf.testing import KopfRunner
+
+        self._configure()
+        self._cm = contextlib.ExitStack()
+        self._runner = self._cm.enter_context(
+            KopfRunner(["run", "--standalone", "--all-namespaces", "-m", "rocket_operator.handlers"], timeout=60))
+        time.sleep(1.0)
+
+    def stop(self) -> None:
+        """Stop kopf; raises if the operator crashed."""
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            cm.close()
+            if self._runner.exception is not None and not isinstance(self._runner.exception, SystemExit):
+                raise self._runner.exception
+
+    def restart(self) -> None:
+        """Stop and start again (a new kopf, in-memory state lost, like a pod restart)."""
+        self.stop()
+        self.start()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = "condition"
+             ) -> Any:
+    """Poll ``predicate`` until it returns something truthy; raise ``AssertionError`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception as exc:  # transient API errors while things start
+            last_exc = exc
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f" (last error: {last_exc!r})"
+                                                                            if last_exc else ""))
+
+
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Temporarily set environment variables."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
