@@ -52,7 +52,8 @@ def sts_replicas(api: Any, namespace: str, name: str) -> int:
 
 
 def pods(api: Any, namespace: str, selector: str = "app.kubernetes.io/component=broker") -> dict[str, Any]:
-    return {p.metadata.name: p for p in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items}
+    items = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    return {p.metadata.name: p for p in items}
 
 
 def read_pdb(api: Any, namespace: str, name: str) -> Any:
