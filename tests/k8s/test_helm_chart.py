@@ -68,6 +68,8 @@ class Release:
     ns: str
     #: The RocketCluster CRD was on the server before `helm install` (another test installed it).
     crd_preexisted: bool
+    #: What `helm install` printed (the chart's NOTES).
+    output: str
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +81,8 @@ def release(helm: Helm, kube: Any) -> Iterator[Release]:
     ext = client.ApiextensionsV1Api(kube)
     existing = {c.metadata.name for c in ext.list_custom_resource_definition().items}
     assert not {n for n in existing if n.endswith(".monitoring.coreos.com")}, "monitoring CRDs left over"
-    helm("install", name, str(CHART), "--namespace", ns, "--create-namespace", "--set", "image.tag=test")
-    yield Release(name, ns, CRD_NAME in existing)
+    out = helm("install", name, str(CHART), "--namespace", ns, "--create-namespace", "--set", "image.tag=test").stdout
+    yield Release(name, ns, CRD_NAME in existing, out)
     helm("uninstall", name, "--namespace", ns, check=False)
     _delete_monitoring_crds(kube)
     client.CoreV1Api(kube).delete_namespace(ns)
@@ -165,6 +167,8 @@ def test_helm_install_creates_crd_and_operator(release: Release, helm: Helm, kub
     manifest = helm("get", "manifest", name, "--namespace", ns).stdout
     kinds = {d["kind"] for d in yaml.safe_load_all(manifest) if d}
     assert not kinds & MONITORING_KINDS, "monitors rendered although the Prometheus Operator's API is absent"
+    assert f"RocketCluster operator 0.1.0 is installed in namespace {ns}" in release.output
+    assert "The Prometheus Operator's CRDs are not installed" in release.output
 
 
 def test_service_account_may_do_what_the_operator_does(release: Release, kube: Any):
