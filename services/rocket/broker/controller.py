@@ -487,14 +487,12 @@ class BrokerController:
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""
-        self.metrics.messages_in.labels(topic).inc(count)
-        self.metrics.bytes_in.labels(topic).inc(nbytes)
+        self.metrics.count_in(topic, count, nbytes)
         self.stats.on_put(count, nbytes)
 
     def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Account messages returned to ``group`` from ``topic``."""
-        self.metrics.messages_out.labels(topic, group).inc(count)
-        self.metrics.bytes_out.labels(topic, group).inc(nbytes)
+        self.metrics.count_out(topic, group, count, nbytes)
         self.stats.on_get(group, topic, count, nbytes)
 
     def _on_dispatch(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocket.remoting import RemotingCommand, RequestCode
+from rocket.remoting import HeaderFieldError, RemotingCommand, RequestCode
+from rocket.remoting.command import parse_bool
 
 #: PULL_MESSAGE sysFlag bits (``PullSysFlag``).
 PULL_FLAG_COMMIT_OFFSET = 0x1
@@ -41,6 +42,9 @@ SEND_V2_NAMES = {
     "n": "brokerName",
 }
 _SEND_V1_TO_V2 = {v1: v2 for v2, v1 in SEND_V2_NAMES.items()}
+#: Header fields a..m in order, by their V1 and V2 names.
+_SEND_V1_NAMES = tuple(SEND_V2_NAMES[k] for k in "abcdefghijklm")
+_SEND_V2_NAMES = tuple("abcdefghijklm")
 
 
 @dataclass(slots=True)
@@ -69,41 +73,65 @@ class SendMessageRequestHeader:
 
     @classmethod
     def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:
-        """Read the header of a send request; both name forms are accepted for every code."""
+        """Read the header of a send request.
 
-        def names(v1: str) -> tuple[str, str]:
-            v2 = _SEND_V1_TO_V2[v1]
-            return (v1, v2) if cmd.code == RequestCode.SEND_MESSAGE else (v2, v1)
+        Code 10 is read with the long names, 310/320 with the short ones; a
+        request using the other form is read with that form (whichever names
+        its ``topic``).
+        """
+        ext = cmd.ext_fields
+        names = _SEND_V1_NAMES if cmd.code == RequestCode.SEND_MESSAGE else _SEND_V2_NAMES
+        if names[1] not in ext:
+            other = _SEND_V2_NAMES if names is _SEND_V1_NAMES else _SEND_V1_NAMES
+            if other[1] in ext:
+                names = other
+        values = [ext.get(name) for name in names]
 
-        def req(v1: str) -> str:
-            first, second = names(v1)
-            return cmd.require(first, second)
+        def required(i: int) -> str:
+            value = values[i]
+            if value is None:
+                raise HeaderFieldError(f"the custom field <{_SEND_V1_NAMES[i]}> is null")
+            return value
 
-        def req_int(v1: str) -> int:
-            first, second = names(v1)
-            return cmd.require_int(first, second)
+        def integer(i: int, default: int | None = None) -> int:
+            value = values[i]
+            if value is None or (value == "" and default is not None):
+                if default is None:
+                    raise HeaderFieldError(f"the custom field <{_SEND_V1_NAMES[i]}> is null")
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise HeaderFieldError(
+                    f"the custom field <{_SEND_V1_NAMES[i]}> is not an integer: {value!r}"
+                ) from None
 
-        max_first, max_second = names("maxReconsumeTimes")
-        max_text = cmd.get(max_first) or cmd.get(max_second)
-        batch_first, batch_second = names("batch")
-        props_first, props_second = names("properties")
-        recon_first, recon_second = names("reconsumeTimes")
-        unit_first, unit_second = names("unitMode")
-        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or cmd.get_bool(batch_first, False, batch_second)
+        def boolean(i: int) -> bool:
+            value = values[i]
+            if value is None:
+                return False
+            try:
+                return parse_bool(value)
+            except ValueError:
+                raise HeaderFieldError(
+                    f"the custom field <{_SEND_V1_NAMES[i]}> is not a boolean: {value!r}"
+                ) from None
+
+        max_times = values[11]
         return cls(
-            producer_group=req("producerGroup"),
-            topic=req("topic"),
-            default_topic=req("defaultTopic"),
-            default_topic_queue_nums=req_int("defaultTopicQueueNums"),
-            queue_id=req_int("queueId"),
-            sys_flag=req_int("sysFlag"),
-            born_timestamp=req_int("bornTimestamp"),
-            flag=req_int("flag"),
-            properties=cmd.get(props_first) or cmd.get(props_second) or "",
-            reconsume_times=cmd.get_int(recon_first, 0, recon_second),
-            unit_mode=cmd.get_bool(unit_first, False, unit_second),
-            max_reconsume_times=cmd.get_int(max_first, 0, max_second) if max_text else None,
-            batch=batch,
+            producer_group=required(0),
+            topic=required(1),
+            default_topic=required(2),
+            default_topic_queue_nums=integer(3),
+            queue_id=integer(4),
+            sys_flag=integer(5),
+            born_timestamp=integer(6),
+            flag=integer(7),
+            properties=values[8] or "",
+            reconsume_times=integer(9, 0),
+            unit_mode=boolean(10),
+            max_reconsume_times=integer(11, 0) if max_times else None,
+            batch=cmd.code == RequestCode.SEND_BATCH_MESSAGE or boolean(12),
         )
 
     def to_ext_fields(self, v2: bool = True) -> dict[str, str]:

@@ -21,6 +21,20 @@ from rocket.message import (
 )
 from rocket.store.api import PutMessageRequest
 
+_TAGS_CODES: dict[str, int] = {}
+
+
+def cached_tags_code(tags: str | None) -> int:
+    """:func:`tags_hash_code`, memoised (tags repeat; the Java hash is slow in Python)."""
+    if not tags:
+        return 0
+    code = _TAGS_CODES.get(tags)
+    if code is None:
+        if len(_TAGS_CODES) >= 4096:
+            _TAGS_CODES.clear()
+        code = _TAGS_CODES[tags] = tags_hash_code(tags)
+    return code
+
 
 @dataclass(slots=True)
 class MessageInner:
@@ -74,7 +88,7 @@ class MessageInner:
             born_timestamp=self.born_timestamp,
             born_host=self.born_host,
             reconsume_times=self.reconsume_times,
-            tags_code=self.tags_code if self.tags_code is not None else tags_hash_code(props.get(PROPERTY_TAGS)),
+            tags_code=self.tags_code if self.tags_code is not None else cached_tags_code(props.get(PROPERTY_TAGS)),
             keys=[k for k in props.get(PROPERTY_KEYS, "").split(" ") if k],
             uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
             wait_store_msg_ok=props.get(PROPERTY_WAIT_STORE_MSG_OK, "true").lower() != "false",

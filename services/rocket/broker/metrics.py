@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -164,9 +165,37 @@ class BrokerMetrics:
             PREFIX + "notify_consumer_ids_changed", "NOTIFY_CONSUMER_IDS_CHANGED requests sent", registry=r
         )
 
+        # Labelled children, cached: ``labels()`` costs more than the increment itself.
+        self._requests: dict[tuple[int, int | None], Any] = {}
+        self._in: dict[str, tuple[Any, Any]] = {}
+        self._out: dict[tuple[str, str], tuple[Any, Any]] = {}
+
     def observe_request(self, request_code: int, seconds: float, response_code: int | None) -> None:
         """A :class:`rocket.remoting.Processors` observer: counts every request."""
-        self.requests.labels(str(request_code), "none" if response_code is None else str(response_code)).inc()
+        key = (request_code, response_code)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.requests.labels(
+                str(request_code), "none" if response_code is None else str(response_code)
+            )
+        child.inc()
+
+    def count_in(self, topic: str, messages: int, nbytes: int) -> None:
+        """Messages stored to ``topic``."""
+        pair = self._in.get(topic)
+        if pair is None:
+            pair = self._in[topic] = (self.messages_in.labels(topic), self.bytes_in.labels(topic))
+        pair[0].inc(messages)
+        pair[1].inc(nbytes)
+
+    def count_out(self, topic: str, group: str, messages: int, nbytes: int) -> None:
+        """Messages pulled from ``topic`` by ``group``."""
+        key = (topic, group)
+        pair = self._out.get(key)
+        if pair is None:
+            pair = self._out[key] = (self.messages_out.labels(topic, group), self.bytes_out.labels(topic, group))
+        pair[0].inc(messages)
+        pair[1].inc(nbytes)
 
     def install_collector(self, collector: Collector) -> None:
         """Register the scrape-time collector."""

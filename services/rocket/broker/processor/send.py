@@ -223,11 +223,11 @@ class SendMessageProcessor:
                 f"the message body size over max value, MAX: {broker.config.max_message_size} "
                 f"(got {len(body)} bytes)",
             )
-        if len(header.properties.encode()) > MAX_PROPERTIES_SIZE:
+        props_size = len(header.properties.encode())
+        if props_size > MAX_PROPERTIES_SIZE:
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL,
-                f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE} "
-                f"(got {len(header.properties.encode())} bytes)",
+                f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE} (got {props_size} bytes)",
             )
         if header.sys_flag & SYSFLAG_TRANSACTION_PREPARED and broker.config.reject_transaction_message:
             return request.response(
@@ -250,7 +250,9 @@ class SendMessageProcessor:
         refused = self._retry_or_dlq(request, header, inner)
         if refused is not None:
             return refused
-        if inner.properties_too_long():
+        # Only the broker's CLUSTER property was added: re-measure only when that could matter.
+        margin = 64 + len(broker.config.broker_cluster_name)
+        if props_size + margin > MAX_PROPERTIES_SIZE and inner.properties_too_long():
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE}",
