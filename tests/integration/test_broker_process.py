@@ -42,7 +42,7 @@ async def client() -> AsyncIterator[RemotingClient]:
 
 
 async def test_overload_answers_system_busy_at_once(tmp_path: Path, client: RemotingClient, ns: NameServerProc) -> None:
-    settings = {"maxInFlightSends": "2", "flushDiskType": "SYNC_FLUSH"}
+    settings = {"maxInFlightSends": "2", "maxInFlightSendBytes": "100000", "flushDiskType": "SYNC_FLUSH"}
     with broker_process(tmp_path, "busy", ns.addr, settings=settings) as b:
         rb = RawBroker(client, b.addr)
         assert (await rb.create_topic("Busy", 1)).code == 0
@@ -55,11 +55,16 @@ async def test_overload_answers_system_busy_at_once(tmp_path: Path, client: Remo
         assert all((r.remark or "").startswith("[REJECTREQUEST]system busy") for r in busy)
         assert codes.count(0) >= 1 and set(codes) <= {0, ResponseCode.SYSTEM_BUSY}
         assert elapsed < 10
+        # bytes in flight count too: two 60 KB bodies exceed 100 KB
+        big = await asyncio.gather(*(rb.send("Busy", b"y" * 60_000) for _ in range(20)))
+        assert {r.code for r in big} == {0, ResponseCode.SYSTEM_BUSY}
+        assert any("maxInFlightSendBytes" in (r.remark or "") for r in big)
         # the connection and the broker carry on
         assert (await rb.send("Busy", b"after")).code == 0
         async with aiohttp.ClientSession() as http:
             text = await (await http.get(f"{b.http}/metrics")).text()
         assert 'rocketmq_broker_send_rejected_total{reason="in_flight"}' in text
+        assert 'rocketmq_broker_send_rejected_total{reason="in_flight_bytes"}' in text
 
 
 async def test_sigterm_unregisters_answers_parked_pulls_and_exits(

@@ -114,6 +114,8 @@ class BrokerConfig:
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     #: Sends being processed at once above which new sends get SYSTEM_BUSY (2).
     max_in_flight_sends: int = 10_000
+    #: Body bytes of sends being processed above which new sends get SYSTEM_BUSY (2).
+    max_in_flight_send_bytes: int = 512 * 1024 * 1024
     #: Delay levels, 1-based: ``<n><ms|s|m|h|d>`` separated by spaces.
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     #: Answer sends of transactional half messages with NO_PERMISSION (16).
@@ -234,6 +236,8 @@ class BrokerConfig:
             raise ConfigError("defaultTopicQueueNums must be > 0")
         if self.max_in_flight_sends <= 0:
             raise ConfigError("maxInFlightSends must be > 0")
+        if self.max_in_flight_send_bytes <= 0:
+            raise ConfigError("maxInFlightSendBytes must be > 0")
         if self.max_message_size <= 0:
             raise ConfigError("maxMessageSize must be > 0")
         from rocket.broker.schedule import parse_delay_levels

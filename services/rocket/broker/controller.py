@@ -148,6 +148,8 @@ class BrokerController:
             server.on_connection_closed.append(self._connection_closed)
         #: Sends being handled right now (overload protection).
         self.in_flight_sends = 0
+        #: Body bytes of those sends.
+        self.in_flight_send_bytes = 0
         self.shutting_down = False
         self.store_ready = False
         self.started = False

@@ -8,7 +8,8 @@ answered with RocketMQ's code and a remark that says what is wrong:
 ==========================================  ====  ========================================
 condition                                   code  remark starts with
 ==========================================  ====  ========================================
-too many sends in flight / store page busy    2   ``[REJECTREQUEST]system busy``
+too many sends (or bytes) in flight, or       2   ``[REJECTREQUEST]system busy``
+the store's write path is behind
 broker is a slave, or shutting down          14   ``the broker[...] is a slave`` / ``... shutting down``
 broker or topic without WRITE permission     16   ``the broker[...] sending message is forbidden``
 illegal topic name                            1   ``The specified topic[...] contains illegal characters``
@@ -111,7 +112,16 @@ class SendMessageProcessor:
                 f"{SYSTEM_BUSY_REMARK} ({broker.in_flight_sends} sends in flight, "
                 f"limit maxInFlightSends={broker.config.max_in_flight_sends})",
             )
+        size = len(request.body)
+        if broker.in_flight_send_bytes + size > broker.config.max_in_flight_send_bytes and broker.in_flight_sends:
+            broker.metrics.send_rejected.labels("in_flight_bytes").inc()
+            return request.response(
+                ResponseCode.SYSTEM_BUSY,
+                f"{SYSTEM_BUSY_REMARK} ({broker.in_flight_send_bytes} bytes of sends in flight, "
+                f"limit maxInFlightSendBytes={broker.config.max_in_flight_send_bytes})",
+            )
         broker.in_flight_sends += 1
+        broker.in_flight_send_bytes += size
         started = time.perf_counter()
         try:
             header = SendMessageRequestHeader.parse(request)
@@ -120,6 +130,7 @@ class SendMessageProcessor:
             return await self._send_single(request, conn, header)
         finally:
             broker.in_flight_sends -= 1
+            broker.in_flight_send_bytes -= size
             broker.metrics.send_latency.observe(time.perf_counter() - started)
 
     # -- checks --------------------------------------------------------------------------
