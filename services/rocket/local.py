@@ -160,7 +160,9 @@ def _spawn(info: ProcessInfo, *, detach: bool) -> subprocess.Popen[bytes]:
     with open(info.log, "ab") as log:
         proc = subprocess.Popen(
             info.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=_python_env(), start_new_session=detach,
+            # always a session of its own: a terminal's Ctrl-C goes to us only, and we stop the
+            # processes in order (brokers first); ``detach`` only says whether we keep watching
+            env=_python_env(), start_new_session=True,
         )
     info.pid = proc.pid
     return proc

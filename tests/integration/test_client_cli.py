@@ -95,3 +95,37 @@ def test_local_up_status_down(tmp_path: Path) -> None:
     after = rocket("local", "status", "--dir", str(data))
     assert after.returncode == 1
     assert (data / "logs" / "broker-a.log").exists() and (data / "broker-a").is_dir()
+
+
+@pytest.mark.slow
+def test_local_up_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from rocket.local import ClusterState, pid_alive
+
+    base = find_free_base_port()
+    data = tmp_path / "fg"
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT / "services")}
+    proc = subprocess.Popen([sys.executable, "-m", "rocket.cli", "local", "up", "--dir", str(data), "--base-port",
+                             str(base), "--foreground"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        lines = []
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline().decode()
+            lines.append(line)
+            if "Ctrl-C stops the cluster" in line or not line:
+                break
+        assert "Ctrl-C stops the cluster" in "".join(lines), "".join(lines)
+        pids = [p.pid for p in ClusterState.load(data).processes]
+        assert all(pid_alive(pid) for pid in pids)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(40) == 0
+        assert not any(pid_alive(pid) for pid in pids)
+        assert not (data / "state.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

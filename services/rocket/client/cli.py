@@ -436,18 +436,20 @@ def local_up(
     except KeyboardInterrupt:
         err_console.print("interrupted; stopped")
         raise typer.Exit(130) from None
-    print_state(state)
-    if not foreground:
-        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
-        return
-    console.print("running in the foreground; Ctrl-C stops the cluster")
     stop = False
 
     def _stop(*_: object) -> None:
         nonlocal stop
         stop = True
 
-    signal.signal(signal.SIGTERM, _stop)
+    if foreground:
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    print_state(state)
+    if not foreground:
+        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
+        return
+    console.print("running in the foreground; Ctrl-C stops the cluster")
     try:
         while not stop:
             if any(p.poll() is not None for p in cluster.procs.values()):
