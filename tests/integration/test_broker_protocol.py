@@ -604,3 +604,24 @@ async def test_c_plus_plus_send_shape(rb: RawBroker) -> None:
     (msg,) = records(await rb.pull("G_cpp", topic, queue_id=1))
     assert msg.tags == "TagA" and msg.keys == ["key1"]
 
+
+
+async def test_delete_subscription_group_and_check_client_config(rb: RawBroker) -> None:
+    group = unique("CGdel")
+    body = orjson.dumps({"groupName": group, "retryMaxTimes": 3})
+    assert (await rb.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)).code == 0
+    await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
+                  {"consumerGroup": group, "topic": "SELF_TEST_TOPIC", "queueId": 0, "commitOffset": 1})
+    gone = await rb.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": "true"})
+    assert gone.code == 0
+    table = orjson.loads((await rb.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body)
+    assert group not in table["subscriptionGroupTable"]
+    offsets = orjson.loads((await rb.call(RequestCode.GET_ALL_CONSUMER_OFFSET)).body)["offsetTable"]
+    assert f"SELF_TEST_TOPIC@{group}" not in offsets
+    bad = await rb.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"{}")
+    assert bad.code == ResponseCode.SYSTEM_ERROR
+    tag = orjson.dumps({"group": group, "subscriptionData": {"topic": "T", "subString": "*", "expressionType": "TAG"}})
+    assert (await rb.call(RequestCode.CHECK_CLIENT_CONFIG, body=tag)).code == 0
+    sql = orjson.dumps({"group": group, "subscriptionData": {"topic": "T", "subString": "a>1",
+                                                             "expressionType": "SQL92"}})
+    assert (await rb.call(RequestCode.CHECK_CLIENT_CONFIG, body=sql)).code == ResponseCode.SYSTEM_ERROR
