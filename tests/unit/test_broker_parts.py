@@ -219,7 +219,7 @@ def test_config_properties_file_and_overrides(tmp_path: Path) -> None:
         "# a RocketMQ broker.conf\n"
         "brokerClusterName = C1\nbrokerName=broker-b\nbrokerId=0\nbrokerIP1=10.1.2.3\n"
         "listenPort: 20911\nautoCreateTopicEnable=false\nflushDiskType=SYNC_FLUSH\n"
-        "mappedFileSizeCommitLog=1048576\nflushIntervalCommitLog=200\nunknownThing=1\n"
+        "mappedFileSizeCommitLog=1048576\nflushIntervalCommitLog=200\nunknownThing=1\nfileReservedTime=48\n"
         f"storePathRootDir={tmp_path / 'store'}\n"
     )
     cfg = load_config(conf, {"listenPort": "30911", "namesrvAddr": "a:1;b:2"})
@@ -230,6 +230,7 @@ def test_config_properties_file_and_overrides(tmp_path: Path) -> None:
     store = cfg.store_config()
     assert store.mapped_file_size_commit_log == 1048576
     assert store.flush_interval_commit_log == pytest.approx(0.2)  # Java ms -> store seconds
+    assert store.file_reserved_time_hours == 48
     assert store.store_host == "10.1.2.3:30911" and store.flush_disk_type is FlushDiskType.SYNC_FLUSH
     props = cfg.to_properties()
     assert props["brokerIP1"] == "10.1.2.3" and props["autoCreateTopicEnable"] == "false"

@@ -179,7 +179,9 @@ class BrokerConfig:
             store_host=self.broker_addr,
             broker_role=BrokerRole.SLAVE if self.is_slave else self.broker_role,
         )
-        fields = {_norm(f.name): f for f in dataclasses.fields(MessageStoreConfig)}
+        if hasattr(cfg, "max_transfer_count_on_message_in_memory"):
+            cfg.max_transfer_count_on_message_in_memory = self.max_transfer_count_on_message_in_memory
+        fields = _store_fields()
         hints = typing.get_type_hints(MessageStoreConfig)
         for key, raw in self.store_overrides.items():
             f = fields[_norm(key)]
@@ -200,7 +202,7 @@ class BrokerConfig:
         """
         applied: dict[str, Any] = {}
         own = _own_fields()
-        store_fields = {_norm(f.name) for f in dataclasses.fields(MessageStoreConfig)}
+        store_fields = _store_fields()
         hints = _hints()
         for key, raw in values.items():
             norm = _norm(key)
@@ -270,8 +272,17 @@ _STORE_MS_KEYS = {
 }
 
 
+#: Java names of store settings that differ from ours (beyond case and underscores).
+_STORE_ALIASES = {"filereservedtime": "filereservedtimehours"}
+
+
 def _norm(key: str) -> str:
-    return key.replace("_", "").replace("-", "").lower()
+    norm = key.replace("_", "").replace("-", "").lower()
+    return _STORE_ALIASES.get(norm, norm)
+
+
+def _store_fields() -> dict[str, dataclasses.Field[Any]]:
+    return {_norm(f.name): f for f in dataclasses.fields(MessageStoreConfig)}
 
 
 def _java_name(name: str) -> str:
