@@ -193,3 +193,21 @@ async def test_long_poll_returns_when_a_message_arrives(cluster: ClusterState) -
         assert waited < 2.0
         for task in polls:
             task.cancel()
+
+
+async def test_send_oneway_and_concurrent_sends(cluster: ClusterState) -> None:
+    topic = await _topic(cluster.namesrv, queues=2)
+    async with Producer(unique("PID"), cluster.namesrv) as producer:
+        for i in range(5):
+            await producer.send_oneway(build_message(topic, f"oneway-{i}"))
+        results = await asyncio.gather(*(producer.send(build_message(topic, f"async-{i}")) for i in range(100)))
+    assert all(r.ok for r in results) and len({r.msg_id for r in results}) == 100
+    async with PullConsumer(unique("CID"), cluster.namesrv) as consumer:
+        deadline = time.monotonic() + 10
+        while True:
+            bodies = {m.body for m in await _pull_all(consumer, topic)}
+            if len(bodies) == 105 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    assert {f"oneway-{i}".encode() for i in range(5)} <= bodies
+    assert len(bodies) == 105

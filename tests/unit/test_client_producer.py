@@ -20,6 +20,7 @@ class FakeBroker:
     name: str
     server: RemotingServer = field(default_factory=lambda: RemotingServer(host="127.0.0.1"))
     requests: list[RemotingCommand] = field(default_factory=list)
+    client_requests: list[RemotingCommand] = field(default_factory=list)
     answer: int = ResponseCode.SUCCESS
     offset: int = 0
 
@@ -30,9 +31,13 @@ class FakeBroker:
     async def start(self) -> None:
         for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             self.server.register(code, self._send)
-        self.server.register(RequestCode.HEART_BEAT, lambda r, c: r.response())
-        self.server.register(RequestCode.UNREGISTER_CLIENT, lambda r, c: r.response())
+        self.server.register(RequestCode.HEART_BEAT, self._record)
+        self.server.register(RequestCode.UNREGISTER_CLIENT, self._record)
         await self.server.start()
+
+    def _record(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        self.client_requests.append(request)
+        return request.response()
 
     def _send(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         self.requests.append(request)
@@ -263,3 +268,25 @@ async def test_send_before_start_raises() -> None:
     producer = Producer("PID", "127.0.0.1:1")
     with pytest.raises(NotStartedError):
         await producer.send(build_message("T", b"m"))
+
+
+async def test_heartbeat_on_first_route_and_unregister_on_shutdown(
+        cluster: tuple[FakeNameServer, FakeBroker, FakeBroker]) -> None:
+    import asyncio
+
+    ns, a, b = cluster
+    async with Producer("PID_HB", ns.addr) as producer:
+        await producer.send(build_message("T", b"m"))
+        for _ in range(50):
+            if a.client_requests and b.client_requests:
+                break
+            await asyncio.sleep(0.02)
+        client_id = producer.client.client_id
+    for broker in (a, b):
+        codes = [r.code for r in broker.client_requests]
+        assert codes == [RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT], codes
+        beat = orjson.loads(broker.client_requests[0].body)
+        assert beat["clientID"] == client_id
+        assert {"groupName": "PID_HB"} in beat["producerDataSet"] and beat["consumerDataSet"] == []
+        unreg = broker.client_requests[1].ext_fields
+        assert unreg["clientID"] == client_id and unreg["producerGroup"] == "PID_HB"

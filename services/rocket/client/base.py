@@ -138,6 +138,8 @@ class MQClient:
         self.heartbeat_slaves = False
         self._tasks: list[asyncio.Task[None]] = []
         self._heartbeat_sent: set[str] = set()
+        self._heartbeat_pending = False
+        self._greeting: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------
@@ -152,6 +154,8 @@ class MQClient:
     async def close(self) -> None:
         """Stop the loops and close every connection."""
         self._closed = True
+        for task in self._greeting:
+            task.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -237,6 +241,13 @@ class MQClient:
         self.routes[topic] = route
         for bd in route.broker_datas:
             self.brokers[bd.broker_name] = bd
+        if self._tasks and not self._closed and not self._heartbeat_pending and (
+                self._heartbeat_targets() - self._heartbeat_sent):
+            # a broker we have not greeted yet: heartbeat now rather than in up to 30 s
+            self._heartbeat_pending = True
+            task = asyncio.create_task(self._greet())
+            self._greeting.add(task)
+            task.add_done_callback(self._greeting.discard)
         if old != route:
             for listener in self.route_listeners:
                 try:
@@ -262,6 +273,12 @@ class MQClient:
                 log.warning("%s: route refresh of %s failed: %s", self.client_id, topic, exc)
         if self._heartbeat_targets() - self._heartbeat_sent:
             await self.send_heartbeat()
+
+    async def _greet(self) -> None:
+        try:
+            await self.send_heartbeat()
+        finally:
+            self._heartbeat_pending = False
 
     # -- brokers -------------------------------------------------------------------------
 
