@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 from tests.observability.conftest import GROUP, TOPIC, Prometheus, Target
+from tests.observability.promql import substitute
+from tests.observability.test_dashboards import ALL_EXPRESSIONS
 
 
 def wait_result(prom: Prometheus, expr: str, timeout: float = 15.0) -> list[dict]:
@@ -48,3 +50,29 @@ def test_consumer_group_lag_is_visible(prometheus_scraping: Prometheus):
     assert result, f"no rocketmq_group_diff for {GROUP}"
     lag = float(result[0]["value"][1])
     assert 0 <= lag <= 60
+
+
+#: Dashboard queries allowed to be empty on a healthy embedded cluster, and why.
+EMPTY_WHEN_HEALTHY = {
+    "rocketcluster-broker / Error responses / A": "no request failed",
+    "rocketcluster-broker / Sends rejected (SYSTEM_BUSY) / A": "no overload",
+    "rocketcluster-broker / Replication lag per slave / A": "no slaves (replication not implemented yet)",
+    "rocketcluster-broker / Slaves in sync / A": "no slaves (replication not implemented yet)",
+    "rocketcluster-overview / Firing alerts / A": "nothing fires",
+}
+
+
+def test_cluster_dashboards_show_data(prometheus_scraping: Prometheus):
+    """Every query of the overview, broker and consumer-group dashboards returns series from the live
+    embedded cluster (the operator dashboard needs a reconciling operator: see tests/k8s)."""
+    wait_result(prometheus_scraping, "rate(rocketmq_broker_messages_in_total[1m])")
+    time.sleep(2)  # a couple more scrapes, so that rate() and deriv() have points
+    empty = []
+    for where, expr in ALL_EXPRESSIONS:
+        if where.startswith("rocketcluster-operator") or where in EMPTY_WHEN_HEALTHY:
+            continue
+        status, body = prometheus_scraping.query(substitute(expr))
+        assert status == 200, (where, body)
+        if not body["data"]["result"]:
+            empty.append(f"{where}: {expr}")
+    assert not empty, "dashboard queries with no data on a live cluster:\n" + "\n".join(empty)
