@@ -21,13 +21,26 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.observability.tools import need_prometheus
+from tests.observability.tools import need_helm, need_prometheus
 from tests.support import ROOT, free_port, rocket_command, running
 
+HERE = Path(__file__).resolve().parent
 CHART = ROOT / "charts" / "rocketcluster-operator"
 RULES = CHART / "rules" / "rocketcluster.rules.yaml"
 DASHBOARDS = CHART / "dashboards"
 LOCAL_CLUSTER_NAME = "DefaultCluster"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Install promtool/prometheus and helm (when missing) before these tests run, outside the
+    per-test timeout. A failure is not raised here: each test that needs the tool fails with it."""
+    if not any(Path(str(item.fspath)).is_relative_to(HERE) for item in items):
+        return
+    for need in (need_prometheus, need_helm):
+        try:
+            need()
+        except pytest.fail.Exception:
+            pass
 
 
 # ---- Prometheus -------------------------------------------------------------------------------------

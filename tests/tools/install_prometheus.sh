@@ -29,9 +29,10 @@ if ! have; then
         made_policy=1
     fi
     trap '[ "$made_policy" = 1 ] && rm -f "$policy"' EXIT
-    if ! apt-get install -y -q --no-install-recommends prometheus >&2; then
-        apt-get update -q >&2
-        apt-get install -y -q --no-install-recommends prometheus >&2
+    apt=(apt-get -o DPkg::Lock::Timeout=600)
+    if ! "${apt[@]}" install -y -q --no-install-recommends prometheus >&2; then
+        "${apt[@]}" update -q >&2
+        "${apt[@]}" install -y -q --no-install-recommends prometheus >&2
     fi
 fi
 
