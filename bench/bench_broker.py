@@ -48,7 +48,8 @@ from rocket.local import LocalCluster, find_free_base_port, percentile
 
 BODY_SIZE = 1024
 QUEUES = 8
-LOAD_PROCS = 2
+#: Load processes: 2, or 1 on a machine with 2 CPUs or fewer (the broker needs one to itself).
+LOAD_PROCS = 2 if (os.cpu_count() or 1) > 2 else 1
 SINGLE_CONCURRENCY = 64
 BATCH_SIZE = 32
 BATCH_CONCURRENCY_PER_PROC = 16
@@ -65,6 +66,7 @@ class LoadResult:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     profile: str = ""
+    cpu_seconds: float = 0.0
 
 
 def _body(n: int) -> bytes:
@@ -130,7 +132,9 @@ async def _send_load(namesrv: str, topic: str, concurrency: int, batch: int, dur
         measure_perf = time.perf_counter() + warmup
         if profiler is not None:
             profiler.enable()
+        cpu0 = time.process_time()
         await asyncio.gather(*(one(k) for k in range(concurrency)))
+        result.cpu_seconds = time.process_time() - cpu0
         if profiler is not None:
             profiler.disable()
         result.seconds = duration
@@ -232,6 +236,27 @@ async def _e2e_send(namesrv: str, topic: str, count: int, rate: float) -> LoadRe
 # -- orchestration -----------------------------------------------------------------------------
 
 
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _cpu_line(results: list[LoadResult], broker_cpu: float, wall: float, warmup: float) -> str:
+    """Where the CPU went: broker and client microseconds per message, broker core use.
+
+    ``broker_cpu`` is already scaled to the measured window; the workers' CPU
+    includes their warm-up, so it is scaled by the measured share of their run.
+    """
+    n = sum(r.messages for r in results) or 1
+    client = sum(r.cpu_seconds * r.seconds / (r.seconds + warmup) for r in results)
+    return (f"CPU per message: broker {broker_cpu / n * 1e6:.0f} us, client {client / n * 1e6:.0f} us; "
+            f"broker used {broker_cpu / wall * 100:.0f}% of a core")
+
+
 def _merge(results: list[LoadResult]) -> tuple[float, list[float], int]:
     """(msgs/s over all processes, sorted latencies, errors)."""
     rate = sum(r.messages / r.seconds for r in results if r.seconds)
@@ -252,6 +277,7 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
     cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, flush=flush)
     state = cluster.start(detach=False, timeout=60)
     ns = state.namesrv
+    broker_pid = next(p.pid for p in state.processes if p.kind == "broker")
     topic = f"bench-{flush.lower()}"
     figures: dict[str, Any] = {"flush": flush}
     try:
@@ -268,23 +294,31 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
 
         # 1. single sends, 64 in flight
         per_proc = SINGLE_CONCURRENCY // LOAD_PROCS
+        b0, w0 = _proc_cpu(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, per_proc, 1, duration, warmup, 0.0, profile and i == 0)
                    for i in range(LOAD_PROCS)]
         results = [f.result() for f in futures]
+        b1, w1 = _proc_cpu(broker_pid), time.perf_counter()
         rate, lat, errors = _merge(results)
         figures["single"] = (rate, lat, errors)
         print(f"[{flush}] single sends ({SINGLE_CONCURRENCY} in flight, {LOAD_PROCS} procs): {rate:,.0f} msgs/s, "
               f"latency p50/p99/p99.9 {_pcts(lat)} ms, errors {errors}", flush=True)
+        figures["single_cpu"] = _cpu_line(results, (b1 - b0) * duration / (w1 - w0), duration, warmup)
+        print(f"    {figures['single_cpu']}", flush=True)
         if results[0].profile:
             print(f"--- profile of one load process during single sends ({flush}) ---\n{results[0].profile}")
 
         # 2. batches of 32
+        b0, w0 = _proc_cpu(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, BATCH_CONCURRENCY_PER_PROC, BATCH_SIZE, duration, warmup,
                                0.0, False) for _ in range(LOAD_PROCS)]
-        rate_b, lat_b, errors_b = _merge([f.result() for f in futures])
+        results_b = [f.result() for f in futures]
+        b1, w1 = _proc_cpu(broker_pid), time.perf_counter()
+        rate_b, lat_b, errors_b = _merge(results_b)
         figures["batch"] = (rate_b, lat_b, errors_b)
         print(f"[{flush}] batched sends ({BATCH_SIZE}/batch, {BATCH_CONCURRENCY_PER_PROC * LOAD_PROCS} in flight): "
               f"{rate_b:,.0f} msgs/s, batch latency p50/p99/p99.9 {_pcts(lat_b)} ms, errors {errors_b}", flush=True)
+        print(f"    {_cpu_line(results_b, (b1 - b0) * duration / (w1 - w0), duration, warmup)}", flush=True)
 
         # 3. consume everything stored so far
         futures = [pool.submit(_pull_worker, ns, topic, i, LOAD_PROCS) for i in range(LOAD_PROCS)]
@@ -327,8 +361,9 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
 def run(short: bool) -> None:
     """Run both flush modes and print the figures beside the targets."""
     ctx = multiprocessing.get_context("spawn")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"1 NameServer + 1 broker on loopback, {BODY_SIZE}-byte messages, {QUEUES} queues, "
-          f"{LOAD_PROCS} load processes, {os.cpu_count()} CPUs", flush=True)
+          f"{LOAD_PROCS} load process(es), {os.cpu_count()} CPUs, load average {load:.1f} at start", flush=True)
     all_figures = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=LOAD_PROCS + 1, mp_context=ctx) as pool:
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
