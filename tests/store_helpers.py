@@ -46,6 +46,16 @@ def make_request(topic: str = "TopicA", queue_id: int = 0, body: bytes = b"hello
                              tags_code=tags_hash_code(tags), keys=keys, uniq_key=uniq, **fields)
 
 
+def patch_file(path: Path, offset: int, data: bytes) -> bytes:
+    """Overwrite ``len(data)`` bytes of ``path`` at ``offset`` (simulated damage); returns the old bytes."""
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        old = fh.read(len(data))
+        fh.seek(offset)
+        fh.write(data)
+    return old
+
+
 def body_hash(body: bytes) -> str:
     """Short content hash used by crash tests."""
     return hashlib.sha1(body).hexdigest()[:16]

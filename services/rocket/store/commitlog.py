@@ -250,7 +250,7 @@ class CommitLog:
         self._chunks: list[_Chunk] = []
         self._cur: _Chunk | None = None
         self._job_running = False
-        self._flush_running = False
+        self._flush_lock: asyncio.Lock | None = None
         self._unsynced: list[Segment] = []  # writer thread only
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-writer")
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-flusher")
@@ -273,7 +273,8 @@ class CommitLog:
     @property
     def busy(self) -> bool:
         """A job or flush is in flight, or puts wait."""
-        return self._job_running or self._flush_running or bool(self._ops) or bool(self._chunks)
+        flushing = self._flush_lock is not None and self._flush_lock.locked()
+        return self._job_running or flushing or bool(self._ops) or bool(self._chunks)
 
     def segment_at(self, offset: int) -> Segment | None:
         """The file holding ``offset``, if any."""
@@ -444,6 +445,7 @@ class CommitLog:
         self._loop = loop
         self._idle = asyncio.Event()
         self._idle.set()
+        self._flush_lock = asyncio.Lock()
 
     def _chunk(self, seg: Segment) -> _Chunk:
         cur = self._cur
@@ -744,32 +746,31 @@ class CommitLog:
     async def flush(self) -> bool:
         """fdatasync everything committed so far (ASYNC_FLUSH's flusher; also used at shutdown).
 
-        Returns False when nothing needed flushing or a flush is already running.
+        Waits for a flush already running, then flushes what it did not cover.
+        Returns False when nothing needed flushing or the fdatasync failed.
         """
-        if self._flush_running or self.committed <= self.flushed:
-            return False
-        assert self._loop is not None
-        target = self.committed
-        ts = self.committed_store_timestamp
-        segs = [s for s in self.segments if s.created and s.end > self.flushed and s.start < target]
-        self._flush_running = True
-        t0 = time.perf_counter()
-        try:
-            await self._loop.run_in_executor(self._flusher, _fdatasync_all, [s.fd for s in segs])
-        except OSError as exc:
-            self._log_error(f"CommitLog fdatasync failed: {exc}")
-            return False
-        finally:
-            self._flush_running = False
-        dt = time.perf_counter() - t0
-        st = self.stats
-        st.fdatasyncs += 1
-        st.last_flush_seconds = dt
-        st.max_flush_seconds = max(st.max_flush_seconds, dt)
-        if target > self.flushed:
-            self.flushed = target
-            self.flushed_store_timestamp = ts
-        return True
+        assert self._loop is not None and self._flush_lock is not None
+        async with self._flush_lock:
+            if self.committed <= self.flushed:
+                return False
+            target = self.committed
+            ts = self.committed_store_timestamp
+            segs = [s for s in self.segments if s.created and s.end > self.flushed and s.start < target]
+            t0 = time.perf_counter()
+            try:
+                await self._loop.run_in_executor(self._flusher, _fdatasync_all, [s.fd for s in segs])
+            except OSError as exc:
+                self._log_error(f"CommitLog fdatasync failed: {exc}")
+                return False
+            dt = time.perf_counter() - t0
+            st = self.stats
+            st.fdatasyncs += 1
+            st.last_flush_seconds = dt
+            st.max_flush_seconds = max(st.max_flush_seconds, dt)
+            if target > self.flushed:
+                self.flushed = target
+                self.flushed_store_timestamp = ts
+            return True
 
     # -- reads (loop) --------------------------------------------------------------------------
 

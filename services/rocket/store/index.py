@@ -233,6 +233,9 @@ class IndexService:
         #: Files written since their last flush.
         self.dirty: set[IndexFile] = set()
         self._header_dirty: set[IndexFile] = set()
+        self._spare: IndexFile | None = None
+        #: Entry count at which the next file is created in advance.
+        self._spare_at = self.index_num - max(self.index_num // 4, 1)
         #: Physical offset of the newest message indexed (or waiting for a file); -1 when none.
         self.indexed_phys = -1
 
@@ -298,17 +301,27 @@ class IndexService:
         ms = self.clock_ms()
         while True:
             path = self.dir / file_name_for(ms)
-            if not path.exists() and all(f.path != path for f in self.files):
+            if not path.exists() and all(f.path != path for f in self.files) and not (
+                self._spare is not None and self._spare.path == path
+            ):
                 return path
             ms += 1
 
     def _writable(self) -> IndexFile | None:
         if self.files and not self.files[-1].is_full:
             return self.files[-1]
-        if self._creating:
-            return None
         prev_phy = self.files[-1].end_phy_offset if self.files else 0
         prev_ts = self.files[-1].end_timestamp if self.files else 0
+        spare = self._spare
+        if spare is not None:
+            self._spare = None
+            spare.begin_phy_offset = spare.end_phy_offset = prev_phy
+            spare.begin_timestamp = spare.end_timestamp = prev_ts
+            self.files.append(spare)
+            self._header_dirty.add(spare)
+            return spare
+        if self._creating:
+            return None
         path = self.new_path()
         if self._async_create is not None:
             self._creating = True
@@ -317,6 +330,12 @@ class IndexService:
         f = IndexFile.create(path, self.slot_num, self.index_num, prev_phy, prev_ts)
         self.files.append(f)
         return f
+
+    def _prepare_spare(self) -> None:
+        """Ask for the next file before the current one is full, so entries rarely wait."""
+        if self._spare is None and not self._creating and self._async_create is not None:
+            self._creating = True
+            self._async_create(self.new_path(), 0, 0)
 
     def ensure_writable_file(self) -> None:
         """Create a file now (blocking) unless the newest one has room (start-up)."""
@@ -341,15 +360,16 @@ class IndexService:
     def retry_pending(self) -> None:
         """Ask again for a file when entries wait and no creation is under way."""
         if self._pending and not self._creating:
-            if self._writable() is not None:
-                self.file_created(None)
+            self.file_created(None)
 
     def file_created(self, f: IndexFile | None) -> None:
         """Loop: a file requested from the thread exists (None: creation failed, retry later)."""
         self._creating = False
         if f is not None:
-            self.files.append(f)
-        elif not self.files or self.files[-1].is_full:
+            self._spare = f
+        if not self._pending:
+            return
+        if self._writable() is None:
             return
         pending, self._pending = self._pending, []
         for p in pending:
@@ -361,6 +381,8 @@ class IndexService:
             if f is not None and f.put_key(key_hash, phys, store_timestamp):
                 self.dirty.add(f)
                 self._header_dirty.add(f)
+                if f.index_count == self._spare_at:
+                    self._prepare_spare()
                 return
         if self._pending:
             self._pending.append(_Pending(key_hash, phys, store_timestamp))
@@ -403,6 +425,11 @@ class IndexService:
         if max_num <= 0:
             return out
         h = index_key_hash(topic, key)
+        for p in reversed(self._pending):  # entries waiting for a new file are the newest
+            if p.key_hash == h and begin <= p.store_timestamp <= end:
+                out.append(p.phys)
+                if len(out) >= max_num:
+                    return out
         for f in reversed(self.files):
             if f.is_time_matched(begin, end):
                 f.select(h, max_num, begin, end, out)
@@ -431,8 +458,13 @@ class IndexService:
                 self._header_dirty.discard(f)
 
     def close(self) -> None:
-        """Write headers and close every file."""
+        """Write headers and close every file (an unused spare file is removed)."""
         self.write_headers()
         for f in self.files:
             f.close()
         self.files = []
+        if self._spare is not None:
+            self._spare.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._spare.path)
+            self._spare = None

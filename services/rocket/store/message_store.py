@@ -60,7 +60,7 @@ from rocket.store.checkpoint import Checkpoint, StoreCheckpoint
 from rocket.store.commitlog import CommitLog, CommitLogStats, DispatchBatch, Segment
 from rocket.store.config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from rocket.store.consumequeue import CQ_UNIT, ENTRY, ConsumeQueue, CQFile
-from rocket.store.index import IndexFile, IndexService
+from rocket.store.index import MAX_MSGS_NUM_BATCH, IndexFile, IndexService
 from rocket.store.record import (
     BLANK,
     CORRUPT,
@@ -329,10 +329,11 @@ class DefaultMessageStore:
                 scan_from = dispatch_from
             else:
                 scan_from = dispatch_from = self._segment_by_checkpoint_time(ck).start
-            if not abnormal:  # a clean stop still gets its last file validated
-                scan_from = min(scan_from, segs[-1].start)
             dispatch_from = min(max(dispatch_from, lo), hi)
-            scan_from = min(max(scan_from, lo), dispatch_from)
+            # Validate whole files, as RocketMQ does: from the start of the file holding the
+            # checkpoint (crash), or the last file (clean stop).
+            scan_from = min(max(scan_from, lo), dispatch_from, segs[-1].start)
+            scan_from -= (scan_from - lo) % cl.segment_size
         else:
             scan_from = dispatch_from = cl.append_offset
         # Entries at or past the re-dispatch point are rebuilt from the CommitLog.
@@ -767,10 +768,16 @@ class DefaultMessageStore:
         """Stored records of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``,
         stored within ``[begin_ms, end_ms]``, newest first, at most ``min(max_num, 64)``.
 
-        Index hits whose record does not carry the key (hash collisions) are dropped.
+        Index hits whose record does not carry the key (hash collisions) are dropped before
+        ``max_num`` is applied.
         """
-        out = []
-        for phys in self.index_service.query(topic, key, max_num, begin_ms, end_ms):
+        out: list[bytes] = []
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        if max_num <= 0:
+            return out
+        for phys in self.index_service.query(topic, key, MAX_MSGS_NUM_BATCH, begin_ms, end_ms):
+            if len(out) >= max_num:
+                break
             rec = self.read_record(phys)
             if rec is None:
                 continue
@@ -953,6 +960,11 @@ class DefaultMessageStore:
             except OSError as exc:
                 log.error("cannot write the checkpoint %s: %s", self.checkpoint.path, exc)
             self.stats.cq_flush_seconds = time.perf_counter() - t0
+
+    async def flush(self) -> None:
+        """fdatasync the CommitLog, ConsumeQueues and index now and write the checkpoint."""
+        await self.commit_log.flush()
+        await self.flush_logics()
 
     async def _logics_service(self) -> None:
         """Commit ConsumeQueue tails often; flush them, the index and the checkpoint every
