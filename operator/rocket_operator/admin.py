@@ -51,6 +51,8 @@ SYSTEM_GROUPS = frozenset({
     "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL",
     "CID_RMQ_SYS_TRANS",
 })
+#: Prefix of the broker's own system topics (any name starting with it).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 
@@ -266,7 +268,8 @@ class RemotingClusterAdmin(ClusterAdmin):
         groups = await self.subscription_groups(source)
         copied_topics = 0
         for name, tc in sorted(topics.items()):
-            if name in SYSTEM_TOPICS or name in exclude_topics or name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            if (name in SYSTEM_TOPICS or name in exclude_topics
+                    or name.startswith((RETRY_PREFIX, DLQ_PREFIX, SYSTEM_TOPIC_PREFIX))):
                 continue
             await self._create_topic(target, tc)
             copied_topics += 1
@@ -339,7 +342,7 @@ class RemotingClusterAdmin(ClusterAdmin):
                 progress.lag[str(key)] = lag
         for topic, tc in sorted(topics.items()):
             if (topic in consumed_topics or topic in SYSTEM_TOPICS or topic in exclude_topics
-                    or topic.startswith(DLQ_PREFIX)):
+                    or topic.startswith((DLQ_PREFIX, SYSTEM_TOPIC_PREFIX))):
                 continue
             pending = 0
             for queue in range(tc.readQueueNums):
