@@ -311,3 +311,39 @@ async def test_committed_offsets_survive_a_cluster_restart(tmp_path: Path) -> No
         assert sorted(second.bodies) == sorted(f"b{i}".encode() for i in range(10))
     finally:
         await asyncio.to_thread(cluster.stop)
+
+
+async def test_messages_failing_too_often_go_to_the_dead_letter_queue(cluster: ClusterState) -> None:
+    from rocket.client import PullConsumer, PullStatus
+
+    topic = await _topic(cluster.namesrv, queues=1)
+    group = unique("CID")
+    deliveries: list[int] = []
+
+    async def always_fails(msgs: list[MessageExt]) -> ConsumeStatus:
+        deliveries.extend(m.reconsume_times for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER
+
+    consumer = PushConsumer(group, cluster.namesrv, always_fails, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            max_reconsume_times=1, retry_delay_level=1, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        await _send(cluster.namesrv, topic, ["doomed"])
+
+        async def in_dlq() -> bool:
+            async with PullConsumer(unique("CID"), cluster.namesrv) as puller:
+                try:
+                    mqs = await puller.queues(f"%DLQ%{group}")
+                except Exception:
+                    return False
+                for mq in mqs:
+                    result = await puller.pull(mq, 0, 32)
+                    if result.status is PullStatus.FOUND and result.messages[0].body == b"doomed":
+                        return True
+            return False
+
+        await eventually(in_dlq, 30, interval=0.5, what="the message in %DLQ%<group>")
+        assert deliveries[:2] == [0, 1]
+    finally:
+        await consumer.shutdown()
