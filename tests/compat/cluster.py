@@ -7,8 +7,10 @@ together (SIGTERM, then SIGKILL after 10 s).
 
 Brokers get a properties file (``--config``) with the settings the command
 line has no flag for: the VIP and HA listener ports (which otherwise default to
-listenPort-2 and +1) and short ``messageDelayLevel`` values, so that a message
-sent back for retry comes back within about a second instead of level 3's 10 s.
+listenPort-2 and +1), short ``messageDelayLevel`` values (a message sent back
+for retry is due after about a second instead of level 3's 10 s), and 64 MiB
+CommitLog files instead of 1 GiB ones. Store directories are deleted after a
+test that passed.
 
 For comparing behaviour only, ``ROCKET_COMPAT_JAVA_LIB=<folder of the Apache
 RocketMQ 4.9.x namesrv/broker jars and their dependencies>`` runs the same
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,6 +38,8 @@ from tests.support import free_port, rocket_command, wait_port
 CLUSTER_NAME = "DefaultCluster"
 #: Level 1.. : levels 1-5 are one second, so sends-back (level 3 + reconsumeTimes) return quickly.
 SHORT_DELAY_LEVELS = "1s 1s 1s 1s 1s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s"
+#: CommitLog file size of the test brokers (the largest test body is 120 KB).
+COMMITLOG_FILE_SIZE = 64 * 1024 * 1024
 JAVA_LIB = os.environ.get("ROCKET_COMPAT_JAVA_LIB", "")
 
 
@@ -44,21 +49,51 @@ def flavor() -> str:
 
 
 def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
+    for host in ("0.0.0.0", "127.0.0.1"):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return False
     return True
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_handed_out: set[int] = set()
+
+
+def pick_port(span: int = 1) -> int:
+    """A port P with P .. P+span-1 free, below the kernel's ephemeral range.
+
+    Ports from ``bind(0)`` can be taken again by any outgoing connection
+    (ours, the real client's, other tests') before the server binds them;
+    ports below the ephemeral range are only taken by someone binding them on
+    purpose. Never hands out the same port twice in one process.
+    """
+    low, _ = _ephemeral_range()
+    top = low if low > 12000 else 60000
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(10000, top - span)
+        block = range(port, port + span)
+        if any(p in _handed_out for p in block) or not all(_port_free(p) for p in block):
+            continue
+        _handed_out.update(block)
+        return port
+    return free_port()
 
 
 def broker_ports() -> tuple[int, int, int]:
     """(listen, fast = listen - 2, ha = listen + 1), all free now (Java derives the last two)."""
-    for _ in range(200):
-        port = free_port()
-        if port > 1030 and _port_free(port - 2) and _port_free(port + 1):
-            return port, port - 2, port + 1
-    raise RuntimeError("no free block of broker ports on 127.0.0.1")
+    base = pick_port(4)
+    return base + 2, base, base + 3
 
 
 @dataclass
@@ -187,6 +222,9 @@ def _write_broker_config(path: Path, *, name: str, ports: tuple[int, int, int], 
         "storePathRootDir": str(store),
         "storePathCommitLog": str(store / "commitlog"),
         "messageDelayLevel": SHORT_DELAY_LEVELS,
+        # Small files: the defaults (1 GiB CommitLog files) would fill the disk with a dozen clusters.
+        "mappedFileSizeCommitLog": str(COMMITLOG_FILE_SIZE),
+        "mappedFileSizeConsumeQueue": str(30_000 * 20),
         "autoCreateTopicEnable": "true",
         **({"httpPort": str(http_port)} if http_port else {}),
         **extra,
@@ -207,7 +245,7 @@ def _java_argv(main: str, config: Path) -> list[str]:
 
 
 def _namesrv_proc(root: Path, index: int) -> Proc:
-    port, http_port = free_port(), free_port()
+    port, http_port = pick_port(), pick_port()
     name = f"namesrv-{index}"
     log = root / "logs" / f"{name}.log"
     if flavor() == "java":
@@ -222,7 +260,7 @@ def _namesrv_proc(root: Path, index: int) -> Proc:
 
 def _broker_proc(root: Path, name: str, namesrv: str, extra: dict[str, str], flush: str | None) -> Proc:
     ports = broker_ports()
-    http_port = free_port() if flavor() == "rocket" else 0
+    http_port = pick_port() if flavor() == "rocket" else 0
     store = root / "store" / name
     store.mkdir(parents=True, exist_ok=True)
     cfg = root / f"{name}.properties"
@@ -268,6 +306,53 @@ def _registered(namesrv: str, names: Sequence[str]) -> bool:
     return all(name in table and "0" in {str(k) for k in table[name].get("brokerAddrs", {})} for name in names)
 
 
+class _PortClash(RuntimeError):
+    """A server could not bind its port: someone took it after we picked it."""
+
+
+def _stop(procs: Sequence[Proc]) -> None:
+    for proc in reversed(procs):
+        proc.terminate()
+    for proc in reversed(procs):
+        proc.reap()
+
+
+def _check_started(cluster: Cluster) -> None:
+    for proc in [*cluster.namesrvs, *cluster.brokers.values()]:
+        if not proc.alive() and "already in use" in proc.log_tail():
+            raise _PortClash(proc.log_tail())
+    cluster.check_alive()
+
+
+def _launch(root: Path, namesrvs: int, brokers: Sequence[str], broker_config: dict[str, str],
+            flush: str | None, timeout: float, started: list[Proc]) -> Cluster:
+    ns_procs = [_namesrv_proc(root, i) for i in range(namesrvs)]
+    cluster = Cluster(root, ns_procs, {})
+    for proc in ns_procs:
+        proc.start()
+        started.append(proc)
+    for proc in ns_procs:
+        try:
+            wait_port(proc.port, timeout=timeout, proc=None)
+        except TimeoutError:
+            _check_started(cluster)
+            raise AssertionError(f"NameServer did not listen:\n{proc.log_tail()}") from None
+    for name in brokers:
+        proc = _broker_proc(root, name, cluster.namesrv, broker_config, flush)
+        cluster.brokers[name] = proc
+        proc.start()
+        started.append(proc)
+    deadline = time.monotonic() + timeout
+    while True:
+        _check_started(cluster)
+        ready = all(_http_ready(p.http_port) for p in cluster.brokers.values() if p.http_port)
+        if ready and all(_registered(ns.addr, list(brokers)) for ns in ns_procs):
+            return cluster
+        if time.monotonic() > deadline:
+            raise AssertionError(f"cluster not ready after {timeout} s\n{cluster.logs()}")
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def start_cluster(root: Path, *, namesrvs: int = 1, brokers: Sequence[str] = ("broker-a", "broker-b"),
                   broker_config: dict[str, str] | None = None, flush: str | None = "ASYNC_FLUSH",
@@ -275,42 +360,26 @@ def start_cluster(root: Path, *, namesrvs: int = 1, brokers: Sequence[str] = ("b
     """Run ``namesrvs`` NameServers and one master per name in ``brokers`` until the block ends.
 
     Waits until every NameServer lists every broker (GET_BROKER_CLUSTER_INFO)
-    and, for our brokers, until ``/readyz`` answers 200.
+    and, for our brokers, until ``/readyz`` answers 200. A start that fails
+    because a port was taken meanwhile is retried (twice) on new ports.
     """
     root.mkdir(parents=True, exist_ok=True)
     if flavor() == "java":
         _prepare_java_home(root)
-    ns_procs = [_namesrv_proc(root, i) for i in range(namesrvs)]
-    cluster = Cluster(root, ns_procs, {})
     started: list[Proc] = []
     try:
-        for proc in ns_procs:
-            proc.start()
-            started.append(proc)
-        for proc in ns_procs:
+        for attempt in range(3):
             try:
-                wait_port(proc.port, timeout=timeout, proc=None)
-            except TimeoutError:
-                raise AssertionError(f"NameServer did not listen:\n{proc.log_tail()}") from None
-            cluster.check_alive()
-        for name in brokers:
-            proc = _broker_proc(root, name, cluster.namesrv, broker_config or {}, flush)
-            cluster.brokers[name] = proc
-            proc.start()
-            started.append(proc)
-        deadline = time.monotonic() + timeout
-        while True:
-            cluster.check_alive()
-            ready = all(_http_ready(p.http_port) for p in cluster.brokers.values() if p.http_port)
-            if ready and all(_registered(ns.addr, list(brokers)) for ns in ns_procs):
+                cluster = _launch(root, namesrvs, brokers, broker_config or {}, flush, timeout, started)
                 break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"cluster not ready after {timeout} s\n{cluster.logs()}")
-            time.sleep(0.1)
+            except _PortClash:
+                if attempt == 2:
+                    raise
+                _stop(started)
+                started.clear()
+                for store in (root / "store").glob("*"):
+                    shutil.rmtree(store, ignore_errors=True)
         cluster.client_namesrv = cluster.namesrv
         yield cluster
     finally:
-        for proc in reversed(started):
-            proc.terminate()
-        for proc in reversed(started):
-            proc.reap()
+        _stop(started)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,14 +73,18 @@ def cluster_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
 
     with stack:
         yield make
-        failed = getattr(request.node, "rep_call", None)
-        if failed is not None and failed.failed:
+        report = getattr(request.node, "rep_call", None)
+        failed = report is None or report.failed
+        if failed:
             for cluster in clusters:
                 print(f"\n===== server logs of {cluster.root} =====\n{cluster.logs()}")
             if taps:
                 print(f"\n===== wiretap: {tmp_path / 'wiretap.jsonl'} =====")
     for tap in taps:
         tap.close()
+    if not failed:
+        for cluster in clusters:
+            shutil.rmtree(cluster.root / "store", ignore_errors=True)
 
 
 @pytest.fixture

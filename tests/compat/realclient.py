@@ -84,9 +84,8 @@ def ensure_venv(venv: Path = VENV, base_python: str | None = None) -> Path:
     stamp = venv / _STAMP_NAME
     if stamp.exists() and python.exists() and stamp.read_text().strip() == PACKAGE:
         return python
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = venv.parent / f".{venv.name}.lock"
-    with open(lock_path, "w") as lock:
+    venv.mkdir(parents=True, exist_ok=True)  # `python -m venv` accepts an existing folder
+    with open(venv / ".install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and python.exists() and stamp.read_text().strip() == PACKAGE:
             return python

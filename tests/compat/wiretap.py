@@ -3,7 +3,9 @@
 When a compat test misbehaves, run it with ``ROCKET_COMPAT_WIRETAP=1``: the
 real client is then pointed at a proxy in front of each NameServer, and every
 GET_ROUTEINFO_BY_TOPIC (105) answer is rewritten so that each broker address
-in it is replaced by a proxy in front of that broker. Every frame in both
+in it is replaced by a proxy in front of that broker. The store host of every
+pulled record is rewritten the same way, because clients send a failed
+message back (36) to the broker named there. Every frame in both
 directions is written to ``<tmp>/wiretap.jsonl`` (one JSON object a line:
 time, connection, direction, decoded header, body size and a body preview),
 and the test's failure message points there.
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 _ROUTE_CODE = 105
+_PULL_CODE = 11
 
 
 def _decode_header(payload: bytes) -> tuple[dict[str, Any], bytes, int]:
@@ -187,8 +190,44 @@ class Wiretap:
                     if new_body != body:
                         entry["rewritten_body"] = _preview(new_body)
                         out = _encode(header, new_body)
+        if role == "broker" and kind == 0:
+            opaque = header.get("opaque")
+            if not is_response and header.get("code") == _PULL_CODE:
+                pending_routes.add(opaque)  # type: ignore[arg-type]
+            elif is_response and opaque in pending_routes:
+                pending_routes.discard(opaque)  # type: ignore[arg-type]
+                if header.get("code") == 0 and body:
+                    new_body = self._rewrite_store_hosts(body)
+                    if new_body != body:
+                        entry["rewritten"] = "store hosts"
+                        out = _encode(header, new_body)
         self._record(**entry)
         return out
+
+    def _rewrite_store_hosts(self, body: bytes) -> bytes:
+        """Point each pulled record's store host at its broker proxy.
+
+        Clients send CONSUMER_SEND_MSG_BACK (36) to the address in the record's
+        STOREHOST field, not to a routed address; without this the send-back
+        would bypass the proxy. Only the header's store host changes (the body
+        CRC covers the body alone).
+        """
+        out = bytearray(body)
+        pos = 0
+        while pos + 84 <= len(out):
+            (size,) = struct.unpack_from(">i", out, pos)
+            if size <= 0 or pos + size > len(out):
+                break
+            (sys_flag,) = struct.unpack_from(">i", out, pos + 36)
+            if not sys_flag & 0x20:  # IPv4 store host
+                host_at = pos + (76 if sys_flag & 0x10 else 64)
+                ip = ".".join(str(b) for b in out[host_at : host_at + 4])
+                (port,) = struct.unpack_from(">i", out, host_at + 4)
+                proxy_port = int(self.broker(f"{ip}:{port}").rsplit(":", 1)[1])
+                out[host_at : host_at + 4] = bytes([127, 0, 0, 1])
+                struct.pack_into(">i", out, host_at + 4, proxy_port)
+            pos += size
+        return bytes(out)
 
     _ADDR = re.compile(rb'"(\d{1,3}(?:\.\d{1,3}){3}:\d+)"')
 
