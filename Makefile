@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,lint,operator]'
+	$(PY) -m pip install --quiet -e '.[test,lint,operator,analytics]'
 	@touch $(STAMP)
 
 run: setup
