@@ -165,8 +165,14 @@ def validate_topic(topic: str) -> None:
         raise ValueError(f"topic {topic!r} is the auto-create template and cannot take messages")
 
 
+_VALID_TOPICS: set[str] = set()
+
+
 def _validate_message(msg: Message) -> None:
-    validate_topic(msg.topic)
+    if msg.topic not in _VALID_TOPICS:
+        validate_topic(msg.topic)
+        if len(_VALID_TOPICS) < 10_000:
+            _VALID_TOPICS.add(msg.topic)
     if not msg.body:
         raise ValueError("message body is empty")
     if len(msg.body) > MAX_MESSAGE_SIZE:
