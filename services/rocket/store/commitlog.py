@@ -808,6 +808,62 @@ class CommitLog:
         rel = offset - seg.start
         return seg.view()[rel : rel + n]
 
+    # -- truncation (HA: a returning master cuts its divergent tail) ------------------------------
+
+    def truncate_positions(self, offset: int) -> tuple[list[tuple[Segment, int, int]], list[Segment]]:
+        """Loop part of cutting the log at ``offset``: positions move back, files wholly past it leave.
+
+        The writer must be idle (no pending put, no flush running). Returns
+        ``(ranges, doomed)``: ``(segment, start, end)`` byte ranges of the log
+        to zero and files taken out of the log (mappings closed), both for
+        :meth:`truncate_files` in a thread. An ``offset`` at or below the
+        oldest file's start empties the log completely (it then accepts
+        replicated data at the start of any file again).
+        """
+        assert not self.busy, "truncate with puts or a flush in flight"
+        old_end = self.append_offset
+        wipe = not self.segments or offset <= self.segments[0].start
+        ranges: list[tuple[Segment, int, int]] = []
+        keep: list[Segment] = []
+        doomed: list[Segment] = []
+        for seg in self.segments:
+            if wipe or seg.start >= offset:
+                seg.close_view()
+                doomed.append(seg)
+                continue
+            keep.append(seg)
+            if seg.start < offset < seg.end and seg.created:
+                end = min(max(old_end, offset), seg.end)
+                if end > offset:
+                    ranges.append((seg, offset, end))
+        self.segments = keep
+        new_end = 0 if wipe else offset
+        self.append_offset = self.committed = new_end
+        self.flushed = min(self.flushed, new_end)
+        batches = self.dispatch_batches
+        while batches and batches[-1].end > new_end:
+            batches.pop()
+        self._cur = None
+        return ranges, doomed
+
+    def truncate_files(self, ranges: list[tuple[Segment, int, int]], doomed: list[Segment]) -> None:
+        """Thread part of a truncation: zero ``ranges`` (fdatasync'd) and delete ``doomed``.
+        Raises ``OSError``."""
+        zeros = bytes(1024 * 1024)
+        for seg, start, end in ranges:
+            pos = start
+            while pos < end:
+                n = min(len(zeros), end - pos)
+                files.pwrite_all(seg.fd, zeros[:n], pos - seg.start)
+                pos += n
+            os.fdatasync(seg.fd)
+        for seg in doomed:
+            seg.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(seg.path)
+        if doomed:
+            files.fsync_dir(self.dir)
+
     # -- retention (loop decides, a thread deletes) --------------------------------------------
 
     def deletable_segments(self) -> list[Segment]:

@@ -138,6 +138,8 @@ class DefaultMessageStore:
         self.reput_from_offset = 0
         self._dispatched_store_ts = 0
         self._listeners: list[DispatchListener] = []
+        self._commit_listeners: list[Callable[[int], None]] = []
+        self._truncating = False
         self._io = ThreadPoolExecutor(1, thread_name_prefix="rocket-store-io")
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -192,6 +194,22 @@ class DefaultMessageStore:
         """
         self._listeners.append(cb)
 
+    def add_commit_listener(self, cb: Callable[[int], None]) -> None:
+        """Call ``cb(max_phy_offset)`` on the loop each time the CommitLog's confirmed end moved
+        (after the reput dispatched the new records): HA wakes its senders with it. Exceptions
+        are logged and ignored."""
+        self._commit_listeners.append(cb)
+
+    def _on_committed(self) -> None:
+        self._reput()
+        if self._commit_listeners:
+            end = self.commit_log.committed
+            for cb in self._commit_listeners:
+                try:
+                    cb(end)
+                except Exception:
+                    log.exception("commit listener %r failed", cb)
+
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The ConsumeQueue of ``(topic, queue_id)``, if it exists."""
         q = self.consume_queue_table.get(topic)
@@ -241,7 +259,7 @@ class DefaultMessageStore:
         self.stats.last_recovery_seconds = time.perf_counter() - t0
         self._loop = loop
         self.commit_log.attach(loop)
-        self.commit_log.on_committed = self._reput
+        self.commit_log.on_committed = self._on_committed
         self.index_service.set_async_creator(self._create_index_file)
         self._flush_wakeup = asyncio.Event()
         self._logics_lock = asyncio.Lock()
@@ -815,6 +833,85 @@ class DefaultMessageStore:
         res = await op.fut
         return res.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
+    def rebuild_queue_offset_table(self) -> None:
+        """Reset the next queue offset of every (topic, queueId) from its ConsumeQueue.
+
+        Replicated records reach the ConsumeQueues without passing through the
+        put path, so a slave that becomes master calls this before its first
+        put (and :meth:`truncate` calls it after cutting the log).
+        """
+        table = self.commit_log.topic_queue_table
+        table.clear()
+        for cq in self._all_cqs():
+            if cq.max_offset > 0 or cq.files or cq.tail:
+                table[(cq.topic, cq.queue_id)] = cq.max_offset
+
+    async def truncate(self, offset: int) -> int:
+        """Cut the log at ``offset`` (a record boundary): HA's divergent-tail repair.
+
+        A broker that comes back as the slave of a new master drops every byte
+        the new master does not have (``rocket.store.epoch``): CommitLog bytes
+        from ``offset`` on are zeroed (files wholly past it deleted),
+        ConsumeQueue entries and index entries of records past it removed,
+        queue offsets rewound, and the checkpoint moved back first, so a crash
+        half-way leaves at worst the old tail (which the next HA handshake cuts
+        again), never a gap. An ``offset`` at or below the oldest file's start
+        empties the store (CommitLog, ConsumeQueues, index). Waits for pending
+        writes and flushes first; only the HA client may append meanwhile (it
+        calls this between sessions). Returns the bytes removed. Raises
+        :class:`StoreError` when the store is not running and ``OSError`` when
+        a file cannot be written (the store is then unusable: restart it).
+        """
+        if not self._running or self._loop is None:
+            raise StoreError("message store is not running")
+        cl = self.commit_log
+        if offset >= cl.append_offset:
+            return 0
+        await cl.wait_idle()
+        assert self._logics_lock is not None
+        loop = self._loop
+        removed = cl.append_offset - max(offset, 0)
+        async with self._logics_lock:
+            self._truncating = True
+            try:
+                await loop.run_in_executor(self._io, lambda: None)  # ConsumeQueue writes in flight are done
+                ck = self.checkpoint.values
+                back = Checkpoint(ck.physic_msg_timestamp, ck.logics_msg_timestamp, ck.index_msg_timestamp,
+                                  min(ck.physic_flushed_offset, offset, cl.flushed),
+                                  min(ck.logics_dispatched_offset, offset, self.reput_from_offset))
+                await loop.run_in_executor(self._io, self.checkpoint.flush, back)
+                while cl.busy:  # noqa: ASYNC110 -- a flush in flight; nothing may start between here and the cut
+                    await asyncio.sleep(0.005)
+                wipe = not cl.segments or offset <= cl.segments[0].start
+                ranges, doomed = cl.truncate_positions(offset)
+                end = cl.append_offset
+                self.reput_from_offset = min(self.reput_from_offset, end)
+                if wipe:
+                    self.delete_topics(self.topics())
+                else:
+                    for cq in self._all_cqs():
+                        if cq.max_phys_end > end or cq.tail:
+                            if cq.truncate_dirty(end):
+                                self._dirty_cq_files.update(
+                                    f for f in cq.files if f.start + cq.file_size > cq.written * CQ_UNIT)
+                            if cq.tail:
+                                self._dirty_cqs.add(cq)
+                svc = self.index_service
+                svc._pending = [p for p in svc._pending if p.phys < end]
+                before = list(svc.files)
+                svc.repair(end, self._store_ts_blocking)
+                gone = [f for f in before if f not in svc.files]
+                svc.dirty.difference_update(gone)
+                svc._header_dirty.difference_update(gone)
+                svc.dirty.update(svc.files[-1:])
+                self.rebuild_queue_offset_table()
+                await loop.run_in_executor(self._io, cl.truncate_files, ranges, doomed)
+            finally:
+                self._truncating = False
+        await self.flush_logics(everything=True)
+        log.warning("store %s truncated at CommitLog offset %d: %d bytes removed", self.root, end, removed)
+        return removed
+
     # -- topics ------------------------------------------------------------------------------------------------
 
     def delete_topics(self, topics: Iterable[str]) -> None:
@@ -889,6 +986,8 @@ class DefaultMessageStore:
 
         ``everything`` looks at every queue, not only those marked dirty.
         """
+        if self._truncating:  # truncate() owns the ConsumeQueues for a moment
+            return True
         taken = []
         for cq in self._all_cqs() if everything else self._dirty_cqs:
             t = cq.take_tail()
