@@ -23,6 +23,7 @@ from rocket.store.record import (
     END_OF_DATA,
     DispatchRecord,
     RecordEncoder,
+    check_record,
     fast_java_hash,
     index_key_hash,
     parse_dispatch,
@@ -70,6 +71,16 @@ def test_encoder_matches_reference_encode_record(req: PutMessageRequest, store_h
     assert ours == bytes(ref)
     msg = decode_record(ours, check_crc=True)
     assert (msg.topic, msg.body, msg.store_timestamp) == (req.topic, req.body, ts)
+    # Recovery's fast walk accepts it, at its own offset only, and rejects any damage.
+    padded = memoryview(b"\0" * 3 + ours + b"\0" * 8)
+    assert check_record(padded, 3, True, phys) == len(ours)
+    assert check_record(padded, 3, True, phys + 1) == CORRUPT
+    assert check_record(memoryview(ours[:-1]), 0, True, phys) == END_OF_DATA
+    if req.body:
+        damaged = bytearray(ours)
+        damaged[len(ours) - len(req.properties.encode()) - 2 - len(req.topic.encode()) - 2] ^= 1  # last body byte
+        assert check_record(memoryview(bytes(damaged)), 0, True, phys) == CORRUPT
+        assert check_record(memoryview(bytes(damaged)), 0, False, phys) == len(ours)
 
 
 @settings(max_examples=100, deadline=None)

@@ -65,7 +65,9 @@ from rocket.store.record import (
     MIN_RECORD_SIZE,
     DispatchRecord,
     RecordEncoder,
+    check_record,
     parse_dispatch,
+    pickup_store_timestamp,
     topic_tail,
 )
 
@@ -326,6 +328,12 @@ class CommitLog:
                 )
             self.segments.append(seg)
 
+    def _store_timestamp_blocking(self, offset: int) -> int:
+        seg = self.segment_at(offset)
+        if seg is None:
+            return 0
+        return pickup_store_timestamp(os.pread(seg.fd, 128, offset - seg.start))
+
     def first_store_timestamp(self, seg: Segment) -> int:
         """Store time of the first record of ``seg``; -1 when it has none (blocking read)."""
         head = os.pread(seg.fd, 128, 0)
@@ -334,8 +342,6 @@ class CommitLog:
         _size, magic = _SIZE_MAGIC.unpack_from(head, 0)
         if magic != MESSAGE_MAGIC_CODE:
             return -1
-        from rocket.store.record import pickup_store_timestamp
-
         return pickup_store_timestamp(head, 0)
 
     def recover(self, scan_from: int, dispatch_from: int, on_record: Callable[[DispatchRecord], None],
@@ -343,8 +349,9 @@ class CommitLog:
         """Validate records from ``scan_from`` (a record boundary) to the end of the data.
 
         Every valid record at or after ``dispatch_from`` is passed to
-        ``on_record``. Checks: magic code, sizes, physical offset field, and
-        the body CRC when ``check_crc``. The first bad or incomplete record is
+        ``on_record``; those before it are only validated (a faster walk).
+        Checks: magic code, sizes, physical offset field, and the body CRC
+        when ``check_crc``. The first bad or incomplete record is
         the end: with ``zero_tail`` (abnormal recovery) or when something
         torn was found, the rest of that file is zeroed (truncate + re-extend)
         and later files are deleted, so nothing past the end can ever be
@@ -361,6 +368,8 @@ class CommitLog:
         records = 0
         last_ts = 0
         i = (pos - segs[0].start) // self.segment_size
+        last_size = 0
+        view = memoryview(b"")
         while i < len(segs) and pos < segs[-1].end:
             seg = segs[i]
             buf = b""
@@ -376,20 +385,30 @@ class CommitLog:
                         need = total
                 if need:
                     buf = os.pread(seg.fd, min(max(SCAN_CHUNK, need), seg.end - pos), pos - seg.start)
+                    view = memoryview(buf)
                     buf_start = pos
                     rel = 0
                     if len(buf) < 8:
                         break
-                r = parse_dispatch(buf, rel, check_crc)
+                if pos < dispatch_from:  # only validate: the fast walk
+                    size = check_record(view, rel, check_crc, pos)
+                    if size > 0:
+                        records += 1
+                        pos += size
+                        last_size = size
+                        continue
+                    r: DispatchRecord | int = CORRUPT if size == CORRUPT else size
+                else:
+                    r = parse_dispatch(view, rel, check_crc)
                 if isinstance(r, DispatchRecord):
                     if r.physical_offset != pos:
                         torn = True
                         remark = f"record at {pos} carries physical offset {r.physical_offset}"
                         break
-                    if pos >= dispatch_from:
-                        on_record(r)
+                    on_record(r)
                     records += 1
                     last_ts = r.store_timestamp
+                    last_size = 0
                     pos += r.size
                     continue
                 total, magic = _SIZE_MAGIC.unpack_from(buf, rel)
@@ -412,6 +431,8 @@ class CommitLog:
                 break
             i += 1
         end = pos
+        if last_size:  # the newest record was only validated: read its store time
+            last_ts = self._store_timestamp_blocking(end - last_size)
         self._truncate_after(end, zero=zero_tail or torn)
         self.append_offset = self.committed = self.flushed = end
         self.committed_store_timestamp = self.flushed_store_timestamp = last_ts

@@ -212,10 +212,11 @@ def topic_tail(topic: str) -> bytes:
 
 # -- parsing for dispatch ------------------------------------------------------------
 
-#: :func:`parse_dispatch` outcomes other than a record.
+#: :func:`parse_dispatch` / :func:`check_record` outcomes other than a record.
 END_OF_DATA = 0  # zeros / not enough bytes yet: the log ends here (or the record is incomplete)
-BLANK = 1  # end-of-segment blank marker
-CORRUPT = 2  # bad magic, sizes or CRC
+BLANK = -1  # end-of-segment blank marker
+CORRUPT = -2  # bad magic, sizes or CRC
+_CHECK = struct.Struct(">iiiiiqqi")  # totalsize .. sysflag
 
 
 @dataclass(slots=True)
@@ -235,6 +236,55 @@ class DispatchRecord:
 
 
 _topics: dict[bytes, str] = {}
+_tag_codes: dict[bytes, int] = {}
+
+
+def _tag_code(tags: bytes) -> int:
+    code = fast_java_hash(tags.decode())
+    if len(_tag_codes) > 65536:
+        _tag_codes.clear()
+    _tag_codes[tags] = code
+    return code
+
+
+def check_record(data: bytes | memoryview, pos: int, check_crc: bool, phys: int) -> int:
+    """Validate the record at ``pos`` without decoding it (recovery's fast walk).
+
+    Returns its size, or ``END_OF_DATA`` (zeros, or a record running past
+    ``data``), ``BLANK`` or ``CORRUPT`` (bad magic, sizes, body CRC, or a
+    PHYSICALOFFSET other than ``phys``). Pass a memoryview to avoid copies.
+    """
+    end = len(data)
+    if end - pos < 8:
+        return END_OF_DATA
+    total, magic = _SIZE_MAGIC.unpack_from(data, pos)
+    if magic != MESSAGE_MAGIC_CODE:
+        if magic == BLANK_MAGIC_CODE:
+            return BLANK
+        return END_OF_DATA if total == 0 and magic == 0 else CORRUPT
+    if total < MIN_RECORD_SIZE:
+        return CORRUPT
+    rec_end = pos + total
+    if rec_end > end:
+        return END_OF_DATA
+    _t, _m, crc, _q, _f, _qo, rphys, sys_flag = _CHECK.unpack_from(data, pos)
+    if rphys != phys:
+        return CORRUPT
+    p = pos + (76 if sys_flag & SYSFLAG_BORNHOST_V6 else 64) + (32 if sys_flag & SYSFLAG_STOREHOST_V6 else 20)
+    (body_len,) = _INT.unpack_from(data, p)
+    p += 4
+    if body_len < 0 or p + body_len + 3 > rec_end:
+        return CORRUPT
+    if check_crc and zlib.crc32(data[p : p + body_len]) & 0x7FFFFFFF != crc:
+        return CORRUPT
+    p += body_len
+    p += 1 + data[p]
+    if p + 2 > rec_end:
+        return CORRUPT
+    (props_len,) = _SHORT.unpack_from(data, p)
+    if props_len < 0 or p + 2 + props_len != rec_end:
+        return CORRUPT
+    return int(total)
 
 
 def _prop(props: bytes, name: bytes) -> bytes | None:
@@ -307,13 +357,16 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
     keys = _prop(props, b"KEYS\x01") if props else None
     uniq = _prop(props, b"UNIQ_KEY\x01") if props else None
     try:
+        tags_code = 0
+        if tags:
+            tags_code = _tag_codes.get(tags, 0) or _tag_code(tags)
         return DispatchRecord(
             topic=topic,
             queue_id=queue_id,
             queue_offset=queue_offset,
             physical_offset=phys,
             size=total,
-            tags_code=fast_java_hash(tags.decode()) if tags else 0,
+            tags_code=tags_code,
             store_timestamp=store_ts,
             sys_flag=sys_flag,
             keys=keys.decode() if keys else "",
