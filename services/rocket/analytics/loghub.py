@@ -222,8 +222,8 @@ def event_time(system: str, f: dict[str, str], default_year: int) -> datetime | 
             key = "Timestamp" if system == "BGL" else "Time"
             return datetime.fromtimestamp(int(f[key]), tz=UTC)
         if system == "HDFS":
-            d, t = f["Date"], f["Time"]
-            return datetime(2000 + int(d[:2]), int(d[2:4]), int(d[4:]), int(t[:2]), int(t[2:4]), int(t[4:]),
+            ds, ts = f["Date"], f["Time"]
+            return datetime(2000 + int(ds[:2]), int(ds[2:4]), int(ds[4:]), int(ts[:2]), int(ts[2:4]), int(ts[4:]),
                             tzinfo=UTC)
         if system in ("Hadoop", "Zookeeper", "OpenStack"):
             y, mo, d = (int(x) for x in f["Date"].split("-"))
