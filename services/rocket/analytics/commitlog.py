@@ -93,10 +93,10 @@ def scan_segment(path: str | os.PathLike[str], *, check_crc: bool = False,
     if size == 0:
         res.reason, res.offset = "end", base
         return
-    with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as view:
         pos = 0
         while pos + 8 <= size:
-            total, magic = _HEAD.unpack_from(mm, pos)
+            total, magic = _HEAD.unpack_from(view, pos)
             if magic == BLANK_MAGIC_CODE:
                 res.reason, res.offset = "blank", base + pos
                 return
@@ -108,7 +108,7 @@ def scan_segment(path: str | os.PathLike[str], *, check_crc: bool = False,
                 res.reason, res.offset = "corrupt", base + pos
                 return
             try:
-                msg = decode_record(mm, pos, check_crc=check_crc)
+                msg = decode_record(view, pos, check_crc=check_crc)
             except MessageFormatError as exc:
                 log.warning("%s: undecodable record at physical offset %d (%s); stopping", p, base + pos, exc)
                 res.reason, res.offset = "corrupt", base + pos
