@@ -189,7 +189,10 @@ class Driver:
     def send(self, topic: str, count: int, *extra: str, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Sync-send ``count`` messages; return the ``send`` and ``send_error`` events."""
         events = self.run("send", "--topic", topic, "--count", str(count), *extra, timeout=timeout)
-        return [e for e in events if e["event"] in ("send", "send_error")]
+        sends = [e for e in events if e["event"] in ("send", "send_error")]
+        if any(e["event"] == "send_error" for e in sends):
+            sends.append({"event": "cpp_log", "tail": cpp_log_tail(self.home, 6000)})
+        return sends
 
 
 class DriverProcess:

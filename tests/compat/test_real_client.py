@@ -48,8 +48,10 @@ def of(events: Events, kind: str) -> Events:
 
 
 def assert_all_sent(sends: Events, count: int) -> None:
-    errors = [e for e in sends if e["event"] != "send"]
-    assert not errors, f"send failures: {errors}"
+    errors = [e for e in sends if e["event"] == "send_error"]
+    log = "".join(e["tail"] for e in sends if e["event"] == "cpp_log")
+    assert not errors, f"send failures: {errors}\n{log}"
+    sends = [e for e in sends if e["event"] == "send"]
     assert len(sends) == count, f"expected {count} send results, got {len(sends)}: {sends}"
     bad = [e for e in sends if e["status"] != "SEND_OK"]
     assert not bad, f"sends not SEND_OK: {bad}"
