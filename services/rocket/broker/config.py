@@ -108,6 +108,28 @@ class BrokerConfig:
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     slave_read_enable: bool = False
+    #: With ``slaveReadEnable``, a consumer whose pull starts more than this many CommitLog
+    #: bytes behind the master's end is told to pull from a slave
+    #: (``whichBrokerWhenConsumeSlowly``); 0 = only the store's RAM rule
+    #: (``accessMessageInMemoryMaxRatio``).
+    slave_read_lag_bytes: int = 0
+    #: ``host:port`` of the master's replication listener; empty = the address a
+    #: NameServer returns on registration (B7).
+    ha_master_address: str = ""
+    #: A slave reports its offset at least this often (ms); a master sends an empty
+    #: transfer after this long without data.
+    ha_send_heartbeat_interval: int = 5000
+    #: A replication connection silent for this long is dropped (ms).
+    ha_housekeeping_interval: int = 20_000
+    #: Largest CommitLog chunk per transfer (bytes).
+    ha_transfer_batch_size: int = 32 * 1024
+    #: A slave further behind than this many bytes is out of sync: SYNC_MASTER sends
+    #: answer SLAVE_NOT_AVAILABLE (11) at once.
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    #: How long a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT (12), ms.
+    slave_timeout: int = 3000
+    #: Role a slave takes when promoted without an explicit one (ASYNC_MASTER or SYNC_MASTER).
+    promoted_broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     #: Largest number of messages one pull returns.
     max_transfer_count_on_message_in_memory: int = 32
     #: Largest body of one pull response.
@@ -242,6 +264,14 @@ class BrokerConfig:
             raise ConfigError("maxInFlightSendBytes must be > 0")
         if self.max_message_size <= 0:
             raise ConfigError("maxMessageSize must be > 0")
+        if self.promoted_broker_role is BrokerRole.SLAVE:
+            raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
+        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+                     "ha_slave_fallbehind_max", "slave_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_java_name(name)} must be > 0")
+        if self.slave_read_lag_bytes < 0:
+            raise ConfigError("slaveReadLagBytes must be >= 0")
         from rocket.broker.schedule import parse_delay_levels
 
         try:

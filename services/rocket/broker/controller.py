@@ -35,6 +35,7 @@ from rocket.broker.config import (
     parse_properties,
     runtime_overrides_path,
 )
+from rocket.broker.ha import ReplicationManager, apply_persisted_role
 from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
@@ -66,7 +67,7 @@ from rocket.remoting import (
     loads_lenient,
 )
 from rocket.store import DefaultMessageStore
-from rocket.store.api import PutMessageResult
+from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.config import SubscriptionGroupConfig, TopicConfig
 
 log = logging.getLogger("rocket.broker")
@@ -110,10 +111,13 @@ class BrokerController:
     """
 
     def __init__(self, config: BrokerConfig, *, resolver: Resolver | None = None) -> None:
+        apply_persisted_role(config)
         config.validate()
         self.config = config
         self.store = DefaultMessageStore(config.store_config())
         self.metrics = BrokerMetrics()
+        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.ha``).
+        self.ha = ReplicationManager(self)
         self.stats = BrokerStats()
         self.consumer_manager = ConsumerManager(
             self._notify_consumer_ids_changed, config.channel_expired_timeout / 1000.0
@@ -167,7 +171,8 @@ class BrokerController:
         self._stopped = asyncio.Event()
         self.metrics.install_collector(
             BrokerCollector(
-                self._gauge_snapshot, lambda: self.config.broker_cluster_name, lambda: self.config.broker_name
+                self._gauge_snapshot, lambda: self.config.broker_cluster_name, lambda: self.config.broker_name,
+                self.metrics,
             )
         )
 
@@ -218,6 +223,9 @@ class BrokerController:
             (RequestCode.UPDATE_BROKER_CONFIG, a.update_broker_config),
             (RequestCode.LOCK_BATCH_MQ, a.lock_batch_mq),
             (RequestCode.UNLOCK_BATCH_MQ, a.unlock_batch_mq),
+            (RequestCode.GET_BROKER_HA_STATUS, self.ha.process_ha_status),
+            (RequestCode.GET_BROKER_EPOCH_CACHE, self.ha.process_epoch_cache),
+            (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.ha.process_role_change),
         ):
             p.register(code, handler)
         p.observers.append(self.metrics.observe_request)
@@ -238,6 +246,7 @@ class BrokerController:
             for server in self._servers():
                 await server.start()
                 started.append(server)
+            await self.ha.start()
             if cfg.http_port:
                 from rocket.broker.http import BrokerHttpServer
 
@@ -246,6 +255,7 @@ class BrokerController:
         except BaseException:
             for server in started:
                 await server.stop()
+            await self.ha.shutdown()
             await self.store.shutdown()
             raise
         if cfg.is_master:
@@ -298,6 +308,7 @@ class BrokerController:
         if woken:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
+        await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
         if self._http is not None:
@@ -319,6 +330,7 @@ class BrokerController:
             broker_addr=cfg.broker_addr,
             broker_id=cfg.broker_id,
             ha_server_addr=cfg.ha_server_addr,
+            epoch=self.ha.registration_epoch(),
         )
 
     def registration_body(self) -> bytes:
@@ -341,12 +353,13 @@ class BrokerController:
     async def _register_once(self) -> None:
         results = await self.outer_api.register_broker_all(self._identity(), self.registration_body())
         for result in results:
-            if result.ok and result.master_addr:
+            if result.ok and result.master_addr and self.config.is_slave:
                 if result.master_addr != self.master_addr:
                     log.info("master of %s is %s (HA %s)", self.config.broker_name, result.master_addr,
                              result.ha_server_addr)
                 self.master_addr = result.master_addr
                 self.ha_master_addr = result.ha_server_addr
+        self.ha.on_registered(results)
 
     async def register_broker_all(self) -> None:
         """Register with every NameServer now (concurrent callers share one round)."""
@@ -480,12 +493,23 @@ class BrokerController:
         )
 
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
-        """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX)."""
-        return await self.store.put_message(self._store_request(inner).to_request())
+        """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
+        whose WAIT property is not false is acknowledged once a slave has it (``rocket.broker.ha``)."""
+        req = self._store_request(inner).to_request()
+        result = await self.store.put_message(req)
+        if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
+                and result.status is PutMessageStatus.PUT_OK):
+            return await self.ha.wait_replicated(result)
+        return result
 
     async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
-        """Store a batch to one queue (no delays)."""
-        return await self.store.put_messages([i.to_request() for i in inners])
+        """Store a batch to one queue (no delays); SYNC_MASTER waits as :meth:`put_message`."""
+        reqs = [i.to_request() for i in inners]
+        result = await self.store.put_messages(reqs)
+        if (self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs)
+                and result.status is PutMessageStatus.PUT_OK):
+            return await self.ha.wait_replicated(result)
+        return result
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""
@@ -615,12 +639,23 @@ class BrokerController:
         store = self.store
         lag: list[LagRow] = []
         groups: dict[str, tuple[int, str]] = {}
+        topic_offsets: dict[str, int] = {}
         if self.store_ready:
             for group in self.consumer_groups():
                 rows, _ = self.consume_stats(group)
-                lag.extend(LagRow(group, r.topic, r.queue_id, r.broker_offset, r.consumer_offset) for r in rows)
+                for r in rows:
+                    oldest = 0
+                    if r.lag:
+                        # The first unconsumed message still retained: its store time (-1 when unreadable).
+                        at = max(r.consumer_offset, store.get_min_offset_in_queue(r.topic, r.queue_id))
+                        if at < r.broker_offset:
+                            oldest = max(0, store.get_store_timestamp(r.topic, r.queue_id, at))
+                    lag.append(LagRow(group, r.topic, r.queue_id, r.broker_offset, r.consumer_offset, oldest))
                 info = self.consumer_manager.get(group)
                 groups[group] = (len(info.channels), info.message_model) if info else (0, "")
+            for name, tc in store.topic_configs.all().items():
+                topic_offsets[name] = sum(
+                    max(0, store.get_max_offset_in_queue(name, q)) for q in range(tc.read_queue_nums))
         connections = sum(len(s.connections) for s in self._servers())
         return GaugeSnapshot(
             commitlog_max_offset=store.max_phy_offset if self.store_ready else 0,
@@ -631,6 +666,7 @@ class BrokerController:
             client_connections=connections,
             lag=lag,
             groups=groups,
+            topic_offsets=topic_offsets,
         )
 
     def runtime_info(self) -> dict[str, str]:
@@ -705,6 +741,7 @@ class BrokerController:
             "consumerGroupsOnline": sorted(self.consumer_manager.groups),
             "producerGroupsOnline": sorted(self.producer_manager.groups),
             "delayLevels": self.schedule.status() if self.store_ready else {},
+            "ha": self.ha.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

@@ -17,6 +17,12 @@ Routes:
 * ``GET /api/v1/consumer-groups``: ``{"groups":[{group, online, clients,
   messageModel, consumeType, lag, consumeTps, topics:[{topic, lag, queues}]}]}``.
 * ``GET /api/v1/consumer-groups/{group}``: one of those; 404 when unknown.
+* ``GET /api/v1/ha``: replication role, epochs, slaves with their lag, the
+  connection to the master (``ReplicationManager.status``).
+* ``POST /api/v1/role``: body ``{"role": "MASTER", "brokerRole": "SYNC_MASTER"
+  (optional), "force": false}``: promote this slave to master of its group
+  (manual failover); 200 with the new status, 409 when refused (a live
+  master is still registered), 400 for anything but a promotion.
 
 Errors are JSON ``{"error": "...", "code": <RocketMQ code when there is one>}``
 with 400 (bad input), 404 (unknown), 409 (refused on a slave).
@@ -54,6 +60,8 @@ def build_app(broker: BrokerController) -> web.Application:
     app.router.add_delete("/api/v1/topics/{topic}", _delete_topic)
     app.router.add_get("/api/v1/consumer-groups", _groups)
     app.router.add_get("/api/v1/consumer-groups/{group}", _group)
+    app.router.add_get("/api/v1/ha", _ha_status)
+    app.router.add_post("/api/v1/role", _change_role)
     return app
 
 
@@ -219,3 +227,30 @@ async def _group(request: web.Request) -> web.Response:
     if group not in broker.consumer_groups() and broker.store.subscription_groups.get(group) is None:
         return _error(404, f"consumer group {group} is unknown to this broker")
     return web.json_response(_group_json(broker, group))
+
+
+async def _ha_status(request: web.Request) -> web.Response:
+    return web.json_response(_broker(request).ha.status())
+
+
+async def _change_role(request: web.Request) -> web.Response:
+    from rocket.broker.ha import RoleChangeError
+
+    broker = _broker(request)
+    try:
+        obj = await request.json() if request.can_read_body else {}
+    except ValueError:
+        return _error(400, "body is not JSON")
+    if not isinstance(obj, dict):
+        return _error(400, "body must be a JSON object")
+    role = str(obj.get("role", "MASTER")).upper()
+    if role != "MASTER":
+        return _error(400, "only promotion (role MASTER) is supported: a master steps down by itself when a "
+                           "newer master of its group registers")
+    try:
+        status = await broker.ha.promote(obj.get("brokerRole") or None, force=bool(obj.get("force", False)))
+    except RoleChangeError as exc:
+        return _error(409, str(exc), ResponseCode.SYSTEM_ERROR)
+    except ValueError as exc:
+        return _error(400, f"bad brokerRole: {exc}")
+    return web.json_response(status)

@@ -98,7 +98,10 @@ async def resolve_namesrv_addrs(text: str, resolver: Resolver | None = None) -> 
 class RegisterResult:
     """What one NameServer answered to REGISTER_BROKER.
 
-    ``ha_server_addr``/``master_addr`` are only filled for a slave whose master is live.
+    ``ha_server_addr``/``master_addr`` are filled for a slave whose master is live, and
+    for a master registering with an epoch when a NameServer keeps another live master
+    of the group (newer or equal epoch, ``master_epoch``): the registering one must step
+    down (RocketCluster extension, ``rocket.broker.ha``).
     """
 
     namesrv_addr: str
@@ -106,6 +109,7 @@ class RegisterResult:
     error: str = ""
     ha_server_addr: str | None = None
     master_addr: str | None = None
+    master_epoch: int | None = None
 
 
 @dataclass(slots=True)
@@ -117,6 +121,8 @@ class BrokerIdentity:
     broker_addr: str
     broker_id: int
     ha_server_addr: str
+    #: A master's replication epoch (ext ``epoch``; None = not sent).
+    epoch: int | None = None
 
 
 def register_broker_body(topic_config_table: dict[str, Any], data_version: dict[str, Any]) -> bytes:
@@ -127,6 +133,13 @@ def register_broker_body(topic_config_table: dict[str, Any], data_version: dict[
             "filterServerList": [],
         }
     )
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
 
 
 def body_crc32(body: bytes) -> int:
@@ -198,6 +211,8 @@ class BrokerOuterAPI:
             "compressed": "false",
             "bodyCrc32": str(crc),
         }
+        if identity.epoch is not None:
+            ext["epoch"] = str(identity.epoch)
         results = await asyncio.gather(*(self._register_one(addr, ext, body) for addr in addrs))
         self.state.rounds += 1
         self.state.last_round_at = time.monotonic()
@@ -220,6 +235,7 @@ class BrokerOuterAPI:
             ok=True,
             ha_server_addr=resp.get("haServerAddr") or None,
             master_addr=resp.get("masterAddr") or None,
+            master_epoch=_int_or_none(resp.get("masterEpoch")),
         )
 
     def _failed(self, addr: str, error: str) -> RegisterResult:

@@ -13,6 +13,14 @@ OFFSET_OVERFLOW_BADLY/OFFSET_TOO_SMALL → 21. The remark is the store status
 name; ext ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``,
 ``maxOffset`` are always present (as strings).
 
+``suggestWhichBrokerId`` (with ``slaveReadEnable``): the group's
+``whichBrokerWhenConsumeSlowly`` (1) when the consumer is far behind — the
+store's RAM rule (``accessMessageInMemoryMaxRatio``) or more than
+``slaveReadLagBytes`` of CommitLog — and an in-sync slave is connected; else
+the group's ``brokerId`` (0). A slave serves pulls when ``slaveReadEnable``
+or when its master is gone (replication down for ``haHousekeepingInterval``),
+and never stores offsets from pulls.
+
 A 19 with the SUSPEND bit is parked in the
 :class:`~rocket.broker.long_polling.PullRequestHoldService` and re-run once,
 without suspension, when woken.
@@ -20,6 +28,7 @@ without suspension, when woken.
 
 from __future__ import annotations
 
+import struct
 import time
 from typing import TYPE_CHECKING
 
@@ -34,6 +43,9 @@ if TYPE_CHECKING:
     from rocket.broker.controller import BrokerController
 
 MASTER_ID = 0
+#: A stored record's physical offset field (A9.1): int64 at byte 28.
+_PHYS = struct.Struct(">q")
+_PHYS_AT = 28
 
 
 def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
@@ -113,6 +125,14 @@ class PullMessageProcessor:
             )
         return sub
 
+    def _far_behind(self, result: GetMessageResult) -> bool:
+        """Does the pull start more than ``slaveReadLagBytes`` behind the CommitLog's end?"""
+        limit = self.broker.config.slave_read_lag_bytes
+        if limit <= 0 or not result.records:
+            return False
+        (phys,) = _PHYS.unpack_from(result.records[0], _PHYS_AT)
+        return bool(self.broker.store.max_phy_offset - phys > limit)
+
     def process(
         self, request: RemotingCommand, conn: RemotingConnection, *, allow_suspend: bool
     ) -> tuple[RemotingCommand, PullRequest | None]:
@@ -166,13 +186,14 @@ class PullMessageProcessor:
         )
         code = pull_response_code(result, header.queue_offset)
         if cfg.slave_read_enable:
-            suggest = group_config.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else (
-                group_config.broker_id
-            )
+            slow = result.suggest_pulling_from_slave or self._far_behind(result)
+            if slow and cfg.is_master and not broker.ha.suggest_slave():
+                slow = False  # no in-sync slave to send the consumer to
+            suggest = group_config.which_broker_when_consume_slowly if slow else group_config.broker_id
         else:
             suggest = MASTER_ID
         if cfg.is_slave:
-            if not cfg.slave_read_enable:
+            if not cfg.slave_read_enable and broker.ha.master_reachable:
                 code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, MASTER_ID
             elif code == ResponseCode.PULL_OFFSET_MOVED:
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave=false, as Java

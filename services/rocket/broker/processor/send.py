@@ -10,7 +10,8 @@ condition                                   code  remark starts with
 ==========================================  ====  ========================================
 too many sends (or bytes) in flight, or       2   ``[REJECTREQUEST]system busy``
 the store's write path is behind
-broker is a slave, or shutting down          14   ``the broker[...] is a slave`` / ``... shutting down``
+broker is a slave, or shutting down, or      14   ``the broker[...] is a slave`` / ``... shutting down``
+its replication role is not settled                / ``... cannot store messages now: ...``
 broker or topic without WRITE permission     16   ``the broker[...] sending message is forbidden``
 illegal topic name                            1   ``The specified topic[...] contains illegal characters``
 system topic producers may not use           16   ``Sending message to topic[...] is forbidden.``
@@ -124,6 +125,8 @@ class SendMessageProcessor:
         broker.in_flight_send_bytes += size
         started = time.perf_counter()
         try:
+            if broker.ha.role_pending:  # a start-up registration or a role change is under way
+                await broker.ha.wait_role_settled()
             header = SendMessageRequestHeader.parse(request)
             if header.batch:
                 return await self._send_batch(request, conn, header)
@@ -149,6 +152,12 @@ class SendMessageProcessor:
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 f"the broker[{cfg.broker_name}] is a slave (brokerId {cfg.broker_id}, brokerRole "
                 f"{cfg.broker_role}): sending message is forbidden, send to the master",
+            )
+        refused = broker.ha.refuse_writes()
+        if refused is not None:
+            return request.response(
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"the broker[{cfg.broker_name}] cannot store messages now: {refused}",
             )
         if not is_writeable(cfg.broker_permission):
             return request.response(
@@ -377,7 +386,7 @@ class SendMessageProcessor:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {header.group}"
             )
-        if cfg.is_slave or broker.shutting_down:
+        if cfg.is_slave or broker.shutting_down or broker.ha.refuse_writes() is not None:
             return request.response(
                 ResponseCode.SERVICE_NOT_AVAILABLE,
                 f"the broker[{cfg.broker_name}] cannot store messages now (slave or shutting down)",

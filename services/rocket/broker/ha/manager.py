@@ -1,0 +1,493 @@
+""":class:`ReplicationManager`: a broker's replication role, epochs and failover.
+
+It owns the master side (:class:`~rocket.broker.ha.master.HAService`, always
+listening on ``haListenPort``), the slave side
+(:class:`~rocket.broker.ha.slave.HAClient` and the metadata copy
+:class:`~rocket.broker.ha.sync.SlaveSynchronize`, running only on a slave),
+the epoch file (``rocket.store.epoch``) and the role changes:
+
+**Promotion** (:meth:`promote`: ``rocket cluster failover``, POST
+``/api/v1/role``, request 1008): refused while a NameServer still lists a
+live master of the group (unless forced); stops replicating, starts epoch
+``max(known) + 1`` at the store's end, takes brokerId 0 and the promoted
+role, rebuilds the queue-offset table from the ConsumeQueues, starts
+delayed delivery and re-registers at once — the NameServers put this broker
+under id 0 because its epoch is newer.
+
+**Demotion** (:meth:`demote`): a master learns from a NameServer's
+REGISTER_BROKER answer that another live master of its group has a newer
+(or equal, already registered) epoch — at start-up or when a partition
+heals. It stops accepting sends and delayed delivery, drops its slaves,
+takes the SLAVE role and the lowest free brokerId ≥ 1 of its group,
+replicates from the new master; the HA handshake truncates its divergent
+tail first.
+
+Roles chosen at run time survive restarts: ``<storePathRootDir>/config/
+haState.json`` (``{"brokerRole", "brokerId"}``) overrides the configured
+role and id at start-up (delete it to return to the configuration). Until
+its first registration round a master refuses sends (code 14), so a
+returning old master never accepts a write before it learns it was replaced.
+
+Known limit (no consensus service, unlike RocketMQ 5's controller): if the
+promoted master fails too and the old master restarts alone, it serves as
+master again; when both return, the newer epoch wins and the other one's
+writes after the split are cut. ASYNC_MASTER loses acknowledged messages on
+failover by design (they may not have reached the slave); SYNC_MASTER does
+not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from rocket.broker.config import BrokerConfig
+from rocket.broker.ha.master import HAService
+from rocket.broker.ha.metrics import HACollector, HAMetrics, HASnapshot, SlaveRow
+from rocket.broker.ha.slave import HAClient
+from rocket.broker.ha.sync import SlaveSynchronize
+from rocket.broker.tasks import write_file_durably
+from rocket.remoting import (
+    RemotingCommand,
+    RemotingConnection,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+    loads_lenient,
+)
+from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
+from rocket.store.epoch import EPOCH_FILE_NAME, EpochFile
+
+if TYPE_CHECKING:
+    from rocket.broker.controller import BrokerController
+    from rocket.broker.registration import RegisterResult
+
+log = logging.getLogger("rocket.broker.ha")
+
+HA_STATE_FILE = "haState.json"
+
+
+class RoleChangeError(Exception):
+    """A promotion or demotion was refused (the message says why)."""
+
+
+def ha_state_path(store_path_root_dir: str | Path) -> Path:
+    """Where a role chosen at run time is kept: ``<storePathRootDir>/config/haState.json``."""
+    return Path(store_path_root_dir) / "config" / HA_STATE_FILE
+
+
+def apply_persisted_role(config: BrokerConfig) -> bool:
+    """Apply a role saved by an earlier promotion or demotion to ``config``; True if applied.
+
+    A malformed file is logged and ignored (the configured role stands).
+    """
+    path = ha_state_path(config.store_path_root_dir)
+    try:
+        obj = orjson.loads(path.read_bytes())
+        role = BrokerRole(str(obj["brokerRole"]))
+        broker_id = int(obj["brokerId"])
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.error("ignoring %s: %s", path, exc)
+        return False
+    if (role is BrokerRole.SLAVE) != (broker_id > 0):
+        log.error("ignoring %s: role %s with brokerId %d", path, role, broker_id)
+        return False
+    if (config.broker_role, config.broker_id) != (role, broker_id):
+        log.warning("role from %s overrides the configuration: %s brokerId %d (configured %s brokerId %d)",
+                    path, role, broker_id, config.broker_role, config.broker_id)
+    config.broker_role = role
+    config.broker_id = broker_id
+    return True
+
+
+class ReplicationManager:
+    """See the module doc. Built by the controller; ``start`` after the store started."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.epoch_file = EpochFile(Path(broker.config.store_path_root_dir) / EPOCH_FILE_NAME)
+        self.metrics = HAMetrics(broker.metrics.registry)
+        self.service = HAService(self)
+        self.client = HAClient(self)
+        self.sync = SlaveSynchronize(self)
+        #: False until the first registration round told a master it still is one.
+        self.role_confirmed = False
+        self.changing_role = False
+        self._settled = asyncio.Event()
+        self._role_lock = asyncio.Lock()
+        self._demote_task: asyncio.Task[None] | None = None
+        self._started = False
+        broker.metrics.install_collector(HACollector(self.snapshot))
+
+    # -- shortcuts ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's configuration (role and id change at run time)."""
+        return self.broker.config
+
+    @property
+    def store(self) -> Any:
+        """The broker's message store."""
+        return self.broker.store
+
+    @property
+    def is_master(self) -> bool:
+        """This broker is its group's master now."""
+        return self.config.is_master
+
+    def master_ha_address(self) -> str | None:
+        """Where a slave replicates from: ``haMasterAddress``, else the NameServer's answer."""
+        return self.config.ha_master_address or self.broker.ha_master_addr
+
+    def master_main_address(self) -> str | None:
+        """The master's remoting address (config sync): from the NameServer or the HA handshake."""
+        return self.broker.master_addr or self.client.master_addr
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the epoch file, listen for slaves, start the slave side when a slave. Raises
+        ``OSError`` when the HA port is taken and :class:`~rocket.store.epoch.EpochFileError`."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.epoch_file.load)
+        cfg = self.config
+        if cfg.is_master:
+            await self._ensure_epoch()
+        else:
+            self.role_confirmed = True
+        await self.service.start(cfg.bind_address, cfg.ha_port)
+        self._started = True
+        if cfg.is_slave:
+            self.client.start()
+            self.sync.start()
+        if not cfg.namesrv_list():
+            self.role_confirmed = True
+        self._mark_settled()
+
+    async def shutdown(self) -> None:
+        """Stop replication in both directions."""
+        if self._demote_task is not None:
+            self._demote_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._demote_task
+        await self.client.stop()
+        await self.sync.stop()
+        await self.service.stop()
+        self._started = False
+
+    async def _ensure_epoch(self) -> None:
+        """A master with an empty epoch file starts epoch 1 at its log's start."""
+        if not self.epoch_file.entries:
+            start = self.store.min_phy_offset
+            await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, 1, start)
+
+    # -- sends ----------------------------------------------------------------------------------
+
+    @property
+    def role_pending(self) -> bool:
+        """A send arriving now would have to wait for the role to settle."""
+        return self.changing_role or (not self.role_confirmed and self.config.is_master)
+
+    async def wait_role_settled(self) -> None:
+        """Wait (at most the registration timeout + 1 s) until the role is confirmed and no
+        role change runs, so that a send racing the start-up registration is not refused."""
+        limit = self.config.register_broker_timeout_mills / 1000.0 + 1.0
+        deadline = time.monotonic() + limit
+        while self.role_pending and time.monotonic() < deadline:
+            self._settled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), max(0.0, deadline - time.monotonic()))
+
+    def _mark_settled(self) -> None:
+        if not self.role_pending:
+            self._settled.set()
+
+    def refuse_writes(self) -> str | None:
+        """Why sends must be refused now (code 14), or None."""
+        if self.changing_role:
+            return "its replication role is changing"
+        if not self.role_confirmed and self.config.is_master:
+            return "it has not yet confirmed with a NameServer that it is still its group's master"
+        return None
+
+    async def wait_replicated(self, result: PutMessageResult) -> PutMessageResult:
+        """SYNC_MASTER: ``result`` (PUT_OK) once a slave has the last record, else
+        FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE with the same (stored) messages."""
+        last = result.messages[-1]
+        end = last.physical_offset + last.size
+        started = time.perf_counter()
+        status = self.service.sync_status(end)
+        if not isinstance(status, PutMessageStatus):
+            status = await status
+            self.metrics.sync_wait.observe(time.perf_counter() - started)
+        elif status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
+            self.metrics.sync_results.labels("slave_not_available").inc()
+        if status is PutMessageStatus.PUT_OK:
+            return result
+        remark = ("no slave is connected or in sync (haSlaveFallbehindMax)"
+                  if status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+                  else f"no slave acknowledged it within slaveTimeout={self.config.slave_timeout} ms")
+        return PutMessageResult(status, result.messages, f"stored on the master, but {remark}")
+
+    def suggest_slave(self) -> bool:
+        """May a master send slow consumers to a slave? (an in-sync slave is connected)"""
+        return self.service.slave_ok()
+
+    @property
+    def master_reachable(self) -> bool:
+        """On a slave: is the master there (replicating, or lost only moments ago)?"""
+        return self.client.master_reachable
+
+    # -- registration -----------------------------------------------------------------------------
+
+    def registration_epoch(self) -> int | None:
+        """The epoch a master sends with REGISTER_BROKER (None for a slave)."""
+        return self.epoch_file.last_epoch if self.config.is_master else None
+
+    def on_registered(self, results: list[RegisterResult]) -> None:
+        """After a registration round: a master told of a newer live master steps down."""
+        cfg = self.config
+        if not cfg.is_master:
+            if not self.client.running or self.client.state in ("disconnected", "refused"):
+                if self.master_ha_address():
+                    self.client.wake()
+            return
+        for r in results:
+            if r.ok and r.master_addr and r.master_addr != cfg.broker_addr:
+                if self._demote_task is None or self._demote_task.done():
+                    log.warning("NameServer %s lists %s as master of %s (epoch %s, ours %d): stepping down",
+                                r.namesrv_addr, r.master_addr, cfg.broker_name, r.master_epoch,
+                                self.epoch_file.last_epoch)
+                    self.changing_role = True
+                    self._demote_task = asyncio.get_running_loop().create_task(
+                        self._demote_guarded(r.master_addr, r.ha_server_addr, r.master_epoch or 0),
+                        name="ha-demote")
+                return
+        if not self.role_confirmed:
+            self.role_confirmed = True
+            self._mark_settled()
+            if any(r.ok for r in results):
+                log.info("registration confirmed this broker as master of %s (epoch %d)", cfg.broker_name,
+                         self.epoch_file.last_epoch)
+            else:
+                log.warning("no NameServer answered the first registration: serving as master of %s "
+                            "without confirmation (epoch %d)", cfg.broker_name, self.epoch_file.last_epoch)
+
+    async def _demote_guarded(self, master_addr: str, ha_addr: str | None, master_epoch: int) -> None:
+        try:
+            await self.demote(master_addr, ha_addr, master_epoch)
+        except Exception:
+            log.exception("stepping down failed")
+            self.changing_role = False
+            self._mark_settled()
+
+    # -- role changes -------------------------------------------------------------------------------
+
+    async def _persist_role(self) -> None:
+        cfg = self.config
+        data = orjson.dumps({"brokerRole": str(cfg.broker_role), "brokerId": cfg.broker_id,
+                             "epoch": self.epoch_file.last_epoch, "changedAt": int(time.time() * 1000)})
+        await asyncio.get_running_loop().run_in_executor(
+            None, write_file_durably, ha_state_path(cfg.store_path_root_dir), data)
+
+    async def _cluster_group(self) -> dict[str, dict[int, str]]:
+        """NameServer address → ``{brokerId: addr}`` of this broker's group (GET_BROKER_CLUSTER_INFO)."""
+        api = self.broker.outer_api
+        out: dict[str, dict[int, str]] = {}
+        for ns in await api.addresses():
+            try:
+                resp = await api.client.invoke(ns, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO,
+                                                                   language="JAVA"), timeout=3.0)
+            except RemotingError as exc:
+                log.info("cluster info from NameServer %s: %s", ns, exc)
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                continue
+            try:
+                obj = loads_lenient(resp.body)
+                bd = obj.get("brokerAddrTable", {}).get(self.config.broker_name) or {}
+                out[ns] = {int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()}
+            except (ValueError, AttributeError, TypeError):
+                continue
+        return out
+
+    async def promote(self, broker_role: BrokerRole | str | None = None, *, force: bool = False) -> dict[str, Any]:
+        """Make this slave its group's master (see the module doc); returns :meth:`status`.
+
+        Raises :class:`RoleChangeError` when this broker is already master with
+        another role, ``broker_role`` is not a master role, or (without
+        ``force``) a NameServer still lists another master of the group.
+        """
+        cfg = self.config
+        role = BrokerRole(str(broker_role)) if broker_role else cfg.promoted_broker_role
+        if role is BrokerRole.SLAVE:
+            raise RoleChangeError("promotion needs ASYNC_MASTER or SYNC_MASTER")
+        async with self._role_lock:
+            if cfg.is_master:
+                return self.status()
+            if not force:
+                for ns, addrs in (await self._cluster_group()).items():
+                    other = addrs.get(0)
+                    if other and other != cfg.broker_addr:
+                        raise RoleChangeError(f"NameServer {ns} still lists {other} as the live master of "
+                                              f"{cfg.broker_name}; stop it first (or force)")
+            self.changing_role = True
+            try:
+                await self.client.stop()
+                await self.sync.stop()
+                store = self.store
+                await store.commit_log.wait_idle()
+                epoch = max(self.epoch_file.last_epoch, self.client.master_epoch) + 1
+                start = store.max_phy_offset
+                await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, epoch, start)
+                old_id = cfg.broker_id
+                cfg.broker_role = role
+                cfg.broker_id = 0
+                store.config.broker_role = role
+                store.rebuild_queue_offset_table()
+                self.broker.master_addr = None
+                self.broker.ha_master_addr = None
+                await self._persist_role()
+                await self.broker.schedule.start()
+                self.role_confirmed = True
+            finally:
+                self.changing_role = False
+                self._mark_settled()
+            self.metrics.role_changes.labels("master").inc()
+            log.warning("promoted to %s of %s (was slave %d): epoch %d from CommitLog offset %d",
+                        role, cfg.broker_name, old_id, epoch, start)
+        await self.broker.register_broker_all()
+        return self.status()
+
+    async def _free_slave_id(self) -> int:
+        used: set[int] = set()
+        for addrs in (await self._cluster_group()).values():
+            used.update(bid for bid, addr in addrs.items() if addr != self.config.broker_addr)
+        bid = 1
+        while bid in used:
+            bid += 1
+        return bid
+
+    async def demote(self, master_addr: str, ha_addr: str | None, master_epoch: int = 0) -> dict[str, Any]:
+        """Step down to slave of ``master_addr`` (HA address ``ha_addr``); returns :meth:`status`."""
+        cfg = self.config
+        async with self._role_lock:
+            if cfg.is_slave:
+                return self.status()
+            self.changing_role = True
+            try:
+                self.service.drop_all(f"{master_addr} is the master now")
+                await self.broker.schedule.stop()
+                store = self.store
+                old_role = cfg.broker_role
+                cfg.broker_role = BrokerRole.SLAVE
+                store.config.broker_role = BrokerRole.SLAVE
+                await store.commit_log.wait_idle()
+                cfg.broker_id = await self._free_slave_id()
+                await self._persist_role()
+                self.broker.master_addr = master_addr
+                if ha_addr:
+                    self.broker.ha_master_addr = ha_addr
+                self.role_confirmed = True
+                self.client.start()
+                self.sync.start()
+            finally:
+                self.changing_role = False
+                self._mark_settled()
+            self.metrics.role_changes.labels("slave").inc()
+            log.warning("stepped down from %s to slave %d of %s: master %s (epoch %d, ours %d)", old_role,
+                        cfg.broker_id, cfg.broker_name, master_addr, master_epoch, self.epoch_file.last_epoch)
+        self.broker.trigger_register()
+        return self.status()
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    async def process_role_change(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """NOTIFY_BROKER_ROLE_CHANGED (1008), RocketCluster form: ext ``role`` = MASTER (promote),
+        optional ``brokerRole`` (ASYNC_MASTER/SYNC_MASTER) and ``force``; body = status JSON."""
+        role = (request.get("role") or "MASTER").upper()
+        if role != "MASTER":
+            return request.response(ResponseCode.SYSTEM_ERROR,
+                                    "only promotion (role=MASTER) is supported: a master steps down by itself "
+                                    "when a newer master of its group registers")
+        try:
+            status = await self.promote(request.get("brokerRole") or None, force=request.get_bool("force", False))
+        except (RoleChangeError, ValueError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(status))
+
+    def process_ha_status(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_BROKER_HA_STATUS (907): body = :meth:`status` JSON."""
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.status()))
+
+    def process_epoch_cache(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``."""
+        body = {"epochs": self.epoch_file.to_json(), "maxOffset": self.store.max_phy_offset,
+                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id}
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    # -- status ---------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Role, epochs and both sides' replication state (HTTP ``/api/v1/ha``, request 907)."""
+        cfg = self.config
+        svc = self.service
+        store = self.store
+        cl = self.client
+        slaves = [{
+            "slaveAddr": c.slave_addr,
+            "slaveId": c.slave_id,
+            "peer": c.peer,
+            "epochHandshake": c.handshake,
+            "ackOffset": c.ack_offset,
+            "transferOffset": c.transfer_offset,
+            "lagBytes": svc.lag_bytes(c),
+            "lagSeconds": round(svc.lag_seconds(c), 3),
+            "inSync": svc.in_sync(c),
+            "connectedSeconds": round(time.monotonic() - c.connected_at, 1),
+        } for c in svc.connections]
+        return {
+            "brokerName": cfg.broker_name,
+            "brokerId": cfg.broker_id,
+            "brokerRole": str(cfg.broker_role),
+            "brokerAddr": cfg.broker_addr,
+            "haServerAddr": cfg.ha_server_addr,
+            "haListenPort": svc.port,
+            "epoch": self.epoch_file.last_epoch,
+            "epochs": self.epoch_file.to_json(),
+            "maxOffset": store.max_phy_offset,
+            "minOffset": store.min_phy_offset,
+            "roleConfirmed": self.role_confirmed,
+            "slaves": slaves,
+            "syncWaiters": len(svc.waiters),
+            "master": None if cfg.is_master else {
+                "haAddr": cl.master_ha_addr or self.master_ha_address(),
+                "addr": self.master_main_address(),
+                "state": cl.state,
+                "epoch": cl.master_epoch,
+                "lastError": cl.last_error,
+                "receivedBytes": cl.received_bytes,
+                "masterMaxOffset": cl.master_max_offset,
+                "configSyncRounds": self.sync.rounds,
+                "configSyncError": self.sync.last_error,
+            },
+        }
+
+    def snapshot(self) -> HASnapshot:
+        """Scrape-time values for :class:`~rocket.broker.ha.metrics.HACollector`."""
+        svc = self.service
+        rows = [SlaveRow(c.slave_addr, svc.lag_bytes(c), svc.lag_seconds(c), svc.in_sync(c), c.ack_offset)
+                for c in svc.connections] if self._started else []
+        lag = 0
+        if not self.is_master and self.client.master_max_offset >= 0 and self.broker.store_ready:
+            lag = max(0, self.client.master_max_offset - self.store.max_phy_offset)
+        return HASnapshot(self.is_master, self.epoch_file.last_epoch, rows, self.client.state, lag)

@@ -1,0 +1,465 @@
+"""The master side of replication: :class:`HAService` (RocketMQ 4.9.8 ``HAService`` +
+``HAConnection`` + ``GroupTransferService``, on one asyncio loop).
+
+Every broker listens on ``haListenPort``; only a master serves (a slave
+answers an epoch handshake with ``ok: false`` and closes plain connections).
+Per slave connection:
+
+* a reader takes the slave's 8-byte reports (its max CommitLog offset); a
+  connection without a report for ``haHousekeepingInterval`` (20 s) is
+  dropped;
+* a sender streams CommitLog data from the first report on — a first report
+  of 0 starts at the beginning of the master's last CommitLog file, as
+  RocketMQ does (an empty slave does not copy months of history) — in
+  transfers of at most ``haTransferBatchSize`` (32 KiB), woken by the store's
+  commit listener, with an empty heartbeat after ``haSendHeartbeatInterval``
+  (5 s) of silence.
+
+SYNC_MASTER (:meth:`HAService.wait_replicated`): a put is acknowledged once
+some slave reported an offset at or past its end. Waiters sit in a deque in
+arrival order (their deadlines are ordered too) and are resolved from the
+left as reports arrive — many sends share one report, as a group commit —
+so waiting never blocks other requests. ``SLAVE_NOT_AVAILABLE`` at once when
+no slave is connected or the best one is more than ``haSlaveFallbehindMax``
+(256 MiB) behind, ``FLUSH_SLAVE_TIMEOUT`` after ``slaveTimeout`` (3 s), and
+``SLAVE_NOT_AVAILABLE`` for every waiter when the last slave goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rocket.broker.ha.protocol import (
+    HAProtocolError,
+    decode_report,
+    encode_handshake,
+    encode_transfer_header,
+    is_handshake,
+    read_handshake_body,
+)
+from rocket.store.api import PutMessageStatus
+
+if TYPE_CHECKING:
+    from rocket.broker.ha.manager import ReplicationManager
+
+log = logging.getLogger("rocket.broker.ha")
+
+#: Bytes buffered in a slave connection's transport before the sender waits for it to drain.
+_WRITE_HIGH_WATER = 4 * 1024 * 1024
+#: At most one lag sample per this many seconds.
+_SAMPLE_EVERY = 0.01
+_MAX_SAMPLES = 20_000
+
+
+@dataclass(eq=False)
+class HAConnection:
+    """One slave connected to this master."""
+
+    peer: str
+    writer: asyncio.StreamWriter
+    #: The slave's main address from its handshake (its peer address for a plain slave).
+    slave_addr: str
+    slave_id: int = -1
+    handshake: bool = False
+    #: The slave's latest report; -1 before the first.
+    ack_offset: int = -1
+    #: Next CommitLog offset to send; -1 before the first report.
+    transfer_offset: int = -1
+    connected_at: float = field(default_factory=time.monotonic)
+    last_report: float = field(default_factory=time.monotonic)
+    bytes_sent: int = 0
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    first_report: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def close(self) -> None:
+        """Drop the TCP connection at once."""
+        with contextlib.suppress(Exception):
+            self.writer.transport.abort()
+
+
+class _Waiter:
+    __slots__ = ("deadline", "end", "fut")
+
+    def __init__(self, end: int, deadline: float, fut: asyncio.Future[PutMessageStatus]) -> None:
+        self.end = end
+        self.deadline = deadline
+        self.fut = fut
+
+
+class SyncWaiters:
+    """Sends waiting for a slave (``GroupTransferService``): resolved by :meth:`ack`, expired by
+    :meth:`expire`; see the module doc."""
+
+    def __init__(self) -> None:
+        self._q: deque[_Waiter] = deque()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def add(self, end: int, deadline: float, loop: asyncio.AbstractEventLoop) -> asyncio.Future[PutMessageStatus]:
+        """A future resolved with PUT_OK once a slave acknowledges ``end`` (or a failure status)."""
+        fut: asyncio.Future[PutMessageStatus] = loop.create_future()
+        self._q.append(_Waiter(end, deadline, fut))
+        return fut
+
+    def ack(self, offset: int) -> int:
+        """Resolve waiters (from the oldest) whose end is at or below ``offset``; returns how many."""
+        q = self._q
+        n = 0
+        while q:
+            w = q[0]
+            if w.fut.done():
+                q.popleft()
+                continue
+            if w.end > offset:
+                break
+            q.popleft()
+            w.fut.set_result(PutMessageStatus.PUT_OK)
+            n += 1
+        return n
+
+    def expire(self, now: float) -> int:
+        """Answer FLUSH_SLAVE_TIMEOUT to waiters past their deadline; returns how many."""
+        q = self._q
+        n = 0
+        while q and q[0].deadline <= now:
+            w = q.popleft()
+            if not w.fut.done():
+                w.fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                n += 1
+        return n
+
+    def next_deadline(self) -> float | None:
+        """The oldest waiter's deadline (monotonic seconds), if any."""
+        return self._q[0].deadline if self._q else None
+
+    def fail_all(self, status: PutMessageStatus) -> int:
+        """Answer ``status`` to every waiter; returns how many."""
+        n = 0
+        while self._q:
+            w = self._q.popleft()
+            if not w.fut.done():
+                w.fut.set_result(status)
+                n += 1
+        return n
+
+
+class HAService:
+    """Listens for slaves and streams the CommitLog to them; see the module doc."""
+
+    def __init__(self, manager: ReplicationManager) -> None:
+        self.manager = manager
+        self.connections: list[HAConnection] = []
+        self.waiters = SyncWaiters()
+        self.port: int | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sweeper_wakeup = asyncio.Event()
+        self._samples: deque[tuple[int, float]] = deque()
+        self._last_sample = 0.0
+        #: Called with the acknowledged offset whenever the best slave's report advances.
+        self.on_ack: Callable[[int], None] | None = None
+        self.transferred_bytes = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 = any free port); returns the bound port. Raises ``OSError``."""
+        store = self.manager.store
+        store.add_commit_listener(self._on_commit)
+        self._samples.append((store.max_phy_offset, time.monotonic()))
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        sock = self._server.sockets[0]
+        self.port = int(sock.getsockname()[1])
+        self._spawn(self._sweep(), "ha-sync-timeouts")
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening, drop every slave, fail waiting sends (SLAVE_NOT_AVAILABLE)."""
+        if self._server is not None:
+            self._server.close()
+        self.drop_all("shutting down")
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+
+    def drop_all(self, why: str) -> None:
+        """Close every slave connection (role change, shutdown) and fail the waiters."""
+        for conn in list(self.connections):
+            log.info("dropping replication connection of slave %s: %s", conn.slave_addr, why)
+            conn.close()
+        self.connections.clear()
+        self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- the store's commit listener -------------------------------------------------------------
+
+    def _on_commit(self, end: int) -> None:
+        for conn in self.connections:
+            conn.wakeup.set()
+        now = time.monotonic()
+        if self.connections and now - self._last_sample >= _SAMPLE_EVERY:
+            self._last_sample = now
+            samples = self._samples
+            samples.append((end, now))
+            if len(samples) > _MAX_SAMPLES:
+                samples.popleft()
+
+    # -- slaves' state ------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> list[HAConnection]:
+        """Connections that have reported at least once."""
+        return [c for c in self.connections if c.ack_offset >= 0]
+
+    @property
+    def best_ack(self) -> int:
+        """The highest offset any slave acknowledged; -1 when none."""
+        return max((c.ack_offset for c in self.connections), default=-1)
+
+    def in_sync(self, conn: HAConnection) -> bool:
+        """Is ``conn`` within ``haSlaveFallbehindMax`` bytes of this master?"""
+        if conn.ack_offset < 0:
+            return False
+        return self.manager.store.max_phy_offset - conn.ack_offset <= self.manager.config.ha_slave_fallbehind_max
+
+    def slave_ok(self) -> bool:
+        """At least one connected slave is in sync (``isSlaveOK``)."""
+        return any(self.in_sync(c) for c in self.connections)
+
+    def lag_bytes(self, conn: HAConnection) -> int:
+        """CommitLog bytes ``conn`` has not acknowledged yet."""
+        end = self.manager.store.max_phy_offset
+        return max(0, end - max(conn.ack_offset, 0))
+
+    def lag_seconds(self, conn: HAConnection) -> float:
+        """How long ago the oldest byte ``conn`` has not acknowledged was written (0 when none)."""
+        ack = conn.ack_offset
+        if ack >= self.manager.store.max_phy_offset:
+            return 0.0
+        now = time.monotonic()
+        for offset, t in self._samples:
+            if offset > ack:
+                return max(0.0, now - t)
+        return 0.0
+
+    def _prune_samples(self) -> None:
+        low = min((c.ack_offset for c in self.connections), default=-1)
+        samples = self._samples
+        while len(samples) > 1 and samples[1][0] <= low:
+            samples.popleft()
+
+    # -- SYNC_MASTER --------------------------------------------------------------------------------
+
+    def sync_status(self, end: int) -> PutMessageStatus | asyncio.Future[PutMessageStatus]:
+        """For a put ending at ``end``: PUT_OK when a slave already has it, SLAVE_NOT_AVAILABLE
+        when none can get it soon, else a future resolved by a report or the timeout."""
+        best = self.best_ack
+        if best < 0:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if best >= end:
+            return PutMessageStatus.PUT_OK
+        cfg = self.manager.config
+        if self.manager.store.max_phy_offset - best > cfg.ha_slave_fallbehind_max:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        deadline = time.monotonic() + cfg.slave_timeout / 1000.0
+        fut = self.waiters.add(end, deadline, asyncio.get_running_loop())
+        if len(self.waiters) == 1:
+            self._sweeper_wakeup.set()
+        return fut
+
+    async def _sweep(self) -> None:
+        """Expire waiters at their deadline (FLUSH_SLAVE_TIMEOUT)."""
+        while True:
+            deadline = self.waiters.next_deadline()
+            if deadline is None:
+                self._sweeper_wakeup.clear()
+                await self._sweeper_wakeup.wait()
+                continue
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(min(delay + 0.001, 1.0))
+            n = self.waiters.expire(time.monotonic())
+            if n:
+                self.manager.metrics.sync_results.labels("timeout").inc(n)
+
+    # -- one slave ----------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        conn: HAConnection | None = None
+        try:
+            conn = await self._accept(peer, reader, writer)
+            if conn is None:
+                return
+            self.connections.append(conn)
+            self.manager.metrics.connections_total.inc()
+            log.info("slave %s (id %d, %s) connected for replication from %s", conn.slave_addr, conn.slave_id,
+                     "epoch handshake" if conn.handshake else "plain", peer)
+            sender = self._spawn(self._send_loop(conn), f"ha-send-{peer}")
+            try:
+                await self._read_loop(conn, reader)
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sender
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            if conn is not None:
+                log.info("replication connection of slave %s closed: %s", conn.slave_addr, exc or "EOF")
+        except HAProtocolError as exc:
+            log.warning("replication connection from %s dropped: %s", peer, exc)
+        except TimeoutError:
+            log.warning("replication connection of slave %s idle for %.0f s: dropped",
+                        conn.slave_addr if conn else peer, self.manager.config.ha_housekeeping_interval / 1000)
+        finally:
+            with contextlib.suppress(Exception):
+                writer.transport.abort()
+            if conn is not None and conn in self.connections:
+                self.connections.remove(conn)
+                self._after_disconnect(conn)
+
+    def _after_disconnect(self, conn: HAConnection) -> None:
+        if not self.connections:
+            n = self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+            if n:
+                self.manager.metrics.sync_results.labels("slave_not_available").inc(n)
+                log.warning("last slave gone: %d sends waiting for replication answered SLAVE_NOT_AVAILABLE", n)
+
+    async def _accept(self, peer: str, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> HAConnection | None:
+        """Read the first bytes: an epoch handshake, or a plain 8-byte report."""
+        mgr = self.manager
+        idle = mgr.config.ha_housekeeping_interval / 1000.0
+        first = await asyncio.wait_for(reader.readexactly(4), idle)
+        if not is_handshake(first):
+            if not mgr.is_master:
+                log.info("replication connection from %s refused: this broker is not a master", peer)
+                return None
+            conn = HAConnection(peer, writer, slave_addr=peer)
+            rest = await asyncio.wait_for(reader.readexactly(4), idle)
+            self._on_report(conn, decode_report(first + rest))
+            return conn
+        hello = await asyncio.wait_for(read_handshake_body(reader), idle)
+        error = None
+        if not mgr.is_master:
+            error = f"broker {mgr.config.broker_addr} is not a master (role {mgr.config.broker_role})"
+        elif hello.get("brokerName") != mgr.config.broker_name:
+            error = f"slave of group {hello.get('brokerName')!r} connected to the master of {mgr.config.broker_name!r}"
+        if error is not None:
+            writer.write(encode_handshake({"ok": False, "error": error}))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.drain(), 2)
+            log.info("replication handshake from %s refused: %s", peer, error)
+            return None
+        store = mgr.store
+        writer.write(encode_handshake({
+            "ok": True,
+            "brokerName": mgr.config.broker_name,
+            "masterAddr": mgr.config.broker_addr,
+            "epoch": mgr.epoch_file.last_epoch,
+            "epochs": mgr.epoch_file.to_json(),
+            "maxOffset": store.max_phy_offset,
+            "minOffset": store.min_phy_offset,
+        }))
+        await writer.drain()
+        return HAConnection(peer, writer, slave_addr=str(hello.get("brokerAddr") or peer),
+                            slave_id=int(hello.get("brokerId", -1) or -1), handshake=True)
+
+    async def _read_loop(self, conn: HAConnection, reader: asyncio.StreamReader) -> None:
+        idle = self.manager.config.ha_housekeeping_interval / 1000.0
+        while True:
+            data = await asyncio.wait_for(reader.readexactly(8), idle)
+            self._on_report(conn, decode_report(data))
+
+    def _on_report(self, conn: HAConnection, offset: int) -> None:
+        conn.last_report = time.monotonic()
+        first = conn.ack_offset < 0
+        before = self.best_ack
+        conn.ack_offset = offset
+        if first:
+            conn.first_report.set()
+        if offset > before:
+            n = self.waiters.ack(offset)
+            if n:
+                self.manager.metrics.sync_results.labels("ok").inc(n)
+            if self.on_ack is not None:
+                self.on_ack(offset)
+            self._prune_samples()
+
+    async def _send_loop(self, conn: HAConnection) -> None:
+        mgr = self.manager
+        store = mgr.store
+        cfg = mgr.config
+        await conn.first_report.wait()
+        offset = conn.ack_offset
+        if offset == 0:
+            end = store.max_phy_offset
+            offset = end - end % store.config.mapped_file_size_commit_log
+            offset = max(offset, store.min_phy_offset) if store.max_phy_offset else 0
+        if offset > store.max_phy_offset:
+            log.error("slave %s reports offset %d beyond this master's end %d; it must be truncated "
+                      "(an epoch-aware slave does this itself)", conn.slave_addr, offset, store.max_phy_offset)
+            conn.close()
+            return
+        if 0 < offset < store.min_phy_offset:
+            log.error("slave %s reports offset %d, but this master's CommitLog starts at %d (older files "
+                      "were deleted); clear the slave's store", conn.slave_addr, offset, store.min_phy_offset)
+            conn.close()
+            return
+        conn.transfer_offset = offset
+        log.info("replicating to slave %s from offset %d", conn.slave_addr, offset)
+        batch = max(1024, cfg.ha_transfer_batch_size)
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
+        writer = conn.writer
+        transport = writer.transport
+        last_write = time.monotonic()
+        while True:
+            data = store.read_commit_log(offset, batch)
+            if data:
+                writer.write(encode_transfer_header(offset, len(data)))
+                writer.write(data)
+                n = len(data)
+                offset += n
+                conn.transfer_offset = offset
+                conn.bytes_sent += n
+                self.transferred_bytes += n
+                mgr.metrics.transferred_bytes.inc(n)
+                last_write = time.monotonic()
+                if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                    await writer.drain()
+                continue
+            if transport.get_write_buffer_size():
+                await writer.drain()
+            if offset < store.max_phy_offset:  # a hole the log cannot serve: never expected
+                log.error("cannot read CommitLog offset %d for slave %s", offset, conn.slave_addr)
+                conn.close()
+                return
+            now = time.monotonic()
+            if now - last_write >= heartbeat:
+                writer.write(encode_transfer_header(offset, 0))
+                last_write = now
+            conn.wakeup.clear()
+            if store.max_phy_offset > offset:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conn.wakeup.wait(), max(0.01, heartbeat - (time.monotonic() - last_write)))

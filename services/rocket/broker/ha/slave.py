@@ -1,0 +1,354 @@
+"""The slave side of replication: :class:`HAClient` (RocketMQ 4.9.8 ``HAClient`` with
+RocketMQ 5's epoch handshake and truncation).
+
+Session (one TCP connection to the master's HA address, which comes from
+``haMasterAddress`` or the NameServer's REGISTER_BROKER answer):
+
+1. connect (3 s timeout) and send the epoch handshake (``protocol``); the
+   master answers with its epoch list, max and min offsets;
+2. reconcile: refuse a master whose newest epoch is older than ours (it is
+   not the group's real master); otherwise find the consistent point
+   (``rocket.store.epoch``) and truncate the store's divergent tail there;
+   an empty epoch list means a new (or pre-epoch) store whose bytes are
+   trusted as they are; a store entirely behind the master's oldest file is
+   emptied and copied afresh;
+3. report the max offset, then append every transfer byte for byte with
+   ``append_commit_log_data`` (a transfer at another offset drops the
+   connection) and report again after each applied batch and at least every
+   ``haSendHeartbeatInterval`` (5 s). Transfers that arrive while a batch is
+   being written are coalesced into the next one. The master's epochs are
+   adopted as the replicated data reaches their start offsets.
+
+No data from the master for ``haHousekeepingInterval`` (20 s) drops the
+connection; the client reconnects after a second (any error included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rocket.broker.ha.protocol import (
+    HAProtocolError,
+    TransferParser,
+    encode_handshake,
+    encode_report,
+    read_handshake,
+)
+from rocket.remoting import parse_addr
+from rocket.store.epoch import EpochEntry, entries_from_json, find_consistent_point
+
+if TYPE_CHECKING:
+    from rocket.broker.ha.manager import ReplicationManager
+
+log = logging.getLogger("rocket.broker.ha")
+
+#: Connection states, in order (``rocketmq_broker_ha_connection_state``).
+STATES = ("disconnected", "connecting", "handshaking", "transferring", "refused")
+#: Replicated bytes buffered before the reader waits for the store.
+_MAX_PENDING = 32 * 1024 * 1024
+_RECONNECT_DELAY = 1.0
+
+
+class HARefusedError(Exception):
+    """The master (or our own history) forbids replicating from it; the message says why."""
+
+
+def common_epoch(local: list[EpochEntry], remote: list[EpochEntry]) -> int:
+    """The newest epoch both lists hold with the same start offset; 0 when none."""
+    starts = {e.epoch: e.start for e in remote}
+    for e in reversed(local):
+        if starts.get(e.epoch) == e.start:
+            return e.epoch
+    return 0
+
+
+class HAClient:
+    """Replicates from the master; see the module doc. ``start``/``stop`` on the broker's loop."""
+
+    def __init__(self, manager: ReplicationManager) -> None:
+        self.manager = manager
+        self.state = "disconnected"
+        #: Why the last session ended (or was refused).
+        self.last_error = ""
+        self.master_ha_addr: str | None = None
+        #: The master's main (remoting) address, from the handshake.
+        self.master_addr: str | None = None
+        self.master_epoch = 0
+        self.master_max_offset = -1
+        self.connected_since: float | None = None
+        self.disconnected_since: float = time.monotonic()
+        self.last_received = 0.0
+        self.received_bytes = 0
+        self._remote_epochs: list[EpochEntry] = []
+        self._task: asyncio.Task[None] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._last_report = 0.0
+        self._wakeup = asyncio.Event()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """The client loop runs (this broker is a slave)."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the connect/replicate loop (idempotent)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
+
+    async def stop(self) -> None:
+        """Stop replicating and wait until the store has written every byte received."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._close()
+        self._set_state("disconnected")
+        await self.manager.store.commit_log.wait_idle()
+
+    def wake(self) -> None:
+        """Try to connect now (the master's address just became known)."""
+        self._wakeup.set()
+
+    async def _pause(self, seconds: float) -> None:
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.transport.abort()
+            self._writer = None
+
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        if state == "transferring":
+            self.connected_since = time.monotonic()
+        elif self.state == "transferring":
+            self.connected_since = None
+            self.disconnected_since = time.monotonic()
+        self.state = state
+
+    @property
+    def master_reachable(self) -> bool:
+        """Replicating now, or not replicating for less than ``haHousekeepingInterval`` (counted
+        from the last session's end, or from start-up when there was none)."""
+        if self.state == "transferring":
+            return True
+        grace = self.manager.config.ha_housekeeping_interval / 1000.0
+        return time.monotonic() - self.disconnected_since < grace
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            addr = self.manager.master_ha_address()
+            if not addr:
+                self._set_state("disconnected")
+                await self._pause(_RECONNECT_DELAY)
+                continue
+            self.master_ha_addr = addr
+            try:
+                await self._session(addr)
+            except asyncio.CancelledError:
+                raise
+            except HARefusedError as exc:
+                self._note_error(f"master {addr} refused: {exc}", refused=True)
+            except (OSError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError, ValueError) as exc:
+                self._note_error(f"replication from {addr} stopped: {type(exc).__name__}: {exc}")
+            except Exception as exc:
+                log.exception("replication from %s failed", addr)
+                self._note_error(f"replication from {addr} failed: {exc}")
+            finally:
+                self._close()
+            await self._pause(_RECONNECT_DELAY if self.state != "refused" else 5.0)
+
+    def _note_error(self, text: str, *, refused: bool = False) -> None:
+        if text != self.last_error:
+            (log.error if refused else log.warning)("%s", text)
+        self.last_error = text
+        self._set_state("refused" if refused else "disconnected")
+
+    async def _session(self, addr: str) -> None:
+        mgr = self.manager
+        cfg = mgr.config
+        store = mgr.store
+        host, port = parse_addr(addr)
+        self._set_state("connecting")
+        await store.commit_log.wait_idle()  # bytes of a previous session are written: report the true end
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
+        self._writer = writer
+        self._set_state("handshaking")
+        writer.write(encode_handshake({
+            "brokerName": cfg.broker_name,
+            "brokerAddr": cfg.broker_addr,
+            "brokerId": cfg.broker_id,
+            "maxOffset": store.max_phy_offset,
+            "epochs": mgr.epoch_file.to_json(),
+        }))
+        await writer.drain()
+        reply = await asyncio.wait_for(read_handshake(reader), 10.0)
+        if not reply.get("ok"):
+            raise HARefusedError(str(reply.get("error") or "no reason given"))
+        if reply.get("brokerName") != cfg.broker_name:
+            raise HARefusedError(f"it is the master of {reply.get('brokerName')!r}, not of {cfg.broker_name!r}")
+        remote = entries_from_json(reply.get("epochs", []))
+        self.master_addr = str(reply.get("masterAddr") or "") or None
+        self.master_epoch = int(reply.get("epoch", 0) or 0)
+        self.master_max_offset = int(reply.get("maxOffset", -1))
+        await self._reconcile(remote, self.master_max_offset, int(reply.get("minOffset", 0)))
+        self._remote_epochs = [e for e in remote if e.epoch > mgr.epoch_file.last_epoch]
+        await self._adopt_epochs()
+        self._report(store.max_phy_offset)
+        self._set_state("transferring")
+        self.last_error = ""
+        log.info("replicating from master %s (%s, epoch %d) from offset %d", self.master_addr, addr,
+                 self.master_epoch, store.max_phy_offset)
+        await self._transfer(reader, writer)
+
+    async def _reconcile(self, remote: list[EpochEntry], remote_max: int, remote_min: int) -> None:
+        """Truncate our divergent tail (or refuse the master); see the module doc."""
+        mgr = self.manager
+        store = mgr.store
+        local = list(mgr.epoch_file.entries)
+        local_max = store.max_phy_offset
+        if local and remote and remote[-1].epoch < local[-1].epoch:
+            raise HARefusedError(f"its newest epoch {remote[-1].epoch} is older than ours {local[-1].epoch}: "
+                                 "it is not the group's current master")
+        cut = -1
+        if local and local_max > 0:
+            point = find_consistent_point(local, local_max, remote, remote_max)
+            if point < 0:
+                raise HARefusedError(f"no common history (ours {mgr.epoch_file.to_json()}, the master's "
+                                     f"{[e.to_json() for e in remote]}); clear this broker's store to copy the "
+                                     "master afresh")
+            if point < local_max:
+                cut = point
+            keep = common_epoch(local, remote)
+            if cut < 0 and keep < local[-1].epoch:
+                cut = local_max  # no data to drop, but epochs the master never had
+            if cut >= 0:
+                await self._truncate(cut, keep)
+        elif not local and local_max > 0:
+            log.warning("this store has data up to %d but no epoch history (written before epochs existed): "
+                        "trusting it as a copy of the master", local_max)
+        local_max = store.max_phy_offset
+        if 0 < local_max < remote_min:
+            log.warning("this store ends at %d, before the master's oldest CommitLog file (%d): emptying it "
+                        "to copy the master afresh", local_max, remote_min)
+            await self._truncate(0, 0)
+
+    async def _truncate(self, offset: int, keep_epoch: int) -> None:
+        mgr = self.manager
+        loop = asyncio.get_running_loop()
+        removed = await mgr.store.truncate(offset)
+        await loop.run_in_executor(None, mgr.epoch_file.truncate_to_epoch, keep_epoch)
+        await loop.run_in_executor(None, mgr.epoch_file.truncate_after, mgr.store.max_phy_offset)
+        mgr.metrics.truncated_bytes.inc(removed)
+        mgr.metrics.truncations.inc()
+        log.warning("truncated this broker's CommitLog to %d (%d bytes the master does not have; "
+                    "epochs now %s)", mgr.store.max_phy_offset, removed, mgr.epoch_file.to_json())
+
+    async def _adopt_epochs(self) -> None:
+        pending = self._remote_epochs
+        end = self.manager.store.max_phy_offset
+        if pending and pending[0].start <= end:
+            ef = self.manager.epoch_file
+            await asyncio.get_running_loop().run_in_executor(None, ef.adopt, pending, end)
+            self._remote_epochs = [e for e in pending if e.epoch > ef.last_epoch]
+
+    def _report(self, offset: int) -> None:
+        if self._writer is not None:
+            self._writer.write(encode_report(offset))
+            self._last_report = time.monotonic()
+
+    async def _transfer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read transfers and apply them in batches until the connection fails."""
+        mgr = self.manager
+        store = mgr.store
+        cfg = mgr.config
+        idle = cfg.ha_housekeeping_interval / 1000.0
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
+        parser = TransferParser()
+        pending = bytearray()
+        pending_offset = -1
+        have_data = asyncio.Event()
+        room = asyncio.Event()
+        room.set()
+        failure: list[BaseException] = []
+
+        async def apply() -> None:
+            nonlocal pending, pending_offset
+            while True:
+                await have_data.wait()
+                have_data.clear()
+                if not pending:
+                    continue
+                data, offset = bytes(pending), pending_offset
+                pending = bytearray()
+                pending_offset = -1
+                room.set()
+                if not await store.append_commit_log_data(offset, data):
+                    raise HAProtocolError(f"the master sent data at {offset}, this log ends at "
+                                          f"{store.commit_log.append_offset}")
+                self.received_bytes += len(data)
+                mgr.metrics.received_bytes.inc(len(data))
+                self._report(store.max_phy_offset)
+                await self._adopt_epochs()
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(heartbeat)
+                if time.monotonic() - self._last_report >= heartbeat:
+                    self._report(store.max_phy_offset)
+
+        applier = asyncio.get_running_loop().create_task(apply(), name="ha-client-apply")
+        beater = asyncio.get_running_loop().create_task(beat(), name="ha-client-heartbeat")
+
+        def done(task: asyncio.Task[Any]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                failure.append(task.exception())  # type: ignore[arg-type]
+                writer.transport.abort()
+
+        applier.add_done_callback(done)
+        try:
+            while True:
+                if not room.is_set():
+                    await room.wait()
+                chunk = await asyncio.wait_for(reader.read(256 * 1024), idle)
+                if not chunk:
+                    if failure:
+                        raise failure[0]
+                    raise ConnectionError("the master closed the connection")
+                self.last_received = time.monotonic()
+                for offset, data in parser.feed(chunk):
+                    if offset + len(data) > self.master_max_offset:
+                        self.master_max_offset = offset + len(data)
+                    if not data:
+                        continue  # heartbeat
+                    if pending_offset < 0:
+                        pending_offset = offset
+                    elif offset != pending_offset + len(pending):
+                        raise HAProtocolError(f"transfer at {offset}, expected {pending_offset + len(pending)}")
+                    pending += data
+                    have_data.set()
+                if len(pending) >= _MAX_PENDING:
+                    room.clear()
+        except Exception:
+            if failure:
+                raise failure[0] from None
+            raise
+        finally:
+            applier.cancel()
+            beater.cancel()
+            for t in (applier, beater):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t

@@ -1,0 +1,163 @@
+"""Master/slave metadata copy (reference A7 "Master/slave config sync"; RocketMQ
+4.9.8 ``SlaveSynchronize``): a slave asks its master's main port every 10 s
+(first after 3 s) for
+
+* 21 GET_ALL_TOPIC_CONFIG — the topic table (applied when its DataVersion changed),
+* 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
+* 43 GET_ALL_CONSUMER_OFFSET — consumer offsets (replaced wholesale),
+* 45 GET_ALL_DELAY_OFFSET — delayed-delivery progress (replaced wholesale),
+
+so that a promoted slave serves consumers where they were and delivers
+delayed messages from where the master stopped. Each step fails on its own
+(logged once per distinct error) and is retried at the next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
+from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
+
+if TYPE_CHECKING:
+    from rocket.broker.ha.manager import ReplicationManager
+
+log = logging.getLogger("rocket.broker.ha")
+
+FIRST_DELAY = 3.0
+PERIOD = 10.0
+
+
+class SlaveSynchronize:
+    """Copies the master's metadata into this slave; see the module doc."""
+
+    def __init__(self, manager: ReplicationManager, *, period: float = PERIOD, first_delay: float = FIRST_DELAY,
+                 timeout: float = 3.0) -> None:
+        self.manager = manager
+        self.period = period
+        self.first_delay = first_delay
+        self.timeout = timeout
+        self.client = RemotingClient(connect_timeout=timeout)
+        self.rounds = 0
+        self.last_success = 0.0
+        self.last_error = ""
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """The copy loop runs (this broker is a slave)."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the periodic copy (idempotent)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-config-sync")
+
+    async def stop(self) -> None:
+        """Stop copying and close the connection to the master."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.client.close()
+
+    async def _run(self) -> None:
+        await asyncio.sleep(self.first_delay)
+        while True:
+            try:
+                await self.sync_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("config sync from the master failed")
+            await asyncio.sleep(self.period)
+
+    async def _call(self, addr: str, code: int) -> bytes:
+        cmd = RemotingCommand(code=code, language="JAVA")
+        resp = await self.client.invoke(addr, cmd, timeout=self.timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"code {resp.code}: {resp.remark or ''}")
+        return resp.body
+
+    async def sync_once(self) -> bool:
+        """One round against the master's main address; True when every step worked."""
+        addr = self.manager.master_main_address()
+        if not addr:
+            return False
+        self.rounds += 1
+        ok = True
+        for name, code, apply in (
+            ("topic configs", RequestCode.GET_ALL_TOPIC_CONFIG, self._apply_topics),
+            ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._apply_groups),
+            ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._apply_offsets),
+            ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
+        ):
+            try:
+                body = await self._call(addr, code)
+                await apply(body)
+            except (RemotingError, ValueError, TypeError, KeyError, OSError) as exc:
+                ok = False
+                text = f"copying {name} from master {addr} failed: {exc}"
+                if text != self.last_error:
+                    log.warning("%s", text)
+                self.last_error = text
+        if ok:
+            self.last_success = asyncio.get_running_loop().time()
+            if self.last_error:
+                log.info("config sync from master %s works again", addr)
+            self.last_error = ""
+        return ok
+
+    # -- apply ------------------------------------------------------------------------------------
+
+    async def _apply_topics(self, body: bytes) -> None:
+        obj = loads_lenient(body)
+        table = obj.get("topicConfigTable") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError("no topicConfigTable in GET_ALL_TOPIC_CONFIG's answer")
+        mgr = self.manager.store.topic_configs
+        _replace_table(mgr, {str(k): TopicConfig.from_json(v) for k, v in table.items()}, obj.get("dataVersion"))
+
+    async def _apply_groups(self, body: bytes) -> None:
+        obj = loads_lenient(body)
+        table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError("no subscriptionGroupTable in GET_ALL_SUBSCRIPTIONGROUP_CONFIG's answer")
+        mgr = self.manager.store.subscription_groups
+        _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
+                       obj.get("dataVersion"))
+
+    async def _apply_offsets(self, body: bytes) -> None:
+        self.manager.store.consumer_offsets.replace_all(body)
+
+    async def _apply_delay_offsets(self, body: bytes) -> None:
+        obj = loads_lenient(body)
+        table = obj.get("offsetTable", {}) if isinstance(obj, dict) else None
+        if not isinstance(table, dict):
+            raise ValueError("no offsetTable in GET_ALL_DELAY_OFFSET's answer")
+        schedule = self.manager.broker.schedule
+        new = {int(k): int(v) for k, v in table.items()}
+        if new != schedule.delay_offsets:
+            schedule.update_offsets(new)
+            await schedule.persist()
+
+
+def _replace_table(mgr: Any, table: dict[str, Any], version: Any) -> None:
+    """Make ``mgr`` (a topic or subscription-group manager) hold exactly ``table`` with the
+    master's DataVersion; nothing happens when the versions already match."""
+    master_version = DataVersion.from_json(version) if isinstance(version, dict) else None
+    if master_version is not None and master_version == mgr.data_version:
+        return
+    current = mgr.all()
+    changed = [cfg for name, cfg in table.items() if current.get(name) != cfg]
+    gone = [name for name in current if name not in table]
+    if changed:
+        mgr.put_many(changed)
+    if gone:
+        mgr.delete_many(gone)
+    if master_version is not None:
+        mgr.data_version = master_version.copy()
