@@ -129,12 +129,22 @@ class DefaultRequestProcessor:
         SYSTEM_ERROR with a description for an undecodable body. On success:
         code 0, ext ``haServerAddr``/``masterAddr`` for a slave whose master
         is live, body = KVTable of ORDER_TOPIC_CONFIG when not empty.
+
+        Optional ext ``epoch`` (RocketCluster replication epoch of a master):
+        when another live master of the group has a newer or equal epoch, the
+        registration is not applied and the answer (code 0) carries that
+        master's ``masterAddr``, ``haServerAddr`` and ``masterEpoch``.
         """
         broker_name = request.require("brokerName")
         broker_addr = request.require("brokerAddr")
         cluster_name = request.require("clusterName")
         ha_server_addr = request.require("haServerAddr")
         broker_id = request.require_int("brokerId")
+        epoch_text = request.get("epoch")
+        try:
+            epoch = int(epoch_text) if epoch_text not in (None, "") else None
+        except ValueError:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad epoch {epoch_text!r}")
         compressed = request.get_bool("compressed", False)
         body_crc = request.get_int("bodyCrc32", 0)
         if body_crc != 0 and crc32_masked(request.body) != body_crc:
@@ -155,7 +165,14 @@ class DefaultRequestProcessor:
             body.topicConfigSerializeWrapper,
             body.filterServerList,
             conn,
+            epoch=epoch,
         )
+        if result.superseded:
+            return request.response(ext_fields={
+                "masterAddr": result.master_addr or "",
+                "haServerAddr": result.ha_server_addr or "",
+                "masterEpoch": str(result.master_epoch),
+            })
         addrs = conn.attributes.get(CONN_BROKER_ADDRS)
         if addrs is None:
             addrs = conn.attributes[CONN_BROKER_ADDRS] = set()

@@ -65,6 +65,8 @@ class BrokerLiveInfo:
     cluster_name: str = ""
     broker_name: str = ""
     broker_id: int = 0
+    #: Replication epoch a master registered with (RocketCluster extension); None = not sent.
+    epoch: int | None = None
 
 
 @dataclass(slots=True)
@@ -74,11 +76,20 @@ class RegisterBrokerResult:
     ``ha_server_addr``/``master_addr`` are set only for a slave whose master
     is registered and live (the slave replicates from there, A6, B7).
     ``queue_data_updated`` tells whether the topic table was (re)applied.
+    ``master_epoch`` is set (with ``master_addr``/``ha_server_addr``) when a
+    master registering with an epoch was *not* registered because another
+    live master of its group has a newer or equal epoch: it must step down.
     """
 
     ha_server_addr: str | None = None
     master_addr: str | None = None
     queue_data_updated: bool = False
+    master_epoch: int | None = None
+
+    @property
+    def superseded(self) -> bool:
+        """The registering master lost its group to a newer master."""
+        return self.master_epoch is not None
 
 
 @dataclass(slots=True)
@@ -145,8 +156,17 @@ class RouteInfoManager:
         topic_config_wrapper: TopicConfigSerializeWrapper | None,
         filter_server_list: list[str] | None = None,
         channel: Any = None,
+        epoch: int | None = None,
     ) -> RegisterBrokerResult:
         """Apply one REGISTER_BROKER (A6), atomically.
+
+        Replication epochs (RocketCluster extension, ``rocket.broker.ha``): a
+        master registering with ``epoch`` while another *live* address holds
+        id 0 of the group with an epoch at least as new is not registered at
+        all; the result names that master (``master_addr``, ``ha_server_addr``,
+        ``master_epoch``) so the caller steps down. A newer epoch replaces the
+        old master as usual. Registrations without an epoch (Java brokers)
+        keep RocketMQ's last-writer-wins behaviour.
 
         Adds ``broker_name`` to ``cluster_name``; sets
         ``brokerAddrs[broker_id] = broker_addr`` after removing any other id
@@ -157,6 +177,17 @@ class RouteInfoManager:
         4.9.8 (DELETE_TOPIC_IN_NAMESRV removes them).
         """
         result = RegisterBrokerResult()
+        if broker_id == MASTER_ID and epoch is not None:
+            current = self.broker_addr_table.get(broker_name)
+            holder = current.brokerAddrs.get(MASTER_ID) if current is not None else None
+            live = self.broker_live_table.get(holder) if holder is not None and holder != broker_addr else None
+            if live is not None and live.epoch is not None and live.epoch >= epoch:
+                log.warning("master registration of %s for %s refused: %s is live with epoch %d >= %d",
+                            broker_addr, broker_name, holder, live.epoch, epoch)
+                result.master_addr = holder
+                result.ha_server_addr = live.ha_server_addr
+                result.master_epoch = live.epoch
+                return result
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
 
         register_first = False
@@ -203,6 +234,7 @@ class RouteInfoManager:
             cluster_name=cluster_name,
             broker_name=broker_name,
             broker_id=broker_id,
+            epoch=epoch,
         )
         if previous is None:
             log.info("new broker registered: %s %s/%d %s", cluster_name, broker_name, broker_id, broker_addr)

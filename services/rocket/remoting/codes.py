@@ -68,6 +68,11 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    #: RocketMQ 5 numbers; RocketCluster bodies (``rocket.broker.ha``): HA status JSON,
+    #: the epoch list, and a promotion request (ext ``role``, ``brokerRole``, ``force``).
+    GET_BROKER_HA_STATUS = 907
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
 
 
 class ResponseCode(IntEnum):
