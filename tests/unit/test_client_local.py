@@ -1,0 +1,43 @@
+"""The embedded cluster's pure parts: port layout, percentiles, the shipped LogHub sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rocket.local import PACKAGE_ROOT, LocalCluster, loghub_logs, percentile, ports_for
+
+
+def test_port_layout_matches_rocketmq_defaults() -> None:
+    assert ports_for(9876) == {
+        "namesrv-1": (9876, 9886),
+        "namesrv-2": (9877, 9887),
+        "broker-a": (10911, 10915),
+        "broker-b": (10921, 10925),
+    }
+
+
+def test_plan_runs_nameservers_first_with_the_cli(tmp_path: Path) -> None:
+    plan = LocalCluster(tmp_path, 9876).plan()
+    assert [p.name for p in plan] == ["namesrv-1", "namesrv-2", "broker-a", "broker-b"]
+    broker = plan[2].argv
+    assert broker[1:4] == ["-m", "rocket.cli", "broker"]
+    assert broker[broker.index("--namesrv") + 1] == "127.0.0.1:9876;127.0.0.1:9877"
+    assert broker[broker.index("--store-dir") + 1] == str(tmp_path.resolve() / "broker-a")
+    assert broker[broker.index("--broker-id") + 1] == "0"
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 1001)]
+    assert percentile(values, 50) == 500
+    assert percentile(values, 99) == 990
+    assert percentile(values, 99.9) == 999
+    assert percentile([], 50) == 0.0
+    assert percentile([7.0], 99.9) == 7.0
+
+
+def test_the_loghub_sample_ships_with_the_package() -> None:
+    folder = PACKAGE_ROOT / "data" / "loghub"
+    logs = loghub_logs(folder)
+    assert len(logs) == 12 and all(len(lines) == 200 for lines in logs.values())
+    assert (folder / "LICENSE").read_text().startswith("LICENSE OF LOGHUB")
+    assert "ISSRE" in (folder / "README.md").read_text()
