@@ -469,7 +469,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     """The ``q`` (0..100) percentile of already sorted values (nearest rank); 0 when empty."""
     if not sorted_values:
         return 0.0
-    rank = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
+    rank = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values) / 100 - 1e-9) - 1))
     return float(sorted_values[rank])
 
 
