@@ -233,6 +233,7 @@ class CommitLog:
         #: Next queue offset per (topic, queueId) (``topicQueueTable``).
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.encoder = RecordEncoder(config.store_host)
+        self._tails: dict[str, bytes] = {}
         self.sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self.append_offset = 0
         self.committed = 0
@@ -252,6 +253,7 @@ class CommitLog:
         self._chunks: list[_Chunk] = []
         self._cur: _Chunk | None = None
         self._job_running = False
+        self._start_scheduled = False
         self._flush_lock: asyncio.Lock | None = None
         self._unsynced: list[Segment] = []  # writer thread only
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-writer")
@@ -503,7 +505,9 @@ class CommitLog:
         """
         assert self._loop is not None
         enc = self.encoder
-        tail = topic_tail(topic)
+        tail = self._tails.get(topic)
+        if tail is None:
+            tail = self._tails[topic] = topic_tail(topic)
         try:
             borns = [enc.born_bytes(r.born_host) for r in reqs]
         except ValueError as exc:
@@ -517,8 +521,13 @@ class CommitLog:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 remark=f"{total} bytes do not fit in one CommitLog file of {self.segment_size} bytes",
             )
-        seg = self._segment_for(total)
-        chunk = self._chunk(seg)
+        seg = self.segments[-1] if self.segments else None
+        pos = self.append_offset
+        if seg is None or not (seg.start <= pos and pos + total + BLANK_MARKER.size <= seg.end):
+            seg = self._segment_for(total)
+        chunk = self._cur
+        if chunk is None or chunk.seg is not seg:
+            chunk = self._chunk(seg)
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
@@ -540,7 +549,8 @@ class CommitLog:
         op = PutOp(phys, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
                    deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)
         self._ops.append(op)
-        self._start_job()
+        if not (self._job_running or self._start_scheduled):
+            self._start_job()
         return op
 
     def append_raw(self, offset: int, data: bytes, deadline: float) -> PutOp | None:
@@ -571,13 +581,14 @@ class CommitLog:
         op = PutOp(pos, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK), self.sync_flush,
                    deadline, None, 0, 0)
         self._ops.append(op)
-        self._start_job()
+        if not (self._job_running or self._start_scheduled):
+            self._start_job()
         return op
 
     # -- the writer ------------------------------------------------------------------------
 
     def _start_job(self) -> None:
-        if self._job_running or not self._chunks:
+        if self._job_running or self._start_scheduled or not self._chunks:
             return
         assert self._loop is not None and self._idle is not None
         chunks = self._chunks
@@ -673,9 +684,17 @@ class CommitLog:
             self._rollback(res)
         self.on_committed()
         self._resolve_ops(res.sync_error)
-        self._start_job()
+        if not self._start_scheduled and self._loop is not None:
+            # Start the next job one loop turn later: the puts whose waiters were just
+            # resolved run first and their next appends join it (group commit, not ping-pong).
+            self._start_scheduled = True
+            self._loop.call_soon(self._deferred_start)
         if not self._job_running and self._idle is not None and not self._ops:
             self._idle.set()
+
+    def _deferred_start(self) -> None:
+        self._start_scheduled = False
+        self._start_job()
 
     def _resolve_ops(self, sync_error: OSError | None = None) -> None:
         ops = self._ops

@@ -47,7 +47,6 @@ from rocket.message import (
 from rocket.store import files
 from rocket.store.api import (
     BrokerRole,
-    FlushDiskType,
     GetMessageResult,
     GetMessageStatus,
     MessageStoreConfig,
@@ -573,17 +572,20 @@ class DefaultMessageStore:
             return self._reject(PutMessageStatus.MESSAGE_ILLEGAL, "empty batch")
         first = reqs[0]
         topic, queue_id = first.topic, first.queue_id
-        if not topic or len(topic.encode()) > MAX_TOPIC_LENGTH:
+        if not topic or (
+            (len(topic) > MAX_TOPIC_LENGTH or not topic.isascii()) and len(topic.encode()) > MAX_TOPIC_LENGTH
+        ):
             return self._reject(PutMessageStatus.MESSAGE_ILLEGAL, f"topic length not in 1..{MAX_TOPIC_LENGTH} bytes")
         if queue_id < 0:
             return self._reject(PutMessageStatus.MESSAGE_ILLEGAL, f"queueId {queue_id} < 0")
         cl = self.commit_log
-        if cl.unflushed_bytes > cfg.max_pending_flush_bytes:
+        unflushed = cl.append_offset - cl.flushed
+        if unflushed > cfg.max_pending_flush_bytes:
             if self._flush_wakeup is not None:
                 self._flush_wakeup.set()
             return self._reject(
                 PutMessageStatus.OS_PAGECACHE_BUSY,
-                f"[PC_SYNCHRONIZED]broker busy: {cl.unflushed_bytes} bytes wait for flush "
+                f"[PC_SYNCHRONIZED]broker busy: {unflushed} bytes wait for flush "
                 f"(max_pending_flush_bytes={cfg.max_pending_flush_bytes})",
             )
         props = []
@@ -602,14 +604,15 @@ class DefaultMessageStore:
             props.append(p)
             sync = sync or r.wait_store_msg_ok
         sync = sync and cl.sync_flush
-        op = cl.put(reqs, props, topic, queue_id, self._now_ms(), sync, time.monotonic() + cfg.sync_flush_timeout)
+        op = cl.put(reqs, props, topic, queue_id, int(self.clock() * 1000), sync,
+                    time.monotonic() + cfg.sync_flush_timeout)
         if isinstance(op, PutMessageResult):
             self.stats.put_rejected += 1
             return op
         st = self.stats
         st.put_calls += 1
         st.put_messages += len(reqs)
-        if cfg.flush_disk_type is FlushDiskType.ASYNC_FLUSH and cl.unflushed_bytes > cfg.max_pending_flush_bytes // 4:
+        if unflushed > cfg.max_pending_flush_bytes // 4 and not cl.sync_flush:
             assert self._flush_wakeup is not None
             self._flush_wakeup.set()
         return op.fut

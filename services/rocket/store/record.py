@@ -163,7 +163,10 @@ class RecordEncoder:
         prefix = self.msg_id_prefix
         crc32 = zlib.crc32
         short = _SHORT.pack
+        parts: list[bytes] = []
+        part = parts.append
         appended = []
+        new_message = AppendedMessage
         phys_list = []
         sys_flags: list[int] | None = None
         q = queue_offset
@@ -179,16 +182,17 @@ class RecordEncoder:
                 q += 1
             sf = (sf & ~_HOST_BITS) | store_bits | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0)
             body = r.body
-            buf += heads[len(born)].pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag,
-                                         qo, phys, sf, r.born_timestamp, born, store_timestamp, store,
-                                         r.reconsume_times, r.prepared_transaction_offset, len(body))
-            buf += body
-            buf += topic_tail
-            buf += short(len(p))
-            buf += p
-            appended.append(AppendedMessage(phys, size, qo, store_timestamp, f"{prefix}{phys:016X}"))
+            part(heads[len(born)].pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag, qo,
+                                       phys, sf, r.born_timestamp, born, store_timestamp, store, r.reconsume_times,
+                                       r.prepared_transaction_offset, len(body)))
+            part(body)
+            part(topic_tail)
+            part(short(len(p)))
+            part(p)
+            appended.append(new_message(phys, size, qo, store_timestamp, f"{prefix}{phys:016X}"))
             phys_list.append(phys)
             phys += size
+        buf += b"".join(parts)
         return appended, phys_list, q, sys_flags
 
     def encode(self, req: PutMessageRequest, *, queue_offset: int = 0, physical_offset: int = 0,
