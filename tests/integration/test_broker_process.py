@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rocket.remoting import RemotingClient, RequestCode, ResponseCode
 from tests.integration.broker_harness import (
@@ -146,16 +147,29 @@ async def test_http_endpoints(tmp_path: Path, client: RemotingClient, ns: NameSe
             metrics = await (await http.get(f"{b.http}/metrics")).text()
             for needle in (
                 'rocketmq_broker_messages_in_total{topic="WebT"} 3.0',
-                "rocketmq_broker_bytes_in_total",
+                "rocketmq_broker_in_bytes_total",
                 "rocketmq_broker_send_latency_seconds_bucket",
                 "rocketmq_broker_pull_latency_seconds",
-                "rocketmq_broker_commitlog_max_offset",
+                "rocketmq_broker_commitlog_max_offset_bytes",
                 "rocketmq_broker_disk_usage_ratio",
                 'rocketmq_broker_consumer_lag{group="WebG",queue_id="1",topic="WebT"} 2.0',
                 "rocketmq_group_diff{",
                 "rocketmq_broker_flush_latency_seconds",
+                # The RocketMQ exporter's names and labels.
+                'rocketmq_producer_offset{broker="web",cluster="TestCluster",topic="WebT"} 3.0',
+                'rocketmq_consumer_offset{broker="web",cluster="TestCluster",group="WebG",topic="WebT"} 1.0',
+                'rocketmq_producer_tps{broker="web",cluster="TestCluster",topic="WebT"}',
+                'rocketmq_broker_tps{broker="web",cluster="TestCluster"}',
+                'rocketmq_broker_qps{broker="web",cluster="TestCluster"}',
+                "process_cpu_seconds_total",
             ):
                 assert needle in metrics, needle
+            families = {f.name: f for f in text_string_to_metric_families(metrics)}
+            (tps,) = [s for s in families["rocketmq_producer_tps"].samples if s.labels["topic"] == "WebT"]
+            assert tps.value > 0
+            (behind,) = [s for s in families["rocketmq_group_get_latency_by_storetime"].samples
+                         if s.labels["group"] == "WebG"]
+            assert 0 < behind.value < 600_000  # ms since the 2nd message of queue 1 was stored
             deleted = await http.delete(f"{b.http}/api/v1/topics/WebT")
             assert deleted.status == 200
             assert (await http.delete(f"{b.http}/api/v1/topics/WebT")).status == 404

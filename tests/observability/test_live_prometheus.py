@@ -52,6 +52,23 @@ def test_consumer_group_lag_is_visible(prometheus_scraping: Prometheus):
     assert 0 <= lag <= 60
 
 
+def test_exporter_metrics_agree_with_the_brokers_own(prometheus_scraping: Prometheus):
+    """The RocketMQ exporter's names: offsets summed over queues and brokers, lag by store time."""
+    stored = wait_result(prometheus_scraping, f'sum(rocketmq_producer_offset{{topic="{TOPIC}"}})')
+    assert stored and float(stored[0]["value"][1]) == 60, stored
+    sel = f'group="{GROUP}", topic="{TOPIC}"'
+    (lag,) = wait_result(prometheus_scraping, f"sum(rocketmq_group_diff{{{sel}}})")
+    (consumed,) = wait_result(prometheus_scraping, f"sum(rocketmq_consumer_offset{{{sel}}})")
+    assert float(consumed["value"][1]) + float(lag["value"][1]) == 60
+    (age,) = wait_result(prometheus_scraping, f"max(rocketmq_group_get_latency_by_storetime{{{sel}}})")
+    if float(lag["value"][1]) > 0:
+        assert 0 < float(age["value"][1]) < 600_000, age  # ms since the oldest unconsumed was stored
+    else:
+        assert float(age["value"][1]) == 0
+    tps = wait_result(prometheus_scraping, 'rocketmq_broker_tps{job="rocketmq-broker"}')
+    assert len(tps) == 2 and all(float(r["value"][1]) >= 0 for r in tps), tps
+
+
 #: Dashboard queries allowed to be empty on a healthy embedded cluster, and why.
 EMPTY_WHEN_HEALTHY = {
     "rocketcluster-broker / Error responses / A": "no request failed",

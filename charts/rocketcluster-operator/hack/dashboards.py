@@ -6,7 +6,8 @@
 
 The JSON files are what the chart ships (and what the tests parse); this script keeps their layout,
 variables and datasource references uniform. Metric names are those the services export
-(``rocketmq_nameserver_*``, ``rocketmq_broker_*``, ``rocketmq_group_diff``, ``rocket_operator_*``)
+(``rocketmq_nameserver_*``, ``rocketmq_broker_*``, the RocketMQ exporter's ``rocketmq_group_diff``,
+``rocketmq_group_get_latency_by_storetime`` ..., ``rocket_operator_*``)
 plus Prometheus's own ``up`` and ``ALERTS``; the tests check every one against a live scrape.
 Jobs and target labels (``job``, ``namespace``, ``cluster``, ``broker``) are set by the chart's
 PodMonitors/ServiceMonitor.
@@ -201,14 +202,16 @@ def overview() -> dict[str, Any]:
         Panel("Messages in by topic", [(
             f'sum by (topic) (rate(rocketmq_broker_messages_in_total{{job="rocketmq-broker", {SEL}}}[{RATE}]))',
             "{{topic}}")], unit="ops", stack=True,
-            description="Messages stored per second (producer TPS, rocketmq_producer_tps in the RocketMQ exporter)."),
+            description="Messages stored per second (producer TPS; the brokers also export the RocketMQ "
+                        "exporter's last-minute rocketmq_producer_tps)."),
         Panel("Messages out by consumer group", [(
             f'sum by (group) (rate(rocketmq_broker_messages_out_total{{job="rocketmq-broker", {SEL}}}[{RATE}]))',
             "{{group}}")], unit="ops", stack=True,
-            description="Messages returned to pulls per second (consumer TPS, rocketmq_consumer_tps)."),
+            description="Messages returned to pulls per second (consumer TPS; also exported as "
+                        "rocketmq_consumer_tps)."),
         Panel("Bytes in / out", [
-            (f'sum(rate(rocketmq_broker_bytes_in_total{{job="rocketmq-broker", {SEL}}}[{RATE}]))', "in"),
-            (f'sum(rate(rocketmq_broker_bytes_out_total{{job="rocketmq-broker", {SEL}}}[{RATE}]))', "out"),
+            (f'sum(rate(rocketmq_broker_in_bytes_total{{job="rocketmq-broker", {SEL}}}[{RATE}]))', "in"),
+            (f'sum(rate(rocketmq_broker_out_bytes_total{{job="rocketmq-broker", {SEL}}}[{RATE}]))', "out"),
         ], unit="Bps"),
         Panel("Consumer lag by group", [(f"sum by (group) (rocketmq_group_diff{{{SEL}}})", "{{group}}")],
               description="Messages not yet consumed (rocketmq_group_diff, summed over brokers and topics)."),
@@ -251,13 +254,13 @@ def broker() -> dict[str, Any]:
         Panel("Messages in by broker", [(
             f"sum by (broker, instance) (rate(rocketmq_broker_messages_in_total{{{BRJOB}}}[{RATE}]))",
             "{{broker}} {{instance}}")], unit="ops",
-            description="Broker put TPS (rocketmq_broker_tps in the RocketMQ exporter)."),
+            description="Broker put TPS (also exported as the RocketMQ exporter's rocketmq_broker_tps)."),
         Panel("Messages out by broker", [(
             f"sum by (broker, instance) (rate(rocketmq_broker_messages_out_total{{{BRJOB}}}[{RATE}]))",
             "{{broker}} {{instance}}")], unit="ops",
-            description="Messages returned to pulls (rocketmq_broker_qps in the RocketMQ exporter)."),
+            description="Messages returned to pulls (also exported as the RocketMQ exporter's rocketmq_broker_qps)."),
         Panel("Bytes in by topic", [(
-            f"sum by (topic) (rate(rocketmq_broker_bytes_in_total{{{BRJOB}}}[{RATE}]))", "{{topic}}")],
+            f"sum by (topic) (rate(rocketmq_broker_in_bytes_total{{{BRJOB}}}[{RATE}]))", "{{topic}}")],
             unit="Bps", stack=True),
         Panel("Requests by code", [(
             f"sum by (request_code) (rate(rocketmq_broker_requests_total{{{BRJOB}}}[{RATE}]))",
@@ -290,11 +293,11 @@ def broker() -> dict[str, Any]:
               unit="percentunit", thresholds=[(0.85, "orange"), (0.9, "red")],
               description="At 85 % the broker deletes CommitLog files early; at 90 % it refuses writes."),
         Panel("CommitLog retained and written", [
-            (f"rocketmq_broker_commitlog_max_offset{{{BRJOB}}} - rocketmq_broker_commitlog_min_offset{{{BRJOB}}}",
-             "retained {{instance}}"),
+            (f"rocketmq_broker_commitlog_max_offset_bytes{{{BRJOB}}}"
+             f" - rocketmq_broker_commitlog_min_offset_bytes{{{BRJOB}}}", "retained {{instance}}"),
         ], unit="bytes"),
         Panel("CommitLog write rate", [
-            (f"deriv(rocketmq_broker_commitlog_max_offset{{{BRJOB}}}[{RATE}])", "{{instance}}"),
+            (f"deriv(rocketmq_broker_commitlog_max_offset_bytes{{{BRJOB}}}[{RATE}])", "{{instance}}"),
         ], unit="Bps", width=8),
         Panel("Connections and parked pulls", [
             (f"rocketmq_broker_client_connections{{{BRJOB}}}", "connections {{instance}}"),
@@ -334,6 +337,12 @@ def consumer_groups() -> dict[str, Any]:
         Panel("Lag by group and topic", [(f"sum by (group, topic) (rocketmq_group_diff{{{g}}})",
                                           "{{group}} / {{topic}}")],
               description="Messages not yet consumed, summed over broker groups (rocketmq_group_diff)."),
+        Panel("Lag by store time", [(
+            f"max by (group, topic) (rocketmq_group_get_latency_by_storetime{{{g}}})", "{{group}} / {{topic}}")],
+            unit="ms",
+            description="How old the oldest unconsumed message is (now minus its store time, worst queue and "
+                        "broker group; 0 when caught up): rocketmq_group_get_latency_by_storetime, the "
+                        "RocketMQ exporter's name and unit."),
         Panel("Lag growth", [(f"sum by (group, topic) (deriv(rocketmq_group_diff{{{g}}}[10m]))",
                               "{{group}} / {{topic}}")], unit="ops",
               description="Positive: the group falls further behind (what RocketMQConsumerLagGrowing alerts on)."),
@@ -344,13 +353,13 @@ def consumer_groups() -> dict[str, Any]:
         Panel("Time to catch up at the current rate", [(
             f"sum by (group, topic) (rocketmq_group_diff{{{g}}}) / "
             f'sum by (group, topic) (rate(rocketmq_broker_messages_out_total{{job="rocketmq-broker", {g}}}'
-            f"[{RATE}]))", "{{group}} / {{topic}}")], unit="s"),
+            f"[{RATE}]))", "{{group}} / {{topic}}")], unit="s", width=24),
     ]
     rates = [
         Panel("Consume rate", [(
             f'sum by (group, topic) (rate(rocketmq_broker_messages_out_total{{job="rocketmq-broker", {g}}}[{RATE}]))',
             "{{group}} / {{topic}}")], unit="ops",
-            description="Consumer TPS per group (rocketmq_consumer_tps in the RocketMQ exporter)."),
+            description="Consumer TPS per group (also exported as the RocketMQ exporter's rocketmq_consumer_tps)."),
         Panel("Produce rate of the same topics", [(
             f'sum by (topic) (rate(rocketmq_broker_messages_in_total{{job="rocketmq-broker", {SEL}, '
             f'topic=~"$topic"}}[{RATE}]))', "{{topic}}")], unit="ops"),
