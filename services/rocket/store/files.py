@@ -46,12 +46,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def allocate(fd: int, size: int, preallocate: bool) -> None:
+def allocate(fd: int, size: int, preallocate: bool, *, for_mapping: bool = False) -> None:
     """Make the file ``size`` bytes long; with ``preallocate`` reserve the blocks too.
 
     Preallocation (``posix_fallocate``) turns a later ENOSPC into an error here,
-    at creation, instead of at a write. Falls back to a sparse ``ftruncate``
-    where the file system cannot preallocate. Raises ``OSError`` (ENOSPC ...).
+    at creation, instead of at a write. Where the file system cannot
+    preallocate, falls back to a sparse ``ftruncate`` — or, ``for_mapping``
+    (a file that will be written through mmap, where a missing block would be
+    a SIGBUS), to writing zeros. Raises ``OSError`` (ENOSPC ...).
     """
     if preallocate:
         try:
@@ -60,18 +62,25 @@ def allocate(fd: int, size: int, preallocate: bool) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
+            if for_mapping:
+                zeros = bytes(1 << 20)
+                pos = os.fstat(fd).st_size
+                while pos < size:
+                    pos += os.pwrite(fd, zeros[: size - pos], pos)
+                return
     os.ftruncate(fd, size)
 
 
-def create_file(path: Path, size: int, preallocate: bool) -> int:
+def create_file(path: Path, size: int, preallocate: bool, *, for_mapping: bool = False) -> int:
     """Create (or reopen) ``path`` with ``size`` bytes and return an O_RDWR descriptor.
 
-    A file that could not be sized is removed again. Raises ``OSError``.
+    See :func:`allocate` for ``preallocate`` and ``for_mapping``. A file that
+    could not be sized is removed again. Raises ``OSError``.
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if os.fstat(fd).st_size < size:
-            allocate(fd, size, preallocate)
+            allocate(fd, size, preallocate, for_mapping=for_mapping)
     except OSError:
         os.close(fd)
         with contextlib.suppress(OSError):

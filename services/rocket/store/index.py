@@ -84,7 +84,7 @@ class IndexFile:
     @classmethod
     def create(cls, path: Path, slot_num: int, index_num: int, prev_end_phy: int, prev_end_ts: int) -> IndexFile:
         """Create a file (blocking) whose range starts where the previous file's ended."""
-        fd = files.create_file(path, index_file_size(slot_num, index_num), True)
+        fd = files.create_file(path, index_file_size(slot_num, index_num), True, for_mapping=True)
         f = cls(path, slot_num, index_num, fd)
         if prev_end_phy > 0:
             f.begin_phy_offset = f.end_phy_offset = prev_end_phy
