@@ -9,6 +9,8 @@ Metrics (registry :data:`REGISTRY`, names prefixed ``rocket_operator_``):
 * ``cluster_phase{namespace,cluster,phase}`` — 1 for the phase each cluster reports;
 * ``drain_pending_messages{namespace,cluster,broker}`` — backlog left on draining groups;
 * ``rolling_restarts_total{namespace,cluster}`` — broker pods deleted to roll them.
+
+Plus prometheus-client's ``process_*``, ``python_info`` and ``python_gc_*``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,23 @@ import time
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
 
 PHASES = ["Pending", "Running", "Updating", "Scaling", "Draining", "Degraded", "Paused", "Invalid"]
 

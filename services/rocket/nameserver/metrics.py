@@ -11,6 +11,9 @@ Names follow Prometheus conventions with the ``rocketmq_nameserver_`` prefix:
 | ``rocketmq_nameserver_broker_evictions_total`` | counter | ``reason`` = ``timeout`` / ``connection_closed`` |
 | ``rocketmq_nameserver_request_duration_seconds`` | histogram | ``code`` (request code, or ``other``) |
 
+plus prometheus-client's ``process_*`` (CPU, memory, file descriptors, start
+time), ``python_info`` and ``python_gc_*``.
+
 A registry per instance (not prometheus-client's global one) lets several
 NameServers live in one process, as tests do.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -86,6 +89,9 @@ class NameServerMetrics(Collector):
         self._by_code = {code: _RequestStats() for code in sorted(codes)}
         self._other = _RequestStats()
         reg.register(self)
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+        GCCollector(registry=reg)
 
     def observe_request(self, code: int, seconds: float, response_code: int | None) -> None:
         """A ``Processors.observers`` hook: record one request's duration (seconds)."""
