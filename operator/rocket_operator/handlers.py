@@ -29,7 +29,7 @@ from typing import Any
 import kopf
 
 from rocket_operator import metrics, names
-from rocket_operator.addresses import AddressResolver, DnsAddressResolver
+from rocket_operator.addresses import AddressResolver, DnsAddressResolver, StaticAddressResolver
 from rocket_operator.admin import ClusterAdmin, RemotingClusterAdmin
 from rocket_operator.kube import Credentials, KubeClient
 from rocket_operator.reconcile import Context, Outcome, reconcile
@@ -100,7 +100,13 @@ async def startup(settings: kopf.OperatorSettings, logger: Any, **kwargs: Any) -
         raise kopf.PermanentError("no Kubernetes credentials: neither a service account nor a kubeconfig")
     kube = KubeClient(Credentials.from_connection_info(info))
     caps = await kube.probe_capabilities()
-    resolver = HOOKS.resolver(ours) if HOOKS.resolver else DnsAddressResolver(ours.cluster_domain)
+    resolver: AddressResolver
+    if HOOKS.resolver:
+        resolver = HOOKS.resolver(ours)
+    elif ours.resolver == "static":
+        resolver = StaticAddressResolver({"*": list(ours.static_nameservers)})
+    else:
+        resolver = DnsAddressResolver(ours.cluster_domain)
     admin = HOOKS.admin(ours) if HOOKS.admin else RemotingClusterAdmin(timeout=ours.remoting_timeout)
     http = None
     if ours.http_port >= 0:

@@ -96,14 +96,19 @@ def _elapsed(since: str | None) -> float:
 
 
 async def _apply_children(ctx: Context, uid: str, children: list[dict[str, Any]], force: bool) -> None:
+    """Server-side apply, concurrently, every child that changed (or was last applied over
+    ``REAPPLY_SECONDS`` ago). Order does not matter: the StatefulSet controller creates pods
+    only after the StatefulSet exists, and a pod waits for its ConfigMap volume."""
     now = time.monotonic()
+    todo: list[tuple[tuple[str, str, str], str, dict[str, Any]]] = []
     for child in children:
         key = (uid, child["kind"], child["metadata"]["name"])
         digest = builders.manifest_digest(child)
         seen = ctx.applied.get(key)
-        if not force and seen and seen[0] == digest and now - seen[1] < REAPPLY_SECONDS:
-            continue
-        await ctx.kube.apply(child)
+        if force or not seen or seen[0] != digest or now - seen[1] >= REAPPLY_SECONDS:
+            todo.append((key, digest, child))
+    await asyncio.gather(*(ctx.kube.apply(child) for _, _, child in todo))
+    for key, digest, _ in todo:
         ctx.applied[key] = (digest, now)
 
 
@@ -114,7 +119,10 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
     write (kopf retries the handler); remoting failures are reported as waiting
     reasons, never raised.
     """
-    cr = await ctx.kube.get(names.API_VERSION, names.KIND, namespace, name)
+    cr, sts_all = await asyncio.gather(
+        ctx.kube.get(names.API_VERSION, names.KIND, namespace, name),
+        ctx.kube.list("apps/v1", "StatefulSet", namespace,
+                      f"{names.LABEL_INSTANCE}={name},{names.LABEL_COMPONENT}={names.COMPONENT_BROKER}"))
     outcome = Outcome()
     if cr is None or (cr.get("metadata") or {}).get("deletionTimestamp"):
         return outcome
@@ -152,8 +160,6 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         return outcome
 
     # -- size of the broker StatefulSets --------------------------------------------------------
-    sts_all = await ctx.kube.list("apps/v1", "StatefulSet", namespace,
-                                  f"{names.LABEL_INSTANCE}={name},{names.LABEL_COMPONENT}={names.COMPONENT_BROKER}")
     statefulsets: dict[int, dict[str, Any]] = {}
     for sts in sts_all:
         try:

@@ -7,6 +7,9 @@
 ``ROCKET_OPERATOR_RESYNC_SECONDS``     60       how often a converged cluster is re-checked (drift, status)
 ``ROCKET_OPERATOR_REMOTING_TIMEOUT``   3        seconds per request to a NameServer or broker
 ``ROCKET_OPERATOR_CLUSTER_DOMAIN``     cluster.local  DNS suffix for Service and pod names
+``ROCKET_OPERATOR_RESOLVER``           dns      ``dns`` (in-cluster names) or ``static`` (below; no DNS queries)
+``ROCKET_OPERATOR_STATIC_NAMESERVERS``          with ``static``: ``host:port;host:port`` used for every cluster
+                                                (brokers are then unreachable: for dry runs and benchmarks)
 =====================================  =======  =======================================================
 """
 
@@ -27,6 +30,8 @@ class OperatorSettings:
     resync_seconds: float = 60.0
     remoting_timeout: float = 3.0
     cluster_domain: str = "cluster.local"
+    resolver: str = "dns"
+    static_nameservers: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -36,6 +41,8 @@ class OperatorSettings:
         def get(key: str, default: str) -> str:
             return env.get(f"ROCKET_OPERATOR_{key}", default)
 
+        if get("RESOLVER", "dns") not in ("dns", "static"):
+            raise ValueError("ROCKET_OPERATOR_RESOLVER must be dns or static")
         try:
             return cls(
                 http_host=get("HTTP_HOST", "0.0.0.0"),
@@ -44,6 +51,8 @@ class OperatorSettings:
                 resync_seconds=float(get("RESYNC_SECONDS", "60")),
                 remoting_timeout=float(get("REMOTING_TIMEOUT", "3")),
                 cluster_domain=get("CLUSTER_DOMAIN", "cluster.local"),
+                resolver=get("RESOLVER", "dns"),
+                static_nameservers=tuple(a.strip() for a in get("STATIC_NAMESERVERS", "").split(";") if a.strip()),
             )
         except ValueError as exc:
             raise ValueError(f"bad ROCKET_OPERATOR_* setting: {exc}") from None

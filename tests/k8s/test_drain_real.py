@@ -66,7 +66,7 @@ def _free_block() -> int:
 class Process:
     """One ``rocket`` process with its log file; :meth:`stop` sends SIGTERM (SIGKILL after 10 s)."""
 
-    def __init__(self, argv: list[str], port: int, log: Path, timeout: float = 60.0) -> None:
+    def __init__(self, argv: list[str], port: int, log: Path, timeout: float = 90.0) -> None:
         self.log = log
         self._out = open(log, "wb")
         self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT)
