@@ -23,7 +23,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
+              proc: subprocess.Popen[bytes] | None = None) -> None:
     """Wait until ``host:port`` accepts connections; fail if ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -51,7 +52,7 @@ def running(argv: Sequence[str], *, port: int | None = None, env: dict[str, str]
     Waits for ``port`` when given. On exit sends SIGTERM, then SIGKILL after 10 s.
     """
     full_env = {**os.environ, **(env or {})}
-    out = open(log_path, "wb") if log_path else subprocess.PIPE  # noqa: SIM115
+    out = open(log_path, "wb") if log_path else subprocess.PIPE
     proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=full_env)
     try:
         if port is not None:
