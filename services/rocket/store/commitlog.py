@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import mmap
 import os
 import struct
 import time
@@ -79,52 +78,18 @@ _TRAN_MASK = 0xC
 SCAN_CHUNK = 8 * 1024 * 1024
 
 
-class Segment:
+class Segment(files.MappedFile):
     """One CommitLog file: ``[start, start + size)`` of the log.
 
-    ``fd`` is an O_RDWR descriptor once the file exists (``created``); reads
-    go through a lazily created read-only shared mapping.
+    ``fd`` is an O_RDWR descriptor once the writer thread created the file
+    (``created``); reads go through the read-only mapping.
     """
 
-    __slots__ = ("_mm", "created", "fd", "path", "size", "start")
+    __slots__ = ("created",)
 
     def __init__(self, start: int, size: int, path: Path) -> None:
-        self.start = start
-        self.size = size
-        self.path = path
-        self.fd = -1
+        super().__init__(start, size, path)
         self.created = False
-        self._mm: mmap.mmap | None = None
-
-    @property
-    def end(self) -> int:
-        """Offset just past this file."""
-        return self.start + self.size
-
-    def view(self) -> mmap.mmap:
-        """The read-only mapping of the whole file (created on first use)."""
-        mm = self._mm
-        if mm is None:
-            mm = self._mm = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)
-        return mm
-
-    def close_view(self) -> None:
-        """Drop the mapping (on the loop, before the file goes away)."""
-        if self._mm is not None:
-            with contextlib.suppress(BufferError):
-                self._mm.close()
-            self._mm = None
-
-    def close(self) -> None:
-        """Drop the mapping and close the descriptor."""
-        self.close_view()
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
-
-    def __repr__(self) -> str:
-        return f"Segment({self.path.name})"
 
 
 @dataclass(slots=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -36,39 +35,10 @@ ENTRY = struct.Struct(">qiq")
 CQ_UNIT = ENTRY.size
 
 
-class CQFile:
+class CQFile(files.MappedFile):
     """One ConsumeQueue file; ``start`` is the byte position of its first entry."""
 
-    __slots__ = ("_mm", "fd", "path", "size", "start")
-
-    def __init__(self, start: int, size: int, path: Path, fd: int) -> None:
-        self.start = start
-        self.size = size
-        self.path = path
-        self.fd = fd
-        self._mm: mmap.mmap | None = None
-
-    def view(self) -> mmap.mmap:
-        """Read-only mapping of the file (created on first use)."""
-        mm = self._mm
-        if mm is None:
-            mm = self._mm = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)
-        return mm
-
-    def close_view(self) -> None:
-        """Drop the mapping."""
-        if self._mm is not None:
-            with contextlib.suppress(BufferError):
-                self._mm.close()
-            self._mm = None
-
-    def close(self) -> None:
-        """Drop the mapping and close the descriptor."""
-        self.close_view()
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = -1
+    __slots__ = ()
 
 
 class ConsumeQueue:

@@ -8,12 +8,60 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 #: Names of CommitLog/ConsumeQueue files: the start offset, 20 decimal digits.
 OFFSET_NAME_DIGITS = 20
+
+
+class MappedFile:
+    """A fixed-size store file: ``[start, start + size)`` of its log, an O_RDWR descriptor
+    (``fd``, -1 until opened) and a read-only shared mapping made on first :meth:`view`.
+
+    Writes never go through the mapping (``pwrite`` on ``fd``).
+    """
+
+    __slots__ = ("_mm", "fd", "path", "size", "start")
+
+    def __init__(self, start: int, size: int, path: Path, fd: int = -1) -> None:
+        self.start = start
+        self.size = size
+        self.path = path
+        self.fd = fd
+        self._mm: mmap.mmap | None = None
+
+    @property
+    def end(self) -> int:
+        """Offset just past this file."""
+        return self.start + self.size
+
+    def view(self) -> mmap.mmap:
+        """The read-only mapping of the whole file (created on first use)."""
+        mm = self._mm
+        if mm is None:
+            mm = self._mm = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)
+        return mm
+
+    def close_view(self) -> None:
+        """Drop the mapping (on the loop, before the file goes away)."""
+        if self._mm is not None:
+            with contextlib.suppress(BufferError):
+                self._mm.close()
+            self._mm = None
+
+    def close(self) -> None:
+        """Drop the mapping and close the descriptor."""
+        self.close_view()
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path.name})"
 
 
 class PartialWriteError(OSError):
