@@ -97,3 +97,20 @@ async def test_truncate_past_the_end_is_a_no_op(tmp_path: Path) -> None:
         assert await store.truncate(ends[-1]) == 0
         assert await store.truncate(ends[-1] + 100) == 0
         assert store.max_phy_offset == ends[-1]
+
+
+async def test_dispatch_all_finds_the_end_of_whole_records(tmp_path: Path) -> None:
+    """A slave whose replication stopped inside a record is cut back to the record boundary."""
+    async with opened(small_config(tmp_path / "m")) as master, opened(small_config(tmp_path / "s")) as slave:
+        ends = await _fill(master, 4)
+        slave.config.broker_role = BrokerRole.SLAVE
+        data = master.read_commit_log(0, ends[-1] - 10)  # the last record arrives only in part
+        assert await slave.append_commit_log_data(0, data)
+        assert slave.max_phy_offset == ends[-1] - 10
+        assert slave.dispatch_all() == ends[-2]
+        await slave.truncate(ends[-2])
+        slave.config.broker_role = BrokerRole.ASYNC_MASTER
+        slave.rebuild_queue_offset_table()
+        r = await slave.put_message(make_request("TopicT", 1, b"own"))
+        assert r.ok and r.messages[0].physical_offset == ends[-2] and r.messages[0].queue_offset == 1
+        assert slave.get_max_offset_in_queue("TopicT", 1) == 2

@@ -849,6 +849,20 @@ class DefaultMessageStore:
             if cq.max_offset > 0 or cq.files or cq.tail:
                 table[(cq.topic, cq.queue_id)] = cq.max_offset
 
+    def dispatch_all(self) -> int:
+        """Dispatch every complete record now (no time slicing); returns the CommitLog offset up to
+        which the log holds whole records (``reput_from_offset``).
+
+        Replicated bytes may end inside a record; a slave about to be promoted
+        truncates there so that its first own record follows a whole one.
+        """
+        while self.reput_from_offset < self.commit_log.committed:
+            before = self.reput_from_offset
+            self._reput()
+            if self.reput_from_offset == before:
+                break
+        return self.reput_from_offset
+
     async def truncate(self, offset: int) -> int:
         """Cut the log at ``offset`` (a record boundary): HA's divergent-tail repair.
 
