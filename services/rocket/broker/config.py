@@ -128,6 +128,9 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     #: How long a SYNC_MASTER send waits for a slave before FLUSH_SLAVE_TIMEOUT (12), ms.
     slave_timeout: int = 3000
+    #: How often a slave copies topics, subscription groups, consumer and delay offsets from
+    #: its master (ms; RocketMQ: 10 s, first copy after 3 s).
+    slave_sync_interval: int = 10_000
     #: Role a slave takes when promoted without an explicit one (ASYNC_MASTER or SYNC_MASTER).
     promoted_broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     #: Largest number of messages one pull returns.
@@ -267,7 +270,7 @@ class BrokerConfig:
         if self.promoted_broker_role is BrokerRole.SLAVE:
             raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_timeout"):
+                     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
         if self.slave_read_lag_bytes < 0:

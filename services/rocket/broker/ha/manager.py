@@ -8,8 +8,9 @@ the epoch file (``rocket.store.epoch``) and the role changes:
 
 **Promotion** (:meth:`promote`: ``rocket cluster failover``, POST
 ``/api/v1/role``, request 1008): refused while a NameServer still lists a
-live master of the group (unless forced); stops replicating, starts epoch
-``max(known) + 1`` at the store's end, takes brokerId 0 and the promoted
+live master of the group (unless forced); stops replicating, cuts a
+replicated record that arrived only in part, starts epoch ``max(known) + 1``
+at the store's end, takes brokerId 0 and the promoted
 role, rebuilds the queue-offset table from the ConsumeQueues, starts
 delayed delivery and re-registers at once — the NameServers put this broker
 under id 0 because its epoch is newer.
@@ -346,6 +347,10 @@ class ReplicationManager:
                 await self.sync.stop()
                 store = self.store
                 await store.commit_log.wait_idle()
+                whole = store.dispatch_all()
+                if whole < store.max_phy_offset:  # replication stopped inside a record
+                    cut = await store.truncate(whole)
+                    log.warning("promotion: dropped %d bytes of an incomplete replicated record at %d", cut, whole)
                 epoch = max(self.epoch_file.last_epoch, self.client.master_epoch) + 1
                 start = store.max_phy_offset
                 await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, epoch, start)
@@ -354,6 +359,7 @@ class ReplicationManager:
                 cfg.broker_id = 0
                 store.config.broker_role = role
                 store.rebuild_queue_offset_table()
+                self._adopt_replicated_topics()
                 self.broker.master_addr = None
                 self.broker.ha_master_addr = None
                 await self._persist_role()
@@ -367,6 +373,24 @@ class ReplicationManager:
                         role, cfg.broker_name, old_id, epoch, start)
         await self.broker.register_broker_all()
         return self.status()
+
+    def _adopt_replicated_topics(self) -> None:
+        """Give topics that have replicated data but no config yet (created on the old master
+        after the last config copy) a config: one queue more than the highest queue id seen,
+        read-write. Without it the new master would re-create them from TBW102."""
+        store = self.store
+        configs = store.topic_configs
+        made = []
+        for topic in store.topics():
+            if configs.get(topic) is None:
+                ids = store.queue_ids(topic)
+                if ids:
+                    n = max(ids) + 1
+                    made.append(self.broker.new_topic_config(topic, read_queue_nums=n, write_queue_nums=n))
+        if made:
+            configs.put_many(made)
+            log.warning("topics replicated but never copied from the old master got a config: %s",
+                        ", ".join(f"{tc.topic_name} ({tc.read_queue_nums} queues)" for tc in made))
 
     async def _free_slave_id(self) -> int:
         used: set[int] = set()

@@ -1,6 +1,7 @@
 """Master/slave metadata copy (reference A7 "Master/slave config sync"; RocketMQ
-4.9.8 ``SlaveSynchronize``): a slave asks its master's main port every 10 s
-(first after 3 s) for
+4.9.8 ``SlaveSynchronize``): a slave asks its master's main port every
+``slaveSyncInterval`` (10 s; the first time after 3 s or the interval if
+shorter) for
 
 * 21 GET_ALL_TOPIC_CONFIG — the topic table (applied when its DataVersion changed),
 * 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
@@ -28,17 +29,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocket.broker.ha")
 
 FIRST_DELAY = 3.0
-PERIOD = 10.0
 
 
 class SlaveSynchronize:
     """Copies the master's metadata into this slave; see the module doc."""
 
-    def __init__(self, manager: ReplicationManager, *, period: float = PERIOD, first_delay: float = FIRST_DELAY,
-                 timeout: float = 3.0) -> None:
+    def __init__(self, manager: ReplicationManager, *, period: float | None = None, timeout: float = 3.0) -> None:
         self.manager = manager
-        self.period = period
-        self.first_delay = first_delay
+        self.period = period if period is not None else manager.config.slave_sync_interval / 1000.0
+        self.first_delay = min(FIRST_DELAY, self.period)
         self.timeout = timeout
         self.client = RemotingClient(connect_timeout=timeout)
         self.rounds = 0
