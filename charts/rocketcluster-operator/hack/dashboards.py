@@ -314,11 +314,22 @@ def broker() -> dict[str, Any]:
             f"sum by (broker) (rocketmq_broker_replication_slave_in_sync{{{BRJOB}}})", "{{broker}}")],
             description="Slaves within haSlaveFallbehindMax of their master (counted for sync replication)."),
     ]
+    process = [
+        Panel("Broker CPU", [(f"rate(process_cpu_seconds_total{{{BRJOB}}}[{RATE}])", "{{broker}} {{instance}}")],
+              unit="short", width=8, description="CPU cores used by each broker process (process_cpu_seconds_total)."),
+        Panel("Broker resident memory", [(f"process_resident_memory_bytes{{{BRJOB}}}", "{{broker}} {{instance}}")],
+              unit="bytes", width=8,
+              description="Resident set of each broker process; mapped CommitLog pages are counted while resident."),
+        Panel("Broker open file descriptors", [
+            (f"process_open_fds{{{BRJOB}}}", "open {{instance}}"),
+            (f"process_max_fds{{{BRJOB}}}", "limit {{instance}}"),
+        ], width=8),
+    ]
     return dashboard(
         "rocketcluster-broker", "RocketCluster / Broker",
-        "Throughput, latency, store and replication of RocketCluster brokers.",
+        "Throughput, latency, store, replication and process figures of RocketCluster brokers.",
         [("Throughput", throughput), ("Latency and errors", latency), ("Store", store),
-         ("Replication", replication)],
+         ("Replication", replication), ("Process", process)],
         broker_vars(), ["broker"],
     )
 
@@ -414,6 +425,10 @@ def operator() -> dict[str, Any]:
         Panel("Rolling restarts (pods rolled per hour)", [(
             f"sum by (namespace, cluster) (increase(rocket_operator_rolling_restarts_total{{{c}}}[1h]))",
             "{{namespace}}/{{cluster}}")]),
+        Panel("Operator CPU", [(f"rate(process_cpu_seconds_total{{{OPJOB}}}[{RATE}])", "{{instance}}")],
+              description="CPU cores used by the operator process."),
+        Panel("Operator resident memory", [(f"process_resident_memory_bytes{{{OPJOB}}}", "{{instance}}")],
+              unit="bytes"),
     ]
     drains = [
         Panel("Messages pending on draining broker groups", [(
