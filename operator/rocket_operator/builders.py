@@ -35,6 +35,11 @@ from rocket_operator.spec import (
 STORE_MOUNT = "/var/lib/rocket/store"
 CONFIG_MOUNT = "/etc/rocket"
 CONFIG_FILE = "broker.conf"
+#: uid and gid of the ``rocket`` image's user (images/rocket/Dockerfile).
+RUN_AS = 10001
+#: The only writable paths of a NameServer or broker container besides the broker's store.
+TMP_MOUNT = "/tmp"
+TMP_VOLUME = "tmp"
 
 Manifest = dict[str, Any]
 
@@ -106,6 +111,37 @@ def _http_probe(path: str, port: str, *, initial: int, period: int, failures: in
     }
 
 
+def pod_security_context(*, fs_group: bool) -> dict[str, Any]:
+    """Pod-level: non-root uid/gid 10001 and the runtime's default seccomp profile. With
+    ``fs_group``, volumes (the broker's store PVC) are made group-writable for gid 10001,
+    re-walked only when the volume root does not match already (large stores mount fast)."""
+    ctx: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if fs_group:
+        ctx["fsGroup"] = RUN_AS
+        ctx["fsGroupChangePolicy"] = "OnRootMismatch"
+    return ctx
+
+
+def container_security_context() -> dict[str, Any]:
+    """Container-level: no privilege escalation, no capabilities, read-only root filesystem
+    (the process writes only to its store volume and to an emptyDir on ``/tmp``)."""
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _tmp_volume() -> dict[str, Any]:
+    return {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}}
+
+
 def _pod_scheduling(spec: ClusterSpec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if spec.scheduling.tolerations:
@@ -122,7 +158,8 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
 
     Rolling update never drops below the desired count (maxUnavailable 0,
     maxSurge 1). Probes: readiness ``/readyz``, liveness ``/healthz`` on the
-    HTTP port 9877; remoting on 9876. Pods prefer different nodes.
+    HTTP port 9877; remoting on 9876. Pods prefer different nodes. Non-root,
+    read-only root filesystem, ``/tmp`` an emptyDir (:func:`pod_security_context`).
     """
     cluster = owner.name
     labels = names.base_labels(cluster, names.COMPONENT_NAMESERVER)
@@ -139,13 +176,17 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
         ],
         "readinessProbe": _http_probe("/readyz", "http", initial=2, period=5, failures=3),
         "livenessProbe": _http_probe("/healthz", "http", initial=10, period=10, failures=6),
+        "securityContext": container_security_context(),
+        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT}],
     }
     resources = spec.name_server.resources.to_k8s()
     if resources:
         container["resources"] = resources
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 30,
+        "securityContext": pod_security_context(fs_group=False),
         "containers": [container],
+        "volumes": [_tmp_volume()],
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100,
             "podAffinityTerm": {"labelSelector": {"matchLabels": selector},
@@ -327,7 +368,9 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
     HTTP port (readiness ``/readyz``, liveness ``/healthz``, a startup probe
     allowing 10 min of store recovery), ``terminationGracePeriodSeconds`` from
     the spec so that a stopping broker can flush, and a config-hash annotation
-    so that a ``broker.conf`` change rolls the pods.
+    so that a ``broker.conf`` change rolls the pods. Non-root (uid/gid and
+    fsGroup 10001, so the store PVC is writable), read-only root filesystem,
+    ``/tmp`` an emptyDir.
     """
     caps = caps or Capabilities()
     cluster = owner.name
@@ -352,9 +395,11 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
         "readinessProbe": _http_probe("/readyz", "http", initial=5, period=5, failures=3),
         "livenessProbe": _http_probe("/healthz", "http", initial=0, period=10, failures=6),
         "startupProbe": _http_probe("/healthz", "http", initial=5, period=5, failures=120),
+        "securityContext": container_security_context(),
         "volumeMounts": [
             {"name": names.STORE_VOLUME, "mountPath": STORE_MOUNT},
             {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+            {"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
         ],
     }
     resources = spec.broker.resources.to_k8s()
@@ -362,8 +407,9 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
         container["resources"] = resources
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": spec.broker.termination_grace_period_seconds,
+        "securityContext": pod_security_context(fs_group=True),
         "containers": [container],
-        "volumes": [{"name": "config", "configMap": {"name": names.broker_config(cluster)}}],
+        "volumes": [{"name": "config", "configMap": {"name": names.broker_config(cluster)}}, _tmp_volume()],
         **_pod_scheduling(spec),
     }
     affinity = _broker_affinity(owner, spec, caps)

@@ -201,6 +201,43 @@ def test_nameserver_deployment_and_services() -> None:
     assert brokers["spec"]["clusterIP"] == "None" and brokers["spec"]["publishNotReadyAddresses"] is True
 
 
+def _assert_hardened(pod: dict[str, Any]) -> dict[str, Any]:
+    """Non-root 10001, RuntimeDefault seccomp, no escalation or capabilities, read-only root
+    filesystem with an emptyDir on /tmp; returns the container's mounts by path."""
+    ctx = pod["securityContext"]
+    assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == 10001 and ctx["runAsGroup"] == 10001
+    assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    c = container["securityContext"]
+    assert c["allowPrivilegeEscalation"] is False and c["readOnlyRootFilesystem"] is True
+    assert c["capabilities"] == {"drop": ["ALL"]} and c["runAsNonRoot"] is True
+    assert "privileged" not in c and "add" not in c["capabilities"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
+    assert set(mounts) <= {"/tmp", builders.STORE_MOUNT, builders.CONFIG_MOUNT}
+    return mounts
+
+
+def test_pods_run_as_non_root_with_a_read_only_root_filesystem() -> None:
+    spec = parse_spec({"broker": {"groups": 2, "replicasPerGroup": 1}})
+    dep = builders.build_nameserver_deployment(OWNER, spec)
+    ns_pod = dep["spec"]["template"]["spec"]
+    assert set(_assert_hardened(ns_pod)) == {"/tmp"}
+    assert "fsGroup" not in ns_pod["securityContext"]  # no volume of its own to own
+    for broker_id in (0, 1):
+        sts = builders.build_broker_statefulset(OWNER, spec, broker_id, 2)
+        pod = sts["spec"]["template"]["spec"]
+        mounts = _assert_hardened(pod)
+        # The store is the PVC of the volumeClaimTemplate, writable through fsGroup 10001.
+        store = mounts[builders.STORE_MOUNT]
+        assert store["name"] == sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == names.STORE_VOLUME
+        assert not store.get("readOnly") and mounts[builders.CONFIG_MOUNT]["readOnly"] is True
+        assert pod["securityContext"]["fsGroup"] == 10001
+        assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert builders.STORE_MOUNT == "/var/lib/rocket/store"
+
+
 def test_pdb_api_version_follows_server() -> None:
     assert builders.build_pdb(OWNER, "broker", Capabilities.for_version(1, 20))["apiVersion"] == "policy/v1beta1"
     pdb = builders.build_pdb(OWNER, "broker", Capabilities.for_version(1, 30))
