@@ -57,7 +57,7 @@ async def wait_until(check: Any, timeout: float, what: str, interval: float = 0.
     while time.monotonic() < deadline:
         try:
             last = await check()
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             last = exc
         if last and not isinstance(last, BaseException):
             return last
