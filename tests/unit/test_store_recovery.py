@@ -147,3 +147,20 @@ async def test_consume_queue_entries_past_the_end_are_removed(tmp_path: Path) ->
             assert all(decode_record(r, check_crc=True).physical_offset < cut for r in g.records)
         assert store.query_message("T", "key27", 10, 0, 2**62) == []
         assert len(store.query_message("T", "key24", 10, 0, 2**62)) == 1
+
+
+async def test_rebuilt_schedule_queue_gets_delivery_times(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path)
+    async with opened(cfg) as store:
+        req = make_request("SCHEDULE_TOPIC_XXXX", 2, b"later", tags="T")
+        req.properties += "\x02DELAY\x013\x02REAL_TOPIC\x01Orders"
+        req.tags_code = 123  # the broker gives the delivery time; the rebuild recomputes it
+        res = await store.put_message(req)
+        stored_at = res.messages[0].store_timestamp
+        cq = store.find_consume_queue("SCHEDULE_TOPIC_XXXX", 2)
+        assert cq is not None and cq.entry(0)[2] == 123  # type: ignore[index]
+    shutil.rmtree(tmp_path / "consumequeue")
+    (tmp_path / "checkpoint").unlink()
+    async with opened(cfg) as store:
+        cq = store.find_consume_queue("SCHEDULE_TOPIC_XXXX", 2)
+        assert cq is not None and cq.entry(0)[2] == stored_at + 10_000  # type: ignore[index]  # level 3 = 10 s

@@ -66,6 +66,9 @@ class MessageStoreConfig:
     #: A consumer further behind than this % of RAM is told to pull from a slave
     #: (``accessMessageInMemoryMaxRatio``).
     access_message_in_memory_max_ratio: int = 40
+    #: Delay levels 1.. (``messageDelayLevel``): a record rebuilt into SCHEDULE_TOPIC_XXXX's
+    #: ConsumeQueue gets store time + its level's delay as tag code, as the broker gave it.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     def __post_init__(self) -> None:
         self.store_path_root_dir = Path(self.store_path_root_dir)

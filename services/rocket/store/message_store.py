@@ -64,6 +64,7 @@ from rocket.store.record import (
     BLANK,
     CORRUPT,
     DispatchRecord,
+    parse_delay_levels,
     parse_dispatch,
     pickup_store_timestamp,
 )
@@ -137,6 +138,10 @@ class DefaultMessageStore:
         self.reput_from_offset = 0
         self._dispatched_store_ts = 0
         self._listeners: list[DispatchListener] = []
+        try:
+            self._delay_ms = parse_delay_levels(config.message_delay_level)
+        except ValueError as exc:
+            raise StoreError(f"message_delay_level: {exc}") from None
         self._commit_listeners: list[Callable[[int], None]] = []
         self._truncating = False
         self._io = ThreadPoolExecutor(1, thread_name_prefix="rocket-store-io")
@@ -423,11 +428,16 @@ class DefaultMessageStore:
     # -- dispatch (the reput) ---------------------------------------------------------------------
 
     def _dispatch_record(self, rec: DispatchRecord) -> ConsumeQueue | None:
-        """Put one parsed record into its ConsumeQueue and the index (``doDispatch``)."""
+        """Put one parsed record into its ConsumeQueue and the index (``doDispatch``).
+
+        A delayed record's tag code becomes its delivery time (``rec.tags_code`` is updated).
+        """
         tran = rec.sys_flag & _TRAN_MASK
         cq = None
         if tran in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
             cq = self._cq(rec.topic, rec.queue_id)
+            if rec.delay_level > 0 and self._delay_ms:  # computeDeliverTimestamp
+                rec.tags_code = rec.store_timestamp + self._delay_ms[min(rec.delay_level, len(self._delay_ms)) - 1]
             cq.put(rec.queue_offset, rec.physical_offset, rec.size, rec.tags_code)
         if tran != SYSFLAG_TRANSACTION_ROLLBACK and (rec.keys or rec.uniq_key):
             self.index_service.build(rec.topic, rec.physical_offset, rec.store_timestamp, rec.uniq_key, rec.keys)

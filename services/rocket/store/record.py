@@ -237,8 +237,12 @@ class DispatchRecord:
     sys_flag: int
     keys: str
     uniq_key: str | None
+    #: DELAY property of a SCHEDULE_TOPIC_XXXX record (0 otherwise): its tag code is a delivery time.
+    delay_level: int = 0
 
 
+#: Where delayed messages wait (``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``).
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _topics: dict[bytes, str] = {}
 _tag_codes: dict[bytes, int] = {}
 
@@ -360,6 +364,10 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
     tags = _prop(props, b"TAGS\x01") if props else None
     keys = _prop(props, b"KEYS\x01") if props else None
     uniq = _prop(props, b"UNIQ_KEY\x01") if props else None
+    delay_level = 0
+    if topic == SCHEDULE_TOPIC and props:
+        delay = _prop(props, b"DELAY\x01")
+        delay_level = int(delay) if delay and delay.isdigit() else 0
     try:
         tags_code = 0
         if tags:
@@ -375,9 +383,24 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
             sys_flag=sys_flag,
             keys=keys.decode() if keys else "",
             uniq_key=uniq.decode() if uniq else None,
+            delay_level=delay_level,
         )
     except UnicodeDecodeError:
         return CORRUPT
+
+
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """``"1s 5s 10s 30s 1m ... 2h"`` → delays in ms, level 1 first. Raises ``ValueError``."""
+    out = []
+    for item in text.split():
+        unit = item[-1]
+        if unit not in _DELAY_UNITS_MS or not item[:-1].isdigit():
+            raise ValueError(f"bad delay level {item!r} in {text!r}")
+        out.append(int(item[:-1]) * _DELAY_UNITS_MS[unit])
+    return out
 
 
 def pickup_store_timestamp(data: bytes | memoryview, pos: int = 0) -> int:
