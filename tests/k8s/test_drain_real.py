@@ -1,4 +1,5 @@
-"""Scale-in with REAL NameServers and brokers: zero messages lost, zero failed sends.
+"""Scale-out and scale-in with REAL NameServers and brokers: metadata copied to the new group;
+zero messages lost and zero failed sends while a group drains.
 
 Two NameServers and three broker masters run as local processes (``python -m
 rocket.cli``) under the names the operator gives a RocketCluster ``drain``
@@ -9,7 +10,12 @@ offsets 43/30, unregistration 104) reach them; the pods themselves stay fake
 (fake kubelet). When the StatefulSet deletes a pod, the test stops the matching
 broker process, as the kubelet would stop the container.
 
-While a producer sends without pause, ``groups`` goes 3 -> 2: the operator
+The cluster starts with 2 groups; a topic and a subscription group are made on
+drain-broker-0 outside the spec. ``groups`` goes 2 -> 3: the operator waits for
+drain-broker-2 to register in both NameServers and copies every topic and
+subscription group from drain-broker-0 to it (21/201 -> 17/200).
+
+Then, while a producer sends without pause, ``groups`` goes 3 -> 2: the operator
 makes ``drain-broker-2`` read-only on both NameServers and on the broker, and
 reports the backlog nobody has consumed yet; the StatefulSet is shown not to
 shrink while it is there. Then a push consumer starts, consumes everything,
@@ -20,6 +26,7 @@ unregister the group. Every message sent is received, and no send fails.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import socket
@@ -234,7 +241,7 @@ class Traffic:
             await consumer.shutdown()
 
 
-def test_scale_in_with_real_brokers_loses_nothing(api: Any, namespace: str, operator: Any,
+def test_scale_out_then_scale_in_with_real_brokers(api: Any, namespace: str, operator: Any,
                                                    rocket_processes: dict[str, Any]) -> None:
     procs = rocket_processes
     operator.resolver.nameserver_addrs[CLUSTER] = procs["nameservers"]
@@ -249,12 +256,31 @@ def test_scale_in_with_real_brokers_loses_nothing(api: Any, namespace: str, oper
 
 
 def _scenario(api: Any, namespace: str, operator: Any, procs: dict[str, Any]) -> None:
-    create(api, namespace, rkc(CLUSTER, broker={"groups": 3, "replicasPerGroup": 0},
+    brokers = procs["brokers"]
+    # two groups first; drain-broker-2 runs but is not part of the cluster yet (an empty new broker)
+    create(api, namespace, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 0},
                                topics=[{"name": TOPIC, "queues": 4}], drain={"timeoutSeconds": 120}))
     st = wait_for(lambda: (s := status(api, namespace, CLUSTER)).get("phase") == "Running" and s, 60,
-                  what="Running with 3 registered groups and the topic created on each")
+                  what="Running with 2 registered groups and the spec topic created on each")
     assert st["nameServers"]["addresses"] == procs["nameservers"]
     assert all(g["registered"] and g["topicsDigest"] for g in st["brokerGroups"])
+    assert TOPIC in _topics(brokers[0]) and TOPIC in _topics(brokers[1]) and TOPIC not in _topics(brokers[2])
+    # metadata made outside the spec, on one master: a topic and a subscription group
+    _run(_admin_call(brokers[0], "create_topics", [("ExtraTopic", 2, 6)]))
+    _run(_create_group(brokers[0], "extra-group"))
+
+    # scale-out: the new group registers, then gets every topic and subscription group copied
+    patch(api, namespace, CLUSTER, {"spec": {"broker": {"groups": 3}}})
+    st = wait_for(lambda: (s := status(api, namespace, CLUSTER)).get("phase") == "Running"
+                  and len(s["brokerGroups"]) == 3 and s, 60, what="Running with 3 groups")
+    new = st["brokerGroups"][2]
+    assert new["registered"] and new["metadataSynced"]
+    assert new["metadataSource"] == f"{CLUSTER}-broker-0"  # the lowest synced group is the source
+    topics = _topics(brokers[2])
+    assert TOPIC in topics and topics[TOPIC].readQueueNums == 4
+    assert "ExtraTopic" in topics and topics["ExtraTopic"].writeQueueNums == 2
+    assert "extra-group" in _groups(brokers[2])
+    assert f"{CLUSTER}-broker-0" not in topics  # broker-specific topics are not copied
 
     traffic = Traffic(";".join(procs["nameservers"]))
     traffic.start()
@@ -302,6 +328,45 @@ def _scenario(api: Any, namespace: str, operator: Any, procs: dict[str, Any]) ->
     # writes to the leaving group stopped once it was made read-only (route refresh <= 1 s)
     assert traffic.per_broker.get(f"{CLUSTER}-broker-2", 0) <= sent_to_2_at_drain + 400
     _assert_unregistered(procs["nameservers"])
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _admin_call(addr: str, method: str, *args: Any) -> Any:
+    from rocket_operator.admin import RemotingClusterAdmin
+
+    admin = RemotingClusterAdmin()
+    try:
+        return await getattr(admin, method)(addr, *args)
+    finally:
+        await admin.close()
+
+
+def _topics(addr: str) -> dict[str, Any]:
+    return _run(_admin_call(addr, "topic_configs"))
+
+
+def _groups(addr: str) -> dict[str, Any]:
+    return _run(_admin_call(addr, "subscription_groups"))
+
+
+async def _create_group(addr: str, group: str) -> None:
+    from rocket.remoting.client import RemotingClient
+    from rocket.remoting.codes import RequestCode
+    from rocket.remoting.command import RemotingCommand
+
+    client = RemotingClient()
+    try:
+        body = json.dumps({"groupName": group, "consumeEnable": True, "consumeBroadcastEnable": True,
+                           "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
+                           "whichBrokerWhenConsumeSlowly": 1}).encode()
+        response = await client.invoke(addr, RemotingCommand(
+            code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body))
+        assert response.code == 0, response.remark
+    finally:
+        await client.close()
 
 
 def _stop_brokers_of_deleted_pods(api: Any, namespace: str, procs: dict[str, Any]) -> None:
