@@ -28,6 +28,7 @@ import fcntl
 import logging
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -110,7 +111,8 @@ class DefaultMessageStore:
 
     ``clock`` (seconds since the epoch) and ``disk_usage`` (used fraction of
     the store's file system) can be injected for tests. Loop-side methods
-    must be called on the loop that ran :meth:`start`. Raises
+    must be called on the loop that ran :meth:`start`; a store object is
+    started once (make a new one to open the files again). Raises
     :class:`StoreError` from :meth:`start` when the store is locked by
     another process or its files are inconsistent beyond repair, and
     :class:`~rocket.store.api.ConfigCorruptError` when a config file and its
@@ -310,8 +312,11 @@ class DefaultMessageStore:
         self.topic_configs.load()
         self.subscription_groups.load()
         self.consumer_offsets.load()
-        self.topic_configs.store.backup()
-        self.subscription_groups.store.backup()
+        for table in (self.topic_configs.store, self.subscription_groups.store):
+            try:
+                table.backup()  # the last good copy, for a corrupt file next time
+            except (OSError, sqlite3.Error) as exc:
+                log.error("cannot back up %s to %s: %s", table.path, table.bak, exc)
         self._recover(abnormal)
         abort.touch()
         files.fsync_dir(root)
@@ -388,7 +393,10 @@ class DefaultMessageStore:
             cq.correct_min_offset(cl.min_offset)
             if cq.max_offset > 0 or cq.files:
                 cl.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset
-        self.index_service.ensure_writable_file()
+        try:
+            self.index_service.ensure_writable_file()
+        except OSError as exc:  # e.g. a full disk: index entries wait in memory until a file can be made
+            log.error("cannot create an index file in %s: %s", self.index_service.dir, exc)
         for idx in self.index_service.files:
             fsync_files.add(idx.fd)
         for fd in fsync_files:
