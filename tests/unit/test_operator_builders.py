@@ -333,3 +333,21 @@ def test_merge_patch_diff() -> None:
     new = {"phase": "Running", "rollout": {"outdatedPods": ["b"]}}
     assert merge_patch_diff(old, new) == {"rollout": {"restarting": None, "outdatedPods": ["b"]}, "drain": None}
     assert merge_patch_diff(new, new) == {}
+
+
+# -- the manifests against current Kubernetes schemas (offline) ------------------------------------
+
+@pytest.mark.parametrize("version", ["1.25.0", "1.37.0"])
+def test_children_and_crd_validate_against_current_kubernetes(version: str) -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    minor = int(version.split(".")[1])
+    caps = Capabilities.for_version(1, minor)
+    spec = parse_spec({
+        "broker": {"groups": 2, "replicasPerGroup": 2, "resources": {"requests": {"cpu": "1"}},
+                   "storage": {"storageClassName": "fast"}},
+        "scheduling": {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                       "nodeSelector": {"pool": "mq"}},
+    })
+    for child in builders.desired_children(OWNER, spec, caps=caps):
+        kv.validate(child, version, strict=True)
+    kv.validate(yaml.safe_load(CRD.read_text()), version, strict=True)
