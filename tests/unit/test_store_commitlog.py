@@ -213,3 +213,18 @@ async def test_second_store_on_same_path_is_refused(tmp_path: Path) -> None:
             await other.start()
     async with opened(small_config(tmp_path)) as again:  # the lock is released at shutdown
         assert again.running
+
+
+async def test_runtime_info_and_positions(tmp_path: Path) -> None:
+    async with opened(small_config(tmp_path)) as store:
+        first = await store.put_message(make_request("T", 0, b"x"))
+        await store.put_message(make_request("T", 0, b"y", keys=["k"]))
+        info = store.runtime_info()
+        assert all(isinstance(v, str) for v in info.values())
+        assert info["commitLogMaxOffset"] == str(store.max_phy_offset) and info["commitLogMinOffset"] == "0"
+        assert info["dispatchBehindBytes"] == "0"
+        assert info["earliestMessageTimeStamp"] == str(first.messages[0].store_timestamp)
+        assert 0.0 < float(info["commitLogDiskRatio"]) < 1.0
+        assert 0.0 < store.disk_usage_ratio() < 1.0
+        assert int(info["remainHowManyDataToFlush"]) >= 0 and "putMessageTimesTotal" in info
+        assert store.index_last_update_phy_offset == first.messages[0].size
