@@ -13,7 +13,9 @@ of a cluster (GET_BROKER_CLUSTER_INFO 106, then UPDATE_AND_CREATE_TOPIC 17 /
 DELETE_TOPIC_IN_BROKER 215 on each master, then DELETE_TOPIC_IN_NAMESRV 216 on
 every NameServer); consumer lag comes from GET_CONSUME_STATS (208) or, when a
 broker cannot answer it, from GET_MAX_OFFSET + QUERY_CONSUMER_OFFSET per queue;
-write permission is wiped (205) / added back (327) on every NameServer.
+write permission is wiped (205) / added back (327) on every NameServer;
+manual failover promotes a slave (NOTIFY_BROKER_ROLE_CHANGED 1008, RocketCluster
+form) and GET_BROKER_HA_STATUS (907) reads a broker's replication state.
 
 Errors: :class:`RemotingCommandError` when a broker or NameServer refuses,
 :class:`NameServerUnavailableError` when no NameServer answers, remoting
@@ -316,6 +318,52 @@ class Admin:
             raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, "; ".join(f"{a}: {v}" for a, v in out.items()),
                                        RequestCode(code).name)
         return out
+
+    # -- replication (rocket.broker.ha) -------------------------------------------------
+
+    async def broker_ha_status(self, addr: str) -> dict[str, Any]:
+        """GET_BROKER_HA_STATUS (907) of the broker at ``addr``: role, epochs, slaves, lag."""
+        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS)
+        check_response(response, f"HA status of {addr}")
+        return dict(orjson.loads(response.body))
+
+    async def promote_broker(self, addr: str, *, broker_role: str | None = None,
+                             force: bool = False) -> dict[str, Any]:
+        """Make the slave at ``addr`` the master of its group (manual failover):
+        NOTIFY_BROKER_ROLE_CHANGED (1008) with ``role=MASTER``. ``broker_role``:
+        ASYNC_MASTER or SYNC_MASTER (default: the broker's ``promotedBrokerRole``);
+        ``force``: promote even while a NameServer still lists a live master.
+        Returns the broker's new HA status; raises :class:`RemotingCommandError`
+        when the broker refuses (a live master is still registered)."""
+        fields: dict[str, Any] = {"role": "MASTER", "force": "true" if force else "false"}
+        if broker_role:
+            fields["brokerRole"] = broker_role
+        response = await self.client.invoke(addr, RequestCode.NOTIFY_BROKER_ROLE_CHANGED, ext(**fields),
+                                            timeout=max(self.client.timeout, 15.0))
+        check_response(response, f"promotion of {addr}")
+        return dict(orjson.loads(response.body))
+
+    async def failover(self, broker_name: str, *, broker_role: str | None = None,
+                       force: bool = False) -> dict[str, Any]:
+        """Promote the lowest-id slave of group ``broker_name`` that answers
+        (see :meth:`promote_broker`). Raises ``KeyError`` for an unknown group
+        or one without slaves, :class:`RemotingCommandError` when every slave
+        refused (the last refusal)."""
+        info = await self.cluster_info()
+        bd = info.brokers.get(broker_name)
+        if bd is None:
+            raise KeyError(f"broker group {broker_name!r} is unknown to the NameServer")
+        slaves = [bd.broker_addrs[bid] for bid in sorted(bd.broker_addrs) if bid != MASTER_ID]
+        if not slaves:
+            raise KeyError(f"broker group {broker_name!r} has no registered slave to promote")
+        last: Exception | None = None
+        for addr in slaves:
+            try:
+                return await self.promote_broker(addr, broker_role=broker_role, force=force)
+            except (RemotingCommandError, RemotingConnectError, RemotingTimeoutError) as exc:
+                last = exc
+        assert last is not None
+        raise last
 
     # -- consumer groups ---------------------------------------------------------------
 

@@ -386,6 +386,75 @@ def cluster_add_write_perm(
         console.print(f"{ns}: {result if isinstance(result, str) else f'{result} topic(s) writable again'}")
 
 
+def _print_ha(status: dict[str, Any]) -> None:
+    console.print(f"{status['brokerName']} broker {status['brokerId']} at {status['brokerAddr']} is now "
+                  f"[bold]{status['brokerRole']}[/bold], epoch {status['epoch']} "
+                  f"(epochs {status['epochs']}), CommitLog end {status['maxOffset']}")
+
+
+@cluster_app.command("failover")
+def cluster_failover(
+    broker_name: str = typer.Option(..., "--broker-name", "-b", help="Broker group whose master is gone."),
+    role: str | None = typer.Option(None, "--role", help="ASYNC_MASTER or SYNC_MASTER (default: the "
+                                                         "broker's promotedBrokerRole)."),
+    force: bool = typer.Option(False, "--force", help="Promote even while a NameServer lists a live master."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Manual failover: promote the group's lowest-id slave to master (new epoch, brokerId 0)."""
+    from rocket.client import Admin
+
+    async def main() -> dict[str, Any]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.failover(broker_name, broker_role=role, force=force)
+
+    _print_ha(_run(main()))
+
+
+@cluster_app.command("promote")
+def cluster_promote(
+    addr: str = typer.Option(..., "--addr", "-a", help="The slave's remoting address host:port."),
+    role: str | None = typer.Option(None, "--role", help="ASYNC_MASTER or SYNC_MASTER."),
+    force: bool = typer.Option(False, "--force", help="Promote even while a NameServer lists a live master."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """Promote the slave at --addr to master of its group."""
+    from rocket.client import Admin
+
+    async def main() -> dict[str, Any]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.promote_broker(addr, broker_role=role, force=force)
+
+    _print_ha(_run(main()))
+
+
+@cluster_app.command("ha")
+def cluster_ha(
+    addr: str = typer.Option(..., "--addr", "-a", help="A broker's remoting address host:port."),
+    namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
+) -> None:
+    """A broker's replication state: role, epochs, slaves and their lag, its master."""
+    from rocket.client import Admin
+
+    async def main() -> dict[str, Any]:
+        async with Admin(resolve_namesrv(namesrv)) as admin:
+            return await admin.broker_ha_status(addr)
+
+    status = _run(main())
+    _print_ha(status)
+    table = Table(title="slaves")
+    for col in ("slave", "id", "ack offset", "lag bytes", "lag seconds", "in sync"):
+        table.add_column(col)
+    for sl in status["slaves"]:
+        table.add_row(sl["slaveAddr"], str(sl["slaveId"]), str(sl["ackOffset"]), str(sl["lagBytes"]),
+                      f"{sl['lagSeconds']:.3f}", "yes" if sl["inSync"] else "no")
+    if status["slaves"]:
+        console.print(table)
+    if status.get("master"):
+        m = status["master"]
+        console.print(f"master {m['addr']} (HA {m['haAddr']}): {m['state']}, epoch {m['epoch']}"
+                      + (f", last error: {m['lastError']}" if m.get("lastError") else ""))
+
+
 @group_app.command("lag")
 def group_lag(
     group: str = typer.Argument(..., help="Consumer group."),
