@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ import pytest
 from rocket.client import Producer, PushConsumer
 from rocket.client.subscription import ConsumeFrom
 from rocket.message import MessageExt
-from rocket.remoting import RemotingClient, ResponseCode
+from rocket.remoting import RemotingClient, RequestCode, ResponseCode
 from tests.integration.broker_harness import RawBroker, broker_port, nameserver_process, records, route
 from tests.integration.replication_support import (
     Load,
@@ -175,4 +177,69 @@ async def test_sync_master_killed_slave_promoted_old_master_rejoins(tmp_path: Pa
         assert "stepping down" in log
         assert "truncated this broker's CommitLog" in log, "the old master had no divergent tail to cut"
         print(f"acked: ha-a {len(acked_a)}, ha-b {len(acked_b)}; not ok {load.not_ok}")
+    await client.close()
+
+
+async def test_slave_reads_config_copy_and_cli_failover(tmp_path: Path) -> None:
+    """Slave reads (suggestWhichBrokerId, serving pulls, no offsets from pulls), the 10 s metadata copy
+    (here 1 s: topics, groups, consumer and delay offsets), and ``rocket cluster failover``."""
+    client = RemotingClient()
+    lag_settings = {"slaveReadLagBytes": "2000"}
+    with contextlib.ExitStack() as stack:
+        ns = stack.enter_context(nameserver_process(tmp_path))
+        master = stack.enter_context(group_broker(tmp_path, "ha-r", ns.addr, port=broker_port(),
+                                                  role="ASYNC_MASTER", broker_id=0, extra=lag_settings))
+        slave = stack.enter_context(group_broker(tmp_path, "ha-r", ns.addr, port=broker_port(), role="SLAVE",
+                                                 broker_id=1, extra=lag_settings))
+        rm, rs = RawBroker(client, master.addr), RawBroker(client, slave.addr)
+        assert (await rm.create_topic("ReadT", queues=1)).code == 0
+
+        async def slave_connected() -> bool:
+            return bool((await ha_status(master))["slaves"])
+
+        await wait_until(slave_connected, 15, "the slave to connect")
+        for i in range(100):
+            assert (await rm.send("ReadT", f"r{i}".encode() * 20)).code == 0
+        assert (await rm.send("ReadT", b"later", props={"DELAY": "1"})).code == 0
+        group_body = b'{"groupName":"GROUP_R","retryMaxTimes":5,"whichBrokerWhenConsumeSlowly":1}'
+        assert (await rm.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=group_body)).code == 0
+        assert (await rm.call(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "GROUP_R", "topic": "ReadT",
+                                                                   "queueId": 0, "commitOffset": 42})).code == 0
+        # far behind (> slaveReadLagBytes): the master sends the consumer to broker 1; near the end: to 0
+        far = await rm.pull("GROUP_R", "ReadT", offset=0, max_nums=1)
+        near = await rm.pull("GROUP_R", "ReadT", offset=99, max_nums=1)
+        assert (far.code, far.ext_fields["suggestWhichBrokerId"]) == (ResponseCode.SUCCESS, "1")
+        assert near.ext_fields["suggestWhichBrokerId"] == "0"
+
+        async def slave_copied() -> bool:
+            offset = await rs.call(RequestCode.QUERY_CONSUMER_OFFSET,
+                                   {"consumerGroup": "GROUP_R", "topic": "ReadT", "queueId": 0})
+            groups = (await rs.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body
+            delays_m = (await rm.call(RequestCode.GET_ALL_DELAY_OFFSET)).body
+            delays_s = (await rs.call(RequestCode.GET_ALL_DELAY_OFFSET)).body
+            return (offset.code == 0 and offset.ext_fields.get("offset") == "42" and b"GROUP_R" in groups
+                    and delays_m == delays_s and b'"1"' in delays_s)
+
+        await wait_until(slave_copied, 15, "the slave to copy offsets, groups and delay offsets")
+        # the slave serves pulls (slaveReadEnable), and does not take offsets from them
+        pulled = await rs.pull("GROUP_R", "ReadT", offset=10, max_nums=5, sys_flag=1 | 4, commit_offset=77)
+        assert pulled.code == ResponseCode.SUCCESS and len(records(pulled)) == 5
+        offset = await rs.call(RequestCode.QUERY_CONSUMER_OFFSET,
+                               {"consumerGroup": "GROUP_R", "topic": "ReadT", "queueId": 0})
+        assert offset.ext_fields["offset"] == "42"
+
+        # failover from the command line: refused while the master lives, done once it is gone
+        cli = [sys.executable, "-m", "rocket.cli", "cluster", "failover", "--broker-name", "ha-r", "-n", ns.addr]
+        refused = await asyncio.to_thread(subprocess.run, cli, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "still lists" in refused.stderr, refused
+        master.proc.send_signal(signal.SIGKILL)
+        master.proc.wait(10)
+
+        async def failover() -> subprocess.CompletedProcess[str] | None:
+            done = await asyncio.to_thread(subprocess.run, cli, capture_output=True, text=True, timeout=60)
+            return done if done.returncode == 0 else None
+
+        done = await wait_until(failover, 20, "rocket cluster failover to succeed", interval=0.5)
+        assert "ASYNC_MASTER" in done.stdout and "epoch 2" in done.stdout
+        assert (await rs.send("ReadT", b"after failover")).code == 0
     await client.close()
