@@ -390,17 +390,19 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
     rollout_status: dict[str, Any] | None = None
     if decision.outdated:
         rollout_status = {"outdatedPods": list(decision.outdated)}
-        pick = decision.delete
+        pick, why = decision.delete, decision.waiting
+        unregistered = [g["name"] for g in groups_status if g["state"] == "Active" and not g["registered"]]
+        if pick is not None and unregistered:
+            pick, why = None, f"waiting for {', '.join(unregistered)} to register in every NameServer"
         if pick is not None and spec.broker.replicas_per_group > 0:
-            caught_up, why = await _slaves_caught_up(ctx, ref, name, active_groups, spec.broker.replicas_per_group)
+            caught_up, lagging = await _slaves_caught_up(ctx, ref, name, active_groups,
+                                                         spec.broker.replicas_per_group)
             if not caught_up:
-                pick = None
-                rollout_status["waiting"] = why
-                outcome.waiting.append(f"rolling restart: {why}")
-        elif pick is None:
-            rollout_status["waiting"] = decision.waiting
-            outcome.waiting.append(f"rolling restart: {decision.waiting}")
-        if pick is not None:
+                pick, why = None, lagging
+        if pick is None:
+            rollout_status["waiting"] = why
+            outcome.waiting.append(f"rolling restart: {why}")
+        else:
             await ctx.kube.delete("v1", "Pod", namespace, pick.name, uid=pick.uid)
             rollout_status["restarting"] = pick.name
             outcome.events.append(("Normal", "PodRestarted", f"deleted {pick.name} to roll it to the new revision"))
