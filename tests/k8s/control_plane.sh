@@ -199,6 +199,8 @@ start() {
   built || die "no Kubernetes binaries in $BIN (run: $0 build)"
   command -v etcd >/dev/null || apt_install etcd-server
   command -v openssl >/dev/null || apt_install openssl
+  command -v curl >/dev/null || apt_install curl
+  command -v setsid >/dev/null || apt_install util-linux
   mkdir -p "$run/logs"
   run=$(cd "$run" && pwd)
   make_pki "$run/pki"
