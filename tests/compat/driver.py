@@ -67,10 +67,15 @@ def _log_level(name: str) -> int:
 
 
 def make_body(args: argparse.Namespace, i: int) -> str:
-    """The text body of message ``i``: ``<prefix>-<i>``, padded with a pattern to ``--body-size``."""
+    """The text body of message ``i``: ``<prefix>-<i>``, padded with a pattern to ``--body-size``.
+
+    ``--body-size`` may be a comma-separated list: message ``i`` gets entry ``i % len``.
+    """
     head = f"{args.body_prefix}-{i}"
-    if args.body_size and args.body_size > len(head) + 1:
-        pad_len = args.body_size - len(head) - 1
+    sizes = [int(x) for x in str(args.body_size or 0).split(",")]
+    size = sizes[i % len(sizes)]
+    if size > len(head) + 1:
+        pad_len = size - len(head) - 1
         alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
         # Not too compressible and not random: position-dependent text.
         pad = "".join(alphabet[(k * 7 + i + k // 36) % len(alphabet)] for k in range(pad_len))
@@ -106,6 +111,12 @@ def new_producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.instance:
         dll.SetProducerInstanceName(producer._handle, args.instance.encode())
     producer.start()
+    # The C++ core refreshes routes on a timer thread right after start. While
+    # that thread holds the client's connection-table lock, a send on another
+    # thread fails at once ("GetTransport of:<addr> get timed_mutex timeout",
+    # then "No route info of this topic"): a client-side race, seen under load.
+    # Let the start-up work finish before the first send.
+    time.sleep(args.settle_ms / 1000)
     emit("started", role="producer", group=args.group, elapsed_ms=since_start_ms())
     return producer
 
@@ -357,11 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--keys", default="", help="key prefix: message i gets <keys>-<i>")
         p.add_argument("--property", action="append", help="key=value user property")
         p.add_argument("--body-prefix", default="msg")
-        p.add_argument("--body-size", type=int, default=0, help="pad bodies to this many bytes")
+        p.add_argument("--body-size", default="0", help="pad bodies to this many bytes (or a,b,c: cycled)")
         p.add_argument("--delay-level", type=int, default=0)
         p.add_argument("--send-timeout-ms", type=int, default=3000)
         p.add_argument("--interval-ms", type=int, default=0)
         p.add_argument("--instance", default="", help="client instance name")
+        p.add_argument("--settle-ms", type=int, default=300, help="pause between start and the first send")
 
     send = sub.add_parser("send", help="sync-send --count messages one by one")
     producer_opts(send)
