@@ -125,6 +125,7 @@ class ReplicationManager:
         self._settled = asyncio.Event()
         self._role_lock = asyncio.Lock()
         self._demote_task: asyncio.Task[None] | None = None
+        self._retry_task: asyncio.Task[None] | None = None
         self._started = False
         broker.metrics.install_collector(HACollector(self.snapshot))
 
@@ -176,10 +177,11 @@ class ReplicationManager:
 
     async def shutdown(self) -> None:
         """Stop replication in both directions."""
-        if self._demote_task is not None:
-            self._demote_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._demote_task
+        for task in (self._demote_task, self._retry_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         await self.client.stop()
         await self.sync.stop()
         await self.service.stop()
@@ -258,9 +260,13 @@ class ReplicationManager:
         """After a registration round: a master told of a newer live master steps down."""
         cfg = self.config
         if not cfg.is_master:
-            if not self.client.running or self.client.state in ("disconnected", "refused"):
-                if self.master_ha_address():
+            if self.master_ha_address():
+                if self.client.state in ("disconnected", "refused"):
                     self.client.wake()
+            elif self._retry_task is None or self._retry_task.done():
+                # no master registered yet (brokers starting together): ask again soon, not in 30 s
+                self._retry_task = asyncio.get_running_loop().create_task(self._register_again(2.0),
+                                                                         name="ha-find-master")
             return
         for r in results:
             if r.ok and r.master_addr and r.master_addr != cfg.broker_addr:
@@ -282,6 +288,11 @@ class ReplicationManager:
             else:
                 log.warning("no NameServer answered the first registration: serving as master of %s "
                             "without confirmation (epoch %d)", cfg.broker_name, self.epoch_file.last_epoch)
+
+    async def _register_again(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self.config.is_slave and not self.master_ha_address():
+            self.broker.trigger_register()
 
     async def _demote_guarded(self, master_addr: str, ha_addr: str | None, master_epoch: int) -> None:
         try:
