@@ -1,10 +1,13 @@
 """The embedded default: a whole cluster on this machine, and the LogHub demo.
 
 ``rocket local up`` starts two NameServers and two broker groups (``broker-a``
-and ``broker-b``, masters) as separate processes (``python -m rocket.cli
+and ``broker-b``), each a master (brokerId 0, ASYNC_MASTER) and a slave
+(``broker-a-slave``: brokerId 1, replicating from its master, serving reads
+when the master is gone), as separate processes (``python -m rocket.cli
 nameserver|broker ...``), with data and logs under one folder (default
 ``./data/local``), waits until every one is ready, prints the addresses and
-writes ``state.json`` (pids, ports) there. ``rocket local down`` stops them
+writes ``state.json`` (pids, ports) there. ``slaves=False`` starts masters
+only. ``rocket local down`` stops them
 (SIGTERM, then waits; SIGKILL after a timeout), ``rocket local status`` shows
 them.
 
@@ -14,6 +17,12 @@ Ports, from a base port P (default 9876)::
     namesrv-2   P+1     (HTTP P+11)        9877 / 9887
     broker-a    P+1035  (HTTP +4)          10911 / 10915  (also uses 10909 and 10912)
     broker-b    P+1045  (HTTP +4)          10921 / 10925  (also uses 10919 and 10922)
+    broker-a-slave  P+1055  (HTTP +4)      10931 / 10935  (also uses 10929 and 10932)
+    broker-b-slave  P+1065  (HTTP +4)      10941 / 10945  (also uses 10939 and 10942)
+
+A failed master is replaced by hand: ``rocket cluster failover --broker-name
+broker-a`` promotes its slave; the old master, started again, rejoins as a
+slave (``rocket.broker.ha``).
 
 ``python -m rocket.local demo`` (``make run``) starts a cluster in a
 temporary folder, publishes the LogHub samples — one topic per system
@@ -50,6 +59,8 @@ DEFAULT_BASE_PORT = 9876
 STATE_FILE = "state.json"
 CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
+#: Process name of a group's slave: ``broker-a-slave``.
+SLAVE_SUFFIX = "-slave"
 PACKAGE_ROOT = Path(__file__).resolve().parent
 #: The project's root when running from a checkout (services/rocket/local.py → project).
 PROJECT_ROOT = PACKAGE_ROOT.parent.parent
@@ -108,7 +119,7 @@ class ClusterState:
             raise LocalClusterError(f"unreadable state file {path}: {exc}") from None
 
 
-def ports_for(base_port: int, brokers: int = len(BROKER_NAMES)) -> dict[str, tuple[int, int]]:
+def ports_for(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = True) -> dict[str, tuple[int, int]]:
     """Process name → (remoting port, HTTP port) for a cluster at ``base_port``."""
     layout = {
         "namesrv-1": (base_port, base_port + 10),
@@ -117,12 +128,16 @@ def ports_for(base_port: int, brokers: int = len(BROKER_NAMES)) -> dict[str, tup
     for i, name in enumerate(BROKER_NAMES[:brokers]):
         port = base_port + 1035 + 10 * i
         layout[name] = (port, port + 4)
+    if slaves:
+        for i, name in enumerate(BROKER_NAMES[:brokers]):
+            port = base_port + 1055 + 10 * i
+            layout[name + SLAVE_SUFFIX] = (port, port + 4)
     return layout
 
 
-def _all_ports(base_port: int, brokers: int = len(BROKER_NAMES)) -> list[int]:
+def _all_ports(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = True) -> list[int]:
     ports: list[int] = []
-    for name, (port, http) in ports_for(base_port, brokers).items():
+    for name, (port, http) in ports_for(base_port, brokers, slaves).items():
         ports.append(http)
         ports.extend([port - 2, port, port + 1] if name.startswith("broker") else [port])
     return ports
@@ -232,31 +247,33 @@ async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
 class LocalCluster:
     """Start, watch and stop a local cluster under ``data_dir``.
 
-    ``brokers``: how many broker groups (1 or 2); ``flush``: ``ASYNC_FLUSH`` or
+    ``brokers``: how many broker groups (1 or 2); ``slaves``: a slave per group
+    (brokerId 1, ``slaveReadEnable``); ``flush``: ``ASYNC_FLUSH`` or
     ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags.
     """
 
     def __init__(self, data_dir: Path | str = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, *,
                  brokers: int = 2, nameservers: int = 2, flush: str = "ASYNC_FLUSH",
-                 extra_broker_args: Sequence[str] = ()) -> None:
+                 extra_broker_args: Sequence[str] = (), slaves: bool = True) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.base_port = base_port
         self.brokers = max(1, min(brokers, len(BROKER_NAMES)))
         self.nameservers = max(1, min(nameservers, 2))
         self.flush = flush
         self.extra_broker_args = list(extra_broker_args)
+        self.slaves = slaves
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.state: ClusterState | None = None
 
     @property
     def namesrv(self) -> str:
         """``"127.0.0.1:P;127.0.0.1:P+1"``."""
-        layout = ports_for(self.base_port, self.brokers)
+        layout = ports_for(self.base_port, self.brokers, self.slaves)
         return ";".join(f"127.0.0.1:{layout[f'namesrv-{i + 1}'][0]}" for i in range(self.nameservers))
 
     def plan(self) -> list[ProcessInfo]:
         """The processes :meth:`start` runs, NameServers first."""
-        layout = ports_for(self.base_port, self.brokers)
+        layout = ports_for(self.base_port, self.brokers, self.slaves)
         exe = [sys.executable, "-m", "rocket.cli"]
         logs = self.data_dir / "logs"
         plan: list[ProcessInfo] = []
@@ -270,7 +287,18 @@ class LocalCluster:
             argv = [*exe, "broker", "--name", name, "--cluster", CLUSTER_NAME, "--broker-id", "0",
                     "--port", str(port), "--http-port", str(http), "--namesrv", self.namesrv,
                     "--store-dir", str(self.data_dir / name), "--flush", self.flush, *self.extra_broker_args]
+            if self.slaves:
+                argv += ["--set", "slaveReadEnable=true"]
             plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
+        if self.slaves:
+            for group in BROKER_NAMES[: self.brokers]:
+                name = group + SLAVE_SUFFIX
+                port, http = layout[name]
+                argv = [*exe, "broker", "--name", group, "--cluster", CLUSTER_NAME, "--broker-id", "1",
+                        "--role", "SLAVE", "--port", str(port), "--http-port", str(http), "--namesrv",
+                        self.namesrv, "--store-dir", str(self.data_dir / name), "--flush", self.flush,
+                        "--set", "slaveReadEnable=true", *self.extra_broker_args]
+                plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
         return plan
 
     def start(self, *, detach: bool = True, timeout: float = 60.0) -> ClusterState:
@@ -287,7 +315,7 @@ class LocalCluster:
             raise LocalClusterError(f"a local cluster already runs from {self.data_dir} "
                                     "(rocket local status / rocket local down)")
         plan = self.plan()
-        busy = [p for p in _all_ports(self.base_port, self.brokers) if not _port_free(p)]
+        busy = [p for p in _all_ports(self.base_port, self.brokers, self.slaves) if not _port_free(p)]
         if busy:
             raise LocalClusterError(f"ports already in use: {busy} (choose another --base-port)")
         self.state = ClusterState(str(self.data_dir), self.base_port, self.namesrv, plan)
@@ -429,7 +457,8 @@ def print_state(state: ClusterState) -> None:
     for col in ("process", "role", "address", "http", "pid"):
         table.add_column(col, no_wrap=True)
     for p in state.processes:
-        role = "NameServer" if p.kind == "nameserver" else "broker (master)"
+        role = "NameServer" if p.kind == "nameserver" else (
+            "broker (slave)" if "SLAVE" in p.argv else "broker (master)")
         table.add_row(p.name, role, p.addr, f"127.0.0.1:{p.http_port}", str(p.pid))
     console = Console()
     console.print(table)

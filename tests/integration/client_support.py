@@ -1,4 +1,4 @@
-"""A cluster shared by the client integration tests: 1 NameServer + broker-a + broker-b.
+"""A cluster shared by the client integration tests: 1 NameServer + broker-a + broker-b (masters only).
 
 Started once per test session on free loopback ports (real processes via
 ``rocket.local.LocalCluster``) and stopped at exit. Tests use unique topic and
@@ -26,7 +26,7 @@ def shared_cluster() -> ClusterState:
     global _state, _cluster
     if _state is None:
         folder = Path(tempfile.mkdtemp(prefix="rocket-client-it-"))
-        cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=2)
+        cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=2, slaves=False)
         _state = cluster.start(detach=False, timeout=60)
         _cluster = cluster
 

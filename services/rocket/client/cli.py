@@ -243,7 +243,7 @@ def consume(
 topic_app = typer.Typer(help="Create, list and delete topics.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Brokers of the cluster; write permission.", no_args_is_help=True)
 group_app = typer.Typer(help="Consumer groups: progress and lag.", no_args_is_help=True)
-local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups).",
+local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups of master + slave).",
                         no_args_is_help=True)
 
 
@@ -387,7 +387,7 @@ def cluster_add_write_perm(
 
 
 def _print_ha(status: dict[str, Any]) -> None:
-    console.print(f"{status['brokerName']} broker {status['brokerId']} at {status['brokerAddr']} is now "
+    console.print(f"{status['brokerName']} broker {status['brokerId']} at {status['brokerAddr']}: "
                   f"[bold]{status['brokerRole']}[/bold], epoch {status['epoch']} "
                   f"(epochs {status['epochs']}), CommitLog end {status['maxOffset']}")
 
@@ -490,6 +490,7 @@ def local_up(
     data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
     base_port: int = typer.Option(9876, "--base-port", "-p", help="First NameServer port; the others follow."),
     brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
+    slaves: bool = typer.Option(True, "--slaves/--no-slaves", help="A slave per broker group (replication)."),
     flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
     foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
@@ -497,7 +498,7 @@ def local_up(
     """Start 2 NameServers and broker-a/broker-b as local processes."""
     from rocket.local import LocalCluster, LocalClusterError, print_state
 
-    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper())
+    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves)
     try:
         state = cluster.start(detach=not foreground, timeout=timeout)
     except LocalClusterError as exc:
