@@ -151,6 +151,13 @@ class SyncWaiters:
         return n
 
 
+async def _tick(event: asyncio.Event, every: float) -> None:
+    """Set ``event`` every ``every`` seconds (a sender's heartbeat clock)."""
+    while True:
+        await asyncio.sleep(every)
+        event.set()
+
+
 class HAService:
     """Listens for slaves and streams the CommitLog to them; see the module doc."""
 
@@ -388,7 +395,8 @@ class HAService:
     async def _read_loop(self, conn: HAConnection, reader: asyncio.StreamReader) -> None:
         idle = self.manager.config.ha_housekeeping_interval / 1000.0
         while True:
-            data = await asyncio.wait_for(reader.readexactly(8), idle)
+            async with asyncio.timeout(idle):
+                data = await reader.readexactly(8)
             self._on_report(conn, decode_report(data))
 
     def _on_report(self, conn: HAConnection, offset: int) -> None:
@@ -433,11 +441,21 @@ class HAService:
         writer = conn.writer
         transport = writer.transport
         last_write = time.monotonic()
+        ticker = self._spawn(_tick(conn.wakeup, heartbeat / 2), f"ha-tick-{conn.peer}")
+        try:
+            await self._stream(conn, offset, batch, heartbeat, writer, transport, last_write)
+        finally:
+            ticker.cancel()
+
+    async def _stream(self, conn: HAConnection, offset: int, batch: int, heartbeat: float,
+                      writer: asyncio.StreamWriter, transport: Any, last_write: float) -> None:
+        """Send transfers from ``offset`` until the connection fails (see the module doc)."""
+        mgr = self.manager
+        store = mgr.store
         while True:
             data = store.read_commit_log(offset, batch)
             if data:
-                writer.write(encode_transfer_header(offset, len(data)))
-                writer.write(data)
+                writer.write(encode_transfer_header(offset, len(data)) + data)
                 n = len(data)
                 offset += n
                 conn.transfer_offset = offset
@@ -461,5 +479,4 @@ class HAService:
             conn.wakeup.clear()
             if store.max_phy_offset > offset:
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(conn.wakeup.wait(), max(0.01, heartbeat - (time.monotonic() - last_write)))
+            await conn.wakeup.wait()  # new data, or the ticker (heartbeats)

@@ -323,7 +323,8 @@ class HAClient:
             while True:
                 if not room.is_set():
                     await room.wait()
-                chunk = await asyncio.wait_for(reader.read(256 * 1024), idle)
+                async with asyncio.timeout(idle):
+                    chunk = await reader.read(256 * 1024)
                 if not chunk:
                     if failure:
                         raise failure[0]
