@@ -14,10 +14,14 @@ reshaped for one event loop):
 * On the loop, :meth:`CommitLog.put` assigns queue offsets (table per
   ``(topic, queueId)``) and physical offsets, encodes the records into an
   in-memory chunk and queues a :class:`PutOp` per call.
-* One writer thread runs one *job* at a time: every chunk queued since the
-  previous job, written with ``pwrite`` (never through a mapping), followed
-  under SYNC_FLUSH by one ``fdatasync`` that covers the whole job (group
-  commit). While a job runs the loop keeps filling the next one.
+* One *job* at a time writes every chunk queued since the previous job with
+  ``pwrite`` (never through a mapping). Under SYNC_FLUSH the job runs on a
+  writer thread and ends with one ``fdatasync`` that covers it all (group
+  commit); while it runs the loop keeps filling the next one. Under
+  ASYNC_FLUSH a job into files that exist already is only a copy into the page
+  cache: it runs on the loop at the end of the loop turn whose puts it
+  gathers (no thread hand-off per job), unless it exceeds
+  ``INLINE_WRITE_MAX`` bytes.
 * When a job completes the loop advances ``committed`` (and ``flushed``),
   lets the reput dispatch the new records, and resolves the covered puts.
 * A failed write (ENOSPC, EIO ...) fails every put from the failing chunk
@@ -41,7 +45,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocket.message import (
@@ -76,6 +80,8 @@ _SIZE_MAGIC = struct.Struct(">ii")
 _TRAN_MASK = 0xC
 #: Bytes read at a time by recovery scans.
 SCAN_CHUNK = 8 * 1024 * 1024
+#: Largest ASYNC_FLUSH job written on the loop itself (bigger ones go to the writer thread).
+INLINE_WRITE_MAX = 4 * 1024 * 1024
 
 
 class Segment(files.MappedFile):
@@ -177,7 +183,6 @@ class RecoveryResult:
     records: int
     last_store_timestamp: int
     remark: str = ""
-    dispatched: list[DispatchRecord] = field(default_factory=list)
 
 
 class CommitLog:
@@ -233,11 +238,6 @@ class CommitLog:
     def min_offset(self) -> int:
         """Start of the oldest file (``getMinOffset``); the append position when there is none."""
         return self.segments[0].start if self.segments else self.append_offset
-
-    @property
-    def unflushed_bytes(self) -> int:
-        """Bytes assigned but not yet fdatasync'd (including those still in memory)."""
-        return self.append_offset - self.flushed
 
     @property
     def busy(self) -> bool:
@@ -515,7 +515,11 @@ class CommitLog:
                    deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)
         self._ops.append(op)
         if not (self._job_running or self._start_scheduled):
-            self._start_job()
+            if self.sync_flush:
+                self._start_job()
+            else:  # written on the loop: gather this turn's puts into one job first
+                self._start_scheduled = True
+                self._loop.call_soon(self._deferred_start)
         return op
 
     def append_raw(self, offset: int, data: bytes, deadline: float) -> PutOp | None:
@@ -561,6 +565,11 @@ class CommitLog:
         self._cur = None
         self._job_running = True
         self._idle.clear()
+        if not self.sync_flush and all(c.seg.created for c in chunks) and (
+            sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX
+        ):
+            self._finish_job(self._write_job(chunks, False))
+            return
         fut = self._loop.run_in_executor(self._writer, self._write_job, chunks, self.sync_flush)
         fut.add_done_callback(self._job_done)
 
@@ -619,12 +628,16 @@ class CommitLog:
                 log.error("%s: cannot clear %d bytes of a failed write at %d: %s", seg.path, written, rel, exc)
 
     def _job_done(self, fut: asyncio.Future[_JobResult]) -> None:
-        self._job_running = False
         try:
             res = fut.result()
         except BaseException as exc:  # the job itself never raises; be safe
             log.exception("CommitLog writer job crashed")
             res = _JobResult(ok_until=self.committed, error=OSError(errno.EIO, str(exc)), phase="write")
+        self._finish_job(res)
+
+    def _finish_job(self, res: _JobResult) -> None:
+        """On the loop: account a finished job, let the reput run, resolve the puts it covers."""
+        self._job_running = False
         st = self.stats
         st.jobs += 1
         st.last_write_seconds = res.write_seconds
@@ -649,9 +662,10 @@ class CommitLog:
             self._rollback(res)
         self.on_committed()
         self._resolve_ops(res.sync_error)
-        if not self._start_scheduled and self._loop is not None:
+        if not self._start_scheduled and self._loop is not None and (self.sync_flush or self._chunks):
             # Start the next job one loop turn later: the puts whose waiters were just
             # resolved run first and their next appends join it (group commit, not ping-pong).
+            # (ASYNC_FLUSH puts schedule that start themselves.)
             self._start_scheduled = True
             self._loop.call_soon(self._deferred_start)
         if not self._job_running and self._idle is not None and not self._ops:

@@ -529,11 +529,6 @@ class ConsumerOffsetManager:
         self._version = 0
         self._persisted_version = 0
 
-    @staticmethod
-    def key(topic: str, group: str) -> str:
-        """``topic@group``."""
-        return f"{topic}@{group}"
-
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``offset`` for the group's queue."""
         k = f"{topic}@{group}"
@@ -570,10 +565,6 @@ class ConsumerOffsetManager:
         if gone:
             self._version += 1
         return len(gone)
-
-    def groups_of(self, topic: str) -> list[str]:
-        """Groups with offsets on ``topic``."""
-        return [k.rpartition("@")[2] for k in self.table if k.rpartition("@")[0] == topic]
 
     def to_json(self) -> dict[str, Any]:
         """``{"offsetTable": {"topic@group": {"0": 12}}}`` (standard JSON)."""
