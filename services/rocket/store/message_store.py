@@ -16,7 +16,11 @@ sync-flush timeout watchdog (SYNC_FLUSH), the ConsumeQueue/index committer
 and flusher that also writes the checkpoint, retention ("clean"), and the
 consumer-offset persister. The reput runs inline each time the CommitLog's
 confirmed end advances, so a put that returned is already visible to
-:meth:`DefaultMessageStore.get_message`.
+:meth:`DefaultMessageStore.get_message`. It follows the CommitLog: for the
+store's own appends it takes the description the put left behind (no
+re-parsing), for everything else (replicated bytes, blank markers, recovery)
+it parses the records from the files; either way every ConsumeQueue and index
+entry can be rebuilt from the CommitLog alone.
 """
 
 from __future__ import annotations
@@ -650,6 +654,13 @@ class DefaultMessageStore:
         if isinstance(r, PutMessageResult):
             return r
         return await r
+
+    def put_messages_nowait(self, reqs: list[PutMessageRequest]
+                            ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """:meth:`put_messages` (or :meth:`put_message` for one request) without a coroutine:
+        the result at once when the put is refused, else a future of it (for callers on the
+        loop that answer from a callback)."""
+        return self._put(reqs)
 
     # -- get ---------------------------------------------------------------------------------------------
 
