@@ -319,7 +319,7 @@ def _run(work: Path, short: bool) -> None:
         target = f" (target >= {TARGETS['sync64'] * 100:.0f} %)" if writers == 64 else ""
         print(f"SYNC {writers:2d} writer(s)        {r['msgs'] / r['s']:9.0f} msgs/s {mbs:7.1f} MB/s  "
               f"{_ratio(mbs, raw)}{target}; latency p50 {r['p50']:.2f} ms p99 {r['p99']:.2f} ms; "
-              f"{per_sync:.1f} msgs per fdatasync; ceiling at raw fdatasync p50 {ceiling:.0f} MB/s; "
+              f"{per_sync:.1f} msgs per fdatasync; ceiling at raw fdatasync p50 {ceiling:.1f} MB/s; "
               f"{r['cpu_s'] / max(r['msgs'], 1) * 1e6:.1f} us CPU/msg"
               + (f"; errors {r['errors']:.0f}" if r["errors"] else ""))
 
