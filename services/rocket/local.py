@@ -7,7 +7,8 @@ when the master is gone), as separate processes (``python -m rocket.cli
 nameserver|broker ...``), with data and logs under one folder (default
 ``./data/local``), waits until every one is ready, prints the addresses and
 writes ``state.json`` (pids, ports) there. ``slaves=False`` starts masters
-only. ``rocket local down`` stops them
+only. CommitLog files are 256 MiB here (``LOCAL_COMMITLOG_FILE_SIZE``, not
+RocketMQ's 1 GiB): four brokers preallocate 1 GiB, not 4 GiB, of disk. ``rocket local down`` stops them
 (SIGTERM, then waits; SIGKILL after a timeout), ``rocket local status`` shows
 them.
 
@@ -61,6 +62,8 @@ CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
 #: Process name of a group's slave: ``broker-a-slave``.
 SLAVE_SUFFIX = "-slave"
+#: ``mappedFileSizeCommitLog`` of local brokers (bytes); a master and its slave must agree on it.
+LOCAL_COMMITLOG_FILE_SIZE = 256 * 1024 * 1024
 PACKAGE_ROOT = Path(__file__).resolve().parent
 #: The project's root when running from a checkout (services/rocket/local.py → project).
 PROJECT_ROOT = PACKAGE_ROOT.parent.parent
@@ -271,6 +274,17 @@ class LocalCluster:
         layout = ports_for(self.base_port, self.brokers, self.slaves)
         return ";".join(f"127.0.0.1:{layout[f'namesrv-{i + 1}'][0]}" for i in range(self.nameservers))
 
+    def _commitlog_file_size(self, group: str) -> int:
+        """The CommitLog file size of a broker group (master and slave must agree): that of
+        files its stores already hold (a store written before keeps working), else
+        :data:`LOCAL_COMMITLOG_FILE_SIZE`."""
+        for name in (group, group + SLAVE_SUFFIX):
+            with contextlib.suppress(OSError):
+                for entry in sorted((self.data_dir / name / "commitlog").iterdir()):
+                    if entry.name.isdigit() and entry.stat().st_size > 0:
+                        return entry.stat().st_size
+        return LOCAL_COMMITLOG_FILE_SIZE
+
     def plan(self) -> list[ProcessInfo]:
         """The processes :meth:`start` runs, NameServers first."""
         layout = ports_for(self.base_port, self.brokers, self.slaves)
@@ -286,7 +300,8 @@ class LocalCluster:
             port, http = layout[name]
             argv = [*exe, "broker", "--name", name, "--cluster", CLUSTER_NAME, "--broker-id", "0",
                     "--port", str(port), "--http-port", str(http), "--namesrv", self.namesrv,
-                    "--store-dir", str(self.data_dir / name), "--flush", self.flush, *self.extra_broker_args]
+                    "--store-dir", str(self.data_dir / name), "--flush", self.flush,
+                    "--set", f"mappedFileSizeCommitLog={self._commitlog_file_size(name)}", *self.extra_broker_args]
             if self.slaves:
                 argv += ["--set", "slaveReadEnable=true"]
             plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
@@ -297,6 +312,7 @@ class LocalCluster:
                 argv = [*exe, "broker", "--name", group, "--cluster", CLUSTER_NAME, "--broker-id", "1",
                         "--role", "SLAVE", "--port", str(port), "--http-port", str(http), "--namesrv",
                         self.namesrv, "--store-dir", str(self.data_dir / name), "--flush", self.flush,
+                        "--set", f"mappedFileSizeCommitLog={self._commitlog_file_size(group)}",
                         "--set", "slaveReadEnable=true", *self.extra_broker_args]
                 plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
         return plan

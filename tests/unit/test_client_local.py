@@ -8,22 +8,30 @@ from rocket.local import PACKAGE_ROOT, LocalCluster, loghub_logs, percentile, po
 
 
 def test_port_layout_matches_rocketmq_defaults() -> None:
-    assert ports_for(9876) == {
+    masters = {
         "namesrv-1": (9876, 9886),
         "namesrv-2": (9877, 9887),
         "broker-a": (10911, 10915),
         "broker-b": (10921, 10925),
     }
+    assert ports_for(9876, slaves=False) == masters
+    assert ports_for(9876) == {**masters, "broker-a-slave": (10931, 10935), "broker-b-slave": (10941, 10945)}
 
 
 def test_plan_runs_nameservers_first_with_the_cli(tmp_path: Path) -> None:
     plan = LocalCluster(tmp_path, 9876).plan()
-    assert [p.name for p in plan] == ["namesrv-1", "namesrv-2", "broker-a", "broker-b"]
+    assert [p.name for p in plan] == ["namesrv-1", "namesrv-2", "broker-a", "broker-b", "broker-a-slave",
+                                      "broker-b-slave"]
     broker = plan[2].argv
     assert broker[1:4] == ["-m", "rocket.cli", "broker"]
     assert broker[broker.index("--namesrv") + 1] == "127.0.0.1:9876;127.0.0.1:9877"
     assert broker[broker.index("--store-dir") + 1] == str(tmp_path.resolve() / "broker-a")
     assert broker[broker.index("--broker-id") + 1] == "0"
+    slave = plan[4].argv
+    assert slave[slave.index("--name") + 1] == "broker-a"  # the same group
+    assert slave[slave.index("--broker-id") + 1] == "1" and slave[slave.index("--role") + 1] == "SLAVE"
+    assert slave[slave.index("--store-dir") + 1] == str(tmp_path.resolve() / "broker-a-slave")
+    assert [p.name for p in LocalCluster(tmp_path, 9876, slaves=False).plan()][2:] == ["broker-a", "broker-b"]
 
 
 def test_percentile_nearest_rank() -> None:
