@@ -5,9 +5,6 @@ cluster (or be a series Prometheus makes itself, see ``promql.SYNTHETIC``)."""
 from __future__ import annotations
 
 NOT_YET_EXPORTED: dict[str, str] = {
-    # Master -> slave CommitLog replication is not implemented yet. These are the names (and
-    # labels: cluster, broker, slave) its master-side metrics are to use; the alerts
-    # RocketMQReplicationLagHigh and RocketMQSlaveOutOfSync are unit-tested with promtool meanwhile.
-    "rocketmq_broker_replication_lag_bytes": "replication not implemented yet",
-    "rocketmq_broker_replication_slave_in_sync": "replication not implemented yet",
+    # (replication landed: rocketmq_broker_ha_slave_lag_bytes / _slave_in_sync are exported by
+    # masters with a connected slave, which `rocket local up` now starts for every group)
 }

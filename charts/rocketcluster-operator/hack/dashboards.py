@@ -307,11 +307,11 @@ def broker() -> dict[str, Any]:
     ]
     replication = [
         Panel("Replication lag per slave", [(
-            f"rocketmq_broker_replication_lag_bytes{{{BRJOB}}}", "{{broker}} -> {{slave}}")], unit="bytes",
+            f"rocketmq_broker_ha_slave_lag_bytes{{{BRJOB}}}", "{{broker}} -> {{slave}}")], unit="bytes",
             thresholds=[(64 * 1024 * 1024, "orange"), (256 * 1024 * 1024, "red")],
             description="Bytes of CommitLog the master has that the slave has not acknowledged."),
         Panel("Slaves in sync", [(
-            f"sum by (broker) (rocketmq_broker_replication_slave_in_sync{{{BRJOB}}})", "{{broker}}")],
+            f"sum by (broker) (rocketmq_broker_ha_slave_in_sync{{{BRJOB}}})", "{{broker}}")],
             description="Slaves within haSlaveFallbehindMax of their master (counted for sync replication)."),
     ]
     process = [
