@@ -36,6 +36,7 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
 _INT = struct.Struct(">i")
 _PREFIX = struct.Struct(">iI")
+_TAG = struct.Struct(">I")
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _LANGUAGE_NAMES = {lc.value: lc.name for lc in LanguageCode}
 
@@ -355,10 +356,15 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
             raise FrameError("extFields is not an object")
-        for key, value in raw_ext.items():
-            text = ext_str(value)
-            if text is not None:
-                ext[key] = text
+        for value in raw_ext.values():
+            if type(value) is not str:
+                for key, value in raw_ext.items():
+                    text = ext_str(value)
+                    if text is not None:
+                        ext[key] = text
+                break
+        else:  # all strings already (every Java/Python client): keep the parsed dict
+            ext = raw_ext
     return RemotingCommand(
         code=code,
         opaque=opaque,
@@ -426,13 +432,21 @@ def decode_frame_payload(payload: bytes) -> RemotingCommand:
     """
     if len(payload) < 4:
         raise FrameError(f"frame of {len(payload)} bytes is shorter than its header tag")
-    (tag,) = struct.unpack_from(">I", payload, 0)
+    return _decode_at(payload, 0, len(payload))
+
+
+def _decode_at(buf: bytes | bytearray, start: int, length: int) -> RemotingCommand:
+    """Decode the frame payload ``buf[start:start + length]`` (at least 4 bytes), copying
+    header and body out of ``buf`` once each."""
+    (tag,) = _TAG.unpack_from(buf, start)
     serialize_type = tag >> 24
     header_len = tag & 0xFFFFFF
-    if 4 + header_len > len(payload):
-        raise FrameError(f"header length {header_len} exceeds the frame ({len(payload) - 4} bytes)")
-    header = payload[4 : 4 + header_len]
-    body = payload[4 + header_len :]
+    if 4 + header_len > length:
+        raise FrameError(f"header length {header_len} exceeds the frame ({length - 4} bytes)")
+    h = start + 4
+    b = h + header_len
+    header = bytes(buf[h:b])
+    body = bytes(buf[b : start + length])
     if serialize_type == SerializeType.JSON:
         return _decode_json_header(header, body)
     if serialize_type == SerializeType.ROCKETMQ:
@@ -475,13 +489,18 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
         """Append ``data`` and decode every whole frame now available."""
-        buf = self._buffer
-        buf += data
+        buf: bytes | bytearray
+        if self._buffer:
+            self._buffer += data
+            buf = self._buffer
+        else:
+            buf = data  # nothing held over: decode straight from the received bytes
         commands: list[RemotingCommand] = []
         pos = 0
         end = len(buf)
+        unpack = _INT.unpack_from
         while end - pos >= 4:
-            (length,) = _INT.unpack_from(buf, pos)
+            (length,) = unpack(buf, pos)
             if length < 4:
                 raise FrameError(f"length field {length} is smaller than the header tag")
             if length > self.max_frame_size:
@@ -489,8 +508,11 @@ class FrameDecoder:
             if end - pos - 4 < length:
                 break
             start = pos + 4
-            commands.append(decode_frame_payload(bytes(buf[start : start + length])))
+            commands.append(_decode_at(buf, start, length))
             pos = start + length
-        if pos:
-            del buf[:pos]
+        if buf is self._buffer:
+            if pos:
+                del self._buffer[:pos]
+        elif pos < end:
+            self._buffer += buf[pos:]
         return commands

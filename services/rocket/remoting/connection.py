@@ -8,7 +8,14 @@ Both the server and the client side of a TCP connection may send requests
 Every coroutine processor runs in a task of its own, so a suspended request
 (a long-polled pull) never holds up the requests behind it, and responses are
 written in whatever order they complete (A1, quirk Q11). Plain functions are
-called inline: they cannot wait, so they cannot hold up the connection either.
+called inline: they cannot wait, so they cannot hold up the connection either;
+one may still answer later by returning an ``asyncio.Future`` of the response
+(no task is created for it).
+
+Writes are coalesced: every frame sent or answered during one loop turn goes
+out with a single ``transport.write`` at the end of that turn. Request
+timeouts are enforced by one timer per connection, armed for the earliest
+deadline of the requests in flight, not by one timer per request.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
-from rocket.remoting.codes import FLAG_ONEWAY, ResponseCode
+from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from rocket.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
@@ -35,7 +43,10 @@ from rocket.remoting.command import (
 log = logging.getLogger("rocket.remoting")
 
 HandlerResult = RemotingCommand | None
-Handler = Callable[[RemotingCommand, "RemotingConnection"], Awaitable[HandlerResult] | HandlerResult]
+Handler = Callable[
+    [RemotingCommand, "RemotingConnection"],
+    Awaitable[HandlerResult] | HandlerResult | asyncio.Future[HandlerResult],
+]
 #: Called with (request code, seconds spent, response code or None) after each request.
 Observer = Callable[[int, float, "int | None"], None]
 
@@ -45,8 +56,9 @@ class Processors:
 
     A handler takes ``(request, connection)`` and returns the response (or
     ``None`` for no response); it may be a coroutine function (run in its own
-    task) or a plain function (run inline). Unknown codes are answered with
-    REQUEST_CODE_NOT_SUPPORTED (3).
+    task) or a plain function (run inline), which may also return an
+    ``asyncio.Future`` resolving to the response (answered when it is done).
+    Unknown codes are answered with REQUEST_CODE_NOT_SUPPORTED (3).
     """
 
     def __init__(self) -> None:
@@ -95,20 +107,26 @@ class RemotingConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size)
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # opaque -> (future, deadline on the loop clock, timeout, request code)
+        self._pending: dict[int, tuple[asyncio.Future[RemotingCommand], float, float, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_opaque = 0
         self._closed = False
         self._closed_future: asyncio.Future[None] | None = None
         self._write_ok: asyncio.Event | None = None
-        # Frames answered inline while one read is processed, written with one send (see data_received).
-        self._batch: list[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Frames written during this loop turn, sent with one transport.write by _flush.
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        # The one timeout timer: armed for the earliest deadline of the pending requests.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._closed_future = loop.create_future()
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
@@ -122,29 +140,15 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("closing %s connection with %s: %s", self.role, self.peer, exc)
             self.abort()
             return
-        if len(commands) == 1:
-            self._handle(commands[0])
-            return
-        # Several frames in one read (a pipelining peer): answers of inline handlers are
-        # collected and written with a single send instead of one send per answer.
-        batch: list[bytes] = []
-        self._batch = batch
-        try:
-            for cmd in commands:
-                self._handle(cmd)
-        finally:
-            self._batch = None
-            transport = self._transport
-            if batch and not self._closed and transport is not None and not transport.is_closing():
-                transport.write(b"".join(batch))
-
-    def _handle(self, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
-            fut = self._pending.pop(cmd.opaque, None)
-            if fut is not None and not fut.done():
-                fut.set_result(cmd)
-        else:
-            self._dispatch(cmd)
+        # Answers of inline handlers are queued and leave with one send at the end of the turn.
+        pending = self._pending
+        for cmd in commands:
+            if cmd.flag & FLAG_RESPONSE:
+                entry = pending.pop(cmd.opaque, None)
+                if entry is not None and not entry[0].done():
+                    entry[0].set_result(cmd)
+            else:
+                self._dispatch(cmd)
 
     def eof_received(self) -> bool | None:
         if self._decoder.buffered:
@@ -158,7 +162,11 @@ class RemotingConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        for fut in self._pending.values():
+        self._out.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for fut, *_ in self._pending.values():
             if not fut.done():
                 fut.set_exception(RemotingConnectError(f"connection to {self.peer} closed"))
         self._pending.clear()
@@ -210,7 +218,24 @@ class RemotingConnection(asyncio.Protocol):
             if not isinstance(exc, HeaderFieldError):
                 log.exception("request %d from %s failed", request.code, self.peer)
             response = _error_response(request, exc)
+        if isinstance(response, asyncio.Future):
+            response.add_done_callback(partial(self._answer_later, request, started))
+            return
         self._respond(request, response, started)  # type: ignore[arg-type]
+
+    def _answer_later(self, request: RemotingCommand, started: float,
+                      fut: asyncio.Future[RemotingCommand | None]) -> None:
+        """Done callback of a future returned by a plain handler: answer with its result."""
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            response = fut.result()
+        else:
+            if not isinstance(exc, HeaderFieldError):
+                log.error("request %d from %s failed", request.code, self.peer, exc_info=exc)
+            response = _error_response(request, exc)
+        self._respond(request, response, started)
 
     async def _run(self, handler: Handler, request: RemotingCommand) -> None:
         started = time.perf_counter()
@@ -235,12 +260,7 @@ class RemotingConnection(asyncio.Protocol):
             return
         response.opaque = request.opaque
         response.serialize_type = request.serialize_type
-        if self._batch is not None:
-            self._batch.append(encode(response))
-            return
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.write(encode(response))
+        self._send(encode(response))
 
     # -- sending --------------------------------------------------------------------
 
@@ -253,11 +273,30 @@ class RemotingConnection(asyncio.Protocol):
         self._next_opaque = (self._next_opaque + 1) & 0x7FFFFFFF
         return self._next_opaque
 
+    def _send(self, data: bytes) -> None:
+        """Queue ``data`` for the one write at the end of this loop turn (dropped when closed)."""
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        transport = self._transport
+        if not self._closed and transport is not None and not transport.is_closing():
+            transport.write(data)
+
     def _write(self, data: bytes) -> None:
         transport = self._transport
         if self._closed or transport is None or transport.is_closing():
             raise RemotingConnectError(f"connection to {self.peer} is closed")
-        transport.write(data)
+        self._send(data)
 
     async def request(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send ``cmd`` as a request and wait for its response.
@@ -266,30 +305,48 @@ class RemotingConnection(asyncio.Protocol):
         ``timeout`` seconds and ``RemotingConnectError`` if the connection is or
         becomes closed.
         """
-        loop = asyncio.get_running_loop()
-        opaque = self._opaque()
+        transport = self._transport
+        if self._closed or transport is None or transport.is_closing():
+            raise RemotingConnectError(f"connection to {self.peer} is closed")
+        loop = self._loop
+        assert loop is not None
+        opaque = self._next_opaque = (self._next_opaque + 1) & 0x7FFFFFFF
         cmd.opaque = opaque
         cmd.flag &= ~FLAG_ONEWAY
+        data = encode(cmd)
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[opaque] = fut
-        try:
-            self._write(encode(cmd))
-        except BaseException:
-            self._pending.pop(opaque, None)
-            raise
-        timer = loop.call_later(timeout, self._expire, opaque, timeout, cmd.code)
+        deadline = loop.time() + timeout
+        self._pending[opaque] = (fut, deadline, timeout, cmd.code)
+        self._send(data)
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(deadline)
         try:
             return await fut
         finally:
-            timer.cancel()
             self._pending.pop(opaque, None)
 
-    def _expire(self, opaque: int, timeout: float, code: int) -> None:
-        fut = self._pending.pop(opaque, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(
-                RemotingTimeoutError(f"request {code} to {self.peer} timed out after {timeout:.3f} s")
-            )
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        assert self._loop is not None
+        self._timer_at = at
+        self._timer = self._loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        """The timeout timer: fail the requests past their deadline, re-arm for the next one."""
+        self._timer = None
+        assert self._loop is not None
+        now = self._loop.time()
+        pending = self._pending
+        expired = [opaque for opaque, entry in pending.items() if entry[1] <= now]
+        for opaque in expired:
+            fut, _, timeout, code = pending.pop(opaque)
+            if not fut.done():
+                fut.set_exception(
+                    RemotingTimeoutError(f"request {code} to {self.peer} timed out after {timeout:.3f} s")
+                )
+        if pending and not self._closed:
+            self._arm(min(entry[1] for entry in pending.values()))
 
     def oneway(self, cmd: RemotingCommand) -> None:
         """Send ``cmd`` as a oneway request (flag bit 2): no response is expected.
@@ -308,6 +365,7 @@ class RemotingConnection(asyncio.Protocol):
     def close(self) -> None:
         """Close after flushing what is already written."""
         if self._transport is not None:
+            self._flush()
             self._transport.close()
 
     def abort(self) -> None:
