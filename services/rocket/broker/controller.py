@@ -640,7 +640,9 @@ class BrokerController:
         lag: list[LagRow] = []
         groups: dict[str, tuple[int, str]] = {}
         topic_offsets: dict[str, int] = {}
-        if self.store_ready:
+        # A slave's offsets are copies of its master's: only masters export the per-group and
+        # per-topic series (as the RocketMQ exporter, which asks masters), so sums do not double.
+        if self.store_ready and self.config.is_master:
             for group in self.consumer_groups():
                 rows, _ = self.consume_stats(group)
                 for r in rows:
