@@ -490,6 +490,7 @@ class BrokerController:
             queue_id=level - 1,
             properties=props,
             tags_code=_now_ms() + self.schedule.delay_ms(level),
+            encoded=None,
         )
 
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
@@ -510,6 +511,16 @@ class BrokerController:
                 and result.status is PutMessageStatus.PUT_OK):
             return await self.ha.wait_replicated(result)
         return result
+
+    def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """:meth:`put_message` (one message) or :meth:`put_messages` (a batch) without a coroutine,
+        for the send path: the store's result, or a future of it. None, with nothing stored, when
+        the broker is a SYNC_MASTER (the replication wait needs :meth:`put_message`)."""
+        if self.config.broker_role is BrokerRole.SYNC_MASTER:
+            return None
+        if len(inners) == 1:
+            return self.store.put_messages_nowait([self._store_request(inners[0]).to_request()])
+        return self.store.put_messages_nowait([i.to_request() for i in inners])
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""

@@ -45,6 +45,7 @@ _SEND_V1_TO_V2 = {v1: v2 for v2, v1 in SEND_V2_NAMES.items()}
 #: Header fields a..m in order, by their V1 and V2 names.
 _SEND_V1_NAMES = tuple(SEND_V2_NAMES[k] for k in "abcdefghijklm")
 _SEND_V2_NAMES = tuple("abcdefghijklm")
+_BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 
 @dataclass(slots=True)
@@ -86,6 +87,22 @@ class SendMessageRequestHeader:
             if other[1] in ext:
                 names = other
         values = [ext.get(name) for name in names]
+        v = values
+        if v[0] is not None and v[1] is not None and v[2] is not None:
+            # Fast path for well-formed headers; anything odd is re-read below for its error.
+            try:
+                unit, batch, reconsume, max_times = v[10], v[12], v[9], v[11]
+                return cls(
+                    v[0], v[1], v[2], int(v[3]), int(v[4]), int(v[5]), int(v[6]), int(v[7]),  # type: ignore[arg-type]
+                    v[8] or "",
+                    int(reconsume) if reconsume else 0,
+                    False if unit is None else (_BOOLS[unit] if unit in _BOOLS else parse_bool(unit)),
+                    int(max_times) if max_times else None,
+                    cmd.code == RequestCode.SEND_BATCH_MESSAGE
+                    or (False if batch is None else (_BOOLS[batch] if batch in _BOOLS else parse_bool(batch))),
+                )
+            except (TypeError, ValueError):
+                pass
 
         def required(i: int) -> str:
             value = values[i]

@@ -42,6 +42,8 @@ class MessageInner:
 
     ``tags_code`` overrides the ConsumeQueue tag code (delayed messages store
     their delivery time there); by default it is the hash of ``TAGS``.
+    ``encoded`` is the encoded ``properties`` when the caller has it already
+    (it must match them; leave it None when they may still change).
     """
 
     topic: str
@@ -54,6 +56,7 @@ class MessageInner:
     born_host: str = "127.0.0.1:0"
     reconsume_times: int = 0
     tags_code: int | None = None
+    encoded: str | None = None
 
     @property
     def delay_level(self) -> int:
@@ -65,6 +68,8 @@ class MessageInner:
 
     def encoded_properties(self) -> str:
         """The properties string as it will be stored (Java form)."""
+        if self.encoded is not None:
+            return self.encoded
         return encode_properties(self.properties)
 
     def properties_size(self) -> int:

@@ -29,9 +29,11 @@ misread those, we accept them, quirk Q7).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
@@ -54,9 +56,10 @@ from rocket.message import (
     MessageFormatError,
     decode_batch,
     decode_properties,
+    encode_properties,
 )
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import PERM_READ, PERM_WRITE
+from rocket.remoting.codes import FLAG_RESPONSE, PERM_READ, PERM_WRITE
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -103,8 +106,17 @@ class SendMessageProcessor:
 
     # -- entry points ------------------------------------------------------------------
 
-    async def process_send(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Codes 10, 310, 320. Overload is refused before anything else is done."""
+    def process_send(
+        self, request: RemotingCommand, conn: RemotingConnection
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        """Codes 10, 310, 320. Overload is refused before anything else is done.
+
+        A plain function, so that a send needs no task of its own: the checks and
+        the store's append run inline, and the answer is a future resolved when the
+        store confirms the write (:meth:`RemotingConnection` answers it then). While
+        the broker's role is settling, and on a SYNC_MASTER (which waits for a
+        slave), the send runs in a task instead.
+        """
         broker = self.broker
         if broker.in_flight_sends >= broker.config.max_in_flight_sends:
             broker.metrics.send_rejected.labels("in_flight").inc()
@@ -124,17 +136,117 @@ class SendMessageProcessor:
         broker.in_flight_sends += 1
         broker.in_flight_send_bytes += size
         started = time.perf_counter()
+        if broker.ha.role_pending:  # a start-up registration or a role change is under way
+            return asyncio.get_running_loop().create_task(self._send_task(request, conn, size, started, None))
         try:
-            if broker.ha.role_pending:  # a start-up registration or a role change is under way
-                await broker.ha.wait_role_settled()
             header = SendMessageRequestHeader.parse(request)
             if header.batch:
-                return await self._send_batch(request, conn, header)
-            return await self._send_single(request, conn, header)
+                prepared = self._prepare_batch(request, conn, header)
+            else:
+                prepared = self._prepare_single(request, conn, header)
+            if isinstance(prepared, RemotingCommand):
+                self._done(size, started)
+                return prepared
+            put = broker.put_nowait(prepared)
+        except BaseException:
+            self._done(size, started)
+            raise
+        if put is None:  # SYNC_MASTER: wait for the slave in a task
+            return asyncio.get_running_loop().create_task(
+                self._send_task(request, conn, size, started, (header, prepared))
+            )
+        if isinstance(put, PutMessageResult):  # refused by the store
+            self._done(size, started)
+            return self._answer(request, header.batch, prepared, put)
+        out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        put.add_done_callback(partial(self._put_done, out, request, header.batch, prepared, size, started))
+        return out
+
+    async def _send_task(
+        self, request: RemotingCommand, conn: RemotingConnection, size: int, started: float,
+        prepared: tuple[SendMessageRequestHeader, list[MessageInner]] | None,
+    ) -> RemotingCommand:
+        """The send as a coroutine: after the role settled, or through the SYNC_MASTER wait."""
+        broker = self.broker
+        try:
+            if prepared is None:
+                if broker.ha.role_pending:
+                    await broker.ha.wait_role_settled()
+                header = SendMessageRequestHeader.parse(request)
+                checked = (self._prepare_batch if header.batch else self._prepare_single)(request, conn, header)
+                if isinstance(checked, RemotingCommand):
+                    return checked
+                inners = checked
+            else:
+                header, inners = prepared
+            if header.batch:
+                result = await broker.put_messages(inners)
+            else:
+                result = await broker.put_message(inners[0])
+            return self._answer(request, header.batch, inners, result)
         finally:
-            broker.in_flight_sends -= 1
-            broker.in_flight_send_bytes -= size
-            broker.metrics.send_latency.observe(time.perf_counter() - started)
+            self._done(size, started)
+
+    def _done(self, size: int, started: float) -> None:
+        broker = self.broker
+        broker.in_flight_sends -= 1
+        broker.in_flight_send_bytes -= size
+        broker.metrics.send_latency.observe(time.perf_counter() - started)
+
+    def _put_done(
+        self, out: asyncio.Future[RemotingCommand], request: RemotingCommand, batch: bool,
+        inners: list[MessageInner], size: int, started: float, put: asyncio.Future[PutMessageResult],
+    ) -> None:
+        """The store confirmed (or failed) the append: resolve the answer future."""
+        self._done(size, started)
+        if out.done():
+            return
+        if put.cancelled():
+            out.cancel()
+            return
+        exc = put.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        try:
+            out.set_result(self._answer(request, batch, inners, put.result()))
+        except Exception as error:
+            out.set_exception(error)
+
+    def _answer(
+        self, request: RemotingCommand, batch: bool, inners: list[MessageInner], result: PutMessageResult
+    ) -> RemotingCommand:
+        """The response to a send whose store outcome is ``result``."""
+        broker = self.broker
+        code, remark = put_result_response(request, result)
+        if code == ResponseCode.SYSTEM_BUSY:
+            broker.metrics.send_rejected.labels("store_busy").inc()
+        messages = result.messages
+        if not messages:
+            what = "the batch" if batch else "the message"
+            return request.response(code, remark or f"{what} was not stored")
+        first = inners[0]
+        if batch:
+            broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
+            msg_id = ",".join(m.msg_id for m in messages)
+        else:
+            broker.record_put(first.topic, 1, len(first.body))
+            msg_id = messages[0].msg_id
+        return RemotingCommand(
+            code=int(code),
+            opaque=request.opaque,
+            flag=FLAG_RESPONSE,
+            ext_fields={
+                "msgId": msg_id,
+                "queueId": str(first.queue_id),
+                "queueOffset": str(messages[0].queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+            remark=remark,
+            language="JAVA",
+            serialize_type=request.serialize_type,
+        )
 
     # -- checks --------------------------------------------------------------------------
 
@@ -228,9 +340,10 @@ class SendMessageProcessor:
 
     # -- single ----------------------------------------------------------------------------
 
-    async def _send_single(
+    def _prepare_single(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | list[MessageInner]:
+        """Check a single send: the refusal, or the message to store (in a list of one)."""
         broker = self.broker
         checked = self._check(request, conn, header)
         if isinstance(checked, RemotingCommand):
@@ -277,32 +390,14 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE}",
             )
-        topic = inner.topic
-        result = await broker.put_message(inner)
-        code, remark = put_result_response(request, result)
-        if code == ResponseCode.SYSTEM_BUSY:
-            broker.metrics.send_rejected.labels("store_busy").inc()
-        if not result.messages:
-            return request.response(code, remark or "the message was not stored")
-        appended = result.messages[0]
-        broker.record_put(topic, 1, len(body))
-        return request.response(
-            code,
-            remark,
-            {
-                "msgId": appended.msg_id,
-                "queueId": inner.queue_id,
-                "queueOffset": appended.queue_offset,
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            },
-        )
+        return [inner]
 
     # -- batch -------------------------------------------------------------------------------
 
-    async def _send_batch(
+    def _prepare_batch(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | list[MessageInner]:
+        """Check a batch send: the refusal, or the messages to store."""
         broker = self.broker
         checked = self._check(request, conn, header)
         if isinstance(checked, RemotingCommand):
@@ -327,49 +422,31 @@ class SendMessageProcessor:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed (DELAY is set)")
         queue_id = self._pick_queue(header, topic_config)
         inners: list[MessageInner] = []
+        cluster = broker.config.broker_cluster_name
+        topic, sys_flag, born, peer, reconsume = (
+            header.topic, header.sys_flag, header.born_timestamp, conn.peer, header.reconsume_times
+        )
         for index, item in enumerate(items):
             props = decode_properties(item.properties)
-            props.update(batch_props)
-            props[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
-            if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+            if batch_props:
+                props.update(batch_props)
+            props[PROPERTY_CLUSTER] = cluster
+            delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
+            if delay is not None and delay not in ("", "0"):
                 return request.response(
                     ResponseCode.MESSAGE_ILLEGAL, f"batch message {index} cannot be delayed (DELAY is set)"
                 )
-            inner = MessageInner(
-                topic=header.topic,
-                queue_id=queue_id,
-                body=item.body,
-                properties=props,
-                flag=item.flag,
-                sys_flag=header.sys_flag,
-                born_timestamp=header.born_timestamp,
-                born_host=conn.peer,
-                reconsume_times=header.reconsume_times,
-            )
-            if inner.properties_too_long():
+            encoded = encode_properties(props)  # measured here, stored as is
+            if len(encoded) > MAX_PROPERTIES_SIZE or (
+                not encoded.isascii() and len(encoded.encode()) > MAX_PROPERTIES_SIZE
+            ):
                 return request.response(
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"the properties of batch message {index} exceed the max value, MAX: {MAX_PROPERTIES_SIZE}",
                 )
-            inners.append(inner)
-        result = await broker.put_messages(inners)
-        code, remark = put_result_response(request, result)
-        if code == ResponseCode.SYSTEM_BUSY:
-            broker.metrics.send_rejected.labels("store_busy").inc()
-        if not result.messages:
-            return request.response(code, remark or "the batch was not stored")
-        broker.record_put(header.topic, len(inners), sum(len(i.body) for i in inners))
-        return request.response(
-            code,
-            remark,
-            {
-                "msgId": ",".join(m.msg_id for m in result.messages),
-                "queueId": queue_id,
-                "queueOffset": result.messages[0].queue_offset,
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            },
-        )
+            inners.append(MessageInner(topic, queue_id, item.body, props, item.flag, sys_flag, born, peer, reconsume,
+                                       None, encoded))
+        return inners
 
     # -- send back -----------------------------------------------------------------------------
 
