@@ -127,7 +127,7 @@ def body_crc(body: bytes) -> int:
 
 def encode_properties(properties: Mapping[str, str]) -> str:
     """``name\\x01value\\x02...`` without a trailing separator (Java's form)."""
-    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items())
+    return PROPERTY_SEPARATOR.join([f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items()])
 
 
 def decode_properties(text: str | None) -> dict[str, str]:
@@ -153,11 +153,22 @@ def encode_host(addr: str) -> bytes:
     return ip.packed + _INT.pack(int(port))
 
 
+_HOSTS: dict[bytes, str] = {}
+
+
 def decode_host(data: bytes) -> str:
-    """Address bytes (4 or 16) + int32 port → ``"ip:port"`` (``"[v6]:port"``)."""
-    ip = ipaddress.ip_address(data[:-4])
-    (port,) = _INT.unpack(data[-4:])
-    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    """Address bytes (4 or 16) + int32 port → ``"ip:port"`` (``"[v6]:port"``); memoised
+    (records repeat a few hosts, and ``ipaddress`` is slow)."""
+    key = data if type(data) is bytes else bytes(data)
+    text = _HOSTS.get(key)
+    if text is None:
+        ip = ipaddress.ip_address(key[:-4])
+        (port,) = _INT.unpack(key[-4:])
+        text = f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+        if len(_HOSTS) >= 4096:
+            _HOSTS.clear()
+        _HOSTS[key] = text
+    return text
 
 
 def _host_is_v6(addr: str) -> bool:

@@ -481,7 +481,9 @@ class Producer:
         queue: MessageQueue | None,
         timeout: float | None,
     ) -> SendResult:
-        info = await self._publish_info(topic)
+        info = self._publish.get(topic)  # (the checks of _publish_info, without a coroutine)
+        if info is None or (info.from_template and time.monotonic() - info.fetched_at > 1.0):
+            info = await self._publish_info(topic)
         attempts: list[tuple[str, BaseException]] = []
         last_broker: str | None = None
         for _ in range(1 + self.retries):

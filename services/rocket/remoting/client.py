@@ -86,6 +86,9 @@ class RemotingClient:
 
         Raises ``RemotingConnectError`` or ``RemotingTimeoutError``.
         """
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed:  # the usual case: no connect, the whole timeout left
+            return await conn.request(cmd, timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         conn = await self.connection(addr)
