@@ -274,7 +274,7 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
 
     duration, warmup = (2.0, 0.5) if short else (10.0, 2.0)
     folder = Path(tempfile.mkdtemp(prefix=f"rocket-bench-{flush.lower()}-"))
-    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, flush=flush)
+    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, flush=flush, slaves=False)
     state = cluster.start(detach=False, timeout=60)
     ns = state.namesrv
     broker_pid = next(p.pid for p in state.processes if p.kind == "broker")
