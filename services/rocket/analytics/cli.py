@@ -1,0 +1,89 @@
+"""``rocket analytics``: the Spark jobs from the command line (a typer sub-app, :data:`analytics_app`).
+
+Wire it into ``rocket.cli`` with ``app.add_typer(analytics_app, name="analytics")``.
+
+Commands:
+
+* ``rocket analytics logs --namesrv H:P --topics loghub-HDFS,... --out DIR`` (or ``--commitlog DIR`` / ``--loghub DIR``)
+* ``rocket analytics traffic --namesrv H:P --topics A,B --out DIR`` (or ``--commitlog DIR``)
+* ``rocket analytics accuracy [--loghub DIR]``: parsing accuracy on the LogHub samples, no Spark needed.
+
+Each job prints a table and writes Parquet, ``summary.json`` and ``report.md`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+analytics_app = typer.Typer(no_args_is_help=True, help="Spark analytics: traffic and log-template jobs.")
+
+_NAMESRV = typer.Option("--namesrv", help="NameServers 'host:port;host:port' (read from the brokers).")
+_TOPICS = typer.Option("--topics", help="Comma-separated topics.")
+_COMMITLOG = typer.Option("--commitlog", help="A broker store dir or its commitlog dir (offline).")
+_OUT = typer.Option("--out", help="Output directory.")
+_MASTER = typer.Option("--master", help="Spark master (default: configured, else local[2]).")
+_START = typer.Option("--starting-offsets", help="earliest, latest, a timestamp or JSON per queue.")
+_END = typer.Option("--ending-offsets", help="latest, earliest, a timestamp or JSON per queue.")
+
+
+def _argv(**flags: str | None) -> list[str]:
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value:
+            argv += [f"--{name.replace('_', '-')}", value]
+    return argv
+
+
+@analytics_app.command()
+def logs(
+    out: Annotated[str, _OUT],
+    namesrv: Annotated[str | None, _NAMESRV] = None,
+    topics: Annotated[str, _TOPICS] = "",
+    commitlog: Annotated[str | None, _COMMITLOG] = None,
+    loghub: Annotated[str | None, typer.Option("--loghub", help="A LogHub folder, read directly.")] = None,
+    systems: Annotated[str, typer.Option("--systems", help="With --loghub: systems to read.")] = "",
+    ground_truth: Annotated[str | None, typer.Option("--ground-truth", help="LogHub folder with "
+                                                     "*_structured.csv (default: found).")] = None,
+    starting_offsets: Annotated[str, _START] = "earliest",
+    ending_offsets: Annotated[str, _END] = "latest",
+    master: Annotated[str | None, _MASTER] = None,
+) -> None:
+    """Parse LogHub lines, mine templates (drain3), count levels per minute, find error spikes, score accuracy."""
+    from rocket.analytics.jobs.logs import main
+
+    raise typer.Exit(main(_argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog, loghub=loghub,
+                                systems=systems, ground_truth=ground_truth, starting_offsets=starting_offsets,
+                                ending_offsets=ending_offsets, master=master)))
+
+
+@analytics_app.command()
+def traffic(
+    out: Annotated[str, _OUT],
+    namesrv: Annotated[str | None, _NAMESRV] = None,
+    topics: Annotated[str, _TOPICS] = "",
+    commitlog: Annotated[str | None, _COMMITLOG] = None,
+    starting_offsets: Annotated[str, _START] = "earliest",
+    ending_offsets: Annotated[str, _END] = "latest",
+    master: Annotated[str | None, _MASTER] = None,
+) -> None:
+    """Per topic and minute: messages, bytes, store-latency percentiles, top producers."""
+    from rocket.analytics.jobs.traffic import main
+
+    raise typer.Exit(main(_argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog,
+                                starting_offsets=starting_offsets, ending_offsets=ending_offsets, master=master)))
+
+
+@analytics_app.command()
+def accuracy(
+    loghub: Annotated[str | None, typer.Option("--loghub", help="LogHub folder (default: found).")] = None,
+) -> None:
+    """Parsing accuracy of the per-system drain3 settings on the LogHub samples (no Spark), per system and mean."""
+    from rocket.analytics.evaluate import evaluate_loghub, print_table
+
+    results = evaluate_loghub(loghub)
+    if not results:
+        typer.echo("no LogHub sample with ground truth (*_structured.csv) found", err=True)
+        raise typer.Exit(1)
+    print_table(results)
