@@ -420,12 +420,12 @@ class ReplicationManager:
                 return self.status()
             self.changing_role = True
             try:
-                self.service.drop_all(f"{master_addr} is the master now")
-                await self.broker.schedule.stop()
                 store = self.store
                 old_role = cfg.broker_role
-                cfg.broker_role = BrokerRole.SLAVE
+                cfg.broker_role = BrokerRole.SLAVE  # from here on slaves are refused and puts fail
                 store.config.broker_role = BrokerRole.SLAVE
+                self.service.drop_all(f"{master_addr} is the master now")
+                await self.broker.schedule.stop()
                 await store.commit_log.wait_idle()
                 cfg.broker_id = await self._free_slave_id()
                 await self._persist_role()
