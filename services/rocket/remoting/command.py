@@ -328,13 +328,19 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         raise FrameError(f"header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameError("header JSON is not an object")
-    try:
-        code = int(obj["code"])
-        opaque = int(obj.get("opaque", 0))
-        flag = int(obj.get("flag", 0))
-        version = int(obj.get("version", 0))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FrameError(f"header field missing or not an integer: {exc}") from None
+    get = obj.get
+    code = get("code")
+    opaque = get("opaque", 0)
+    flag = get("flag", 0)
+    version = get("version", 0)
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+        try:  # numbers sent as strings (or floats) by other clients
+            code = int(obj["code"])
+            opaque = int(opaque)
+            flag = int(flag)
+            version = int(version)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FrameError(f"header field missing or not an integer: {exc}") from None
     # Java reads these as 32-bit ints; larger values could not be echoed back (opaque) or encoded.
     if not (
         -0x80000000 <= code <= 0x7FFFFFFF
@@ -343,15 +349,16 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         and -0x80000000 <= version <= 0x7FFFFFFF
     ):
         raise FrameError(f"header field outside the 32-bit range: code {code} opaque {opaque} flag {flag}")
-    language = obj.get("language", "OTHER")
-    if isinstance(language, int):
-        language = _LANGUAGE_NAMES.get(language, "OTHER")
-    elif not isinstance(language, str):
-        language = "OTHER"
-    remark = obj.get("remark")
+    language = get("language", "OTHER")
+    if type(language) is not str:
+        if isinstance(language, int):
+            language = _LANGUAGE_NAMES.get(language, "OTHER")
+        elif not isinstance(language, str):
+            language = "OTHER"
+    remark = get("remark")
     if remark is not None and not isinstance(remark, str):
         remark = str(remark)
-    raw_ext = obj.get("extFields")
+    raw_ext = get("extFields")
     ext: dict[str, str] = {}
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
@@ -365,17 +372,7 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
                 break
         else:  # all strings already (every Java/Python client): keep the parsed dict
             ext = raw_ext
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        ext_fields=ext,
-        body=body,
-        remark=remark,
-        language=language,
-        version=version,
-        serialize_type=SerializeType.JSON,
-    )
+    return RemotingCommand(code, opaque, flag, ext, body, remark, language, version, SerializeType.JSON)
 
 
 def _decode_binary_header(header: bytes, body: bytes) -> RemotingCommand:
