@@ -24,6 +24,9 @@ FAST_HA = {
     "slaveTimeout": "1500",
     "slaveReadEnable": "true",
     "slaveSyncInterval": "1000",
+    # small index files (RocketMQ's preallocate 420 MB per broker)
+    "maxHashSlotNum": "50000",
+    "maxIndexNum": "200000",
 }
 
 

@@ -44,6 +44,8 @@ HA = {
     "slaveTimeout": "1500",
     "slaveSyncInterval": "1000",
     "registerNameServerPeriod": "2000",
+    "maxHashSlotNum": "50000",
+    "maxIndexNum": "200000",
 }
 
 
