@@ -385,19 +385,27 @@ class ReplicationManager:
         await self.broker.register_broker_all()
         return self.status()
 
+    def replicated_topic_config(self, topic: str) -> Any:
+        """A read-write TopicConfig for a topic that has replicated data but no config yet (one
+        queue more than the highest queue id seen); None when there is no data either."""
+        ids = self.store.queue_ids(topic)
+        if not ids:
+            return None
+        n = max(ids) + 1
+        return self.broker.new_topic_config(topic, read_queue_nums=n, write_queue_nums=n)
+
     def _adopt_replicated_topics(self) -> None:
         """Give topics that have replicated data but no config yet (created on the old master
-        after the last config copy) a config: one queue more than the highest queue id seen,
-        read-write. Without it the new master would re-create them from TBW102."""
+        after the last config copy) a config (:meth:`replicated_topic_config`). Without it the
+        new master would re-create them from TBW102."""
         store = self.store
         configs = store.topic_configs
         made = []
         for topic in store.topics():
             if configs.get(topic) is None:
-                ids = store.queue_ids(topic)
-                if ids:
-                    n = max(ids) + 1
-                    made.append(self.broker.new_topic_config(topic, read_queue_nums=n, write_queue_nums=n))
+                tc = self.replicated_topic_config(topic)
+                if tc is not None:
+                    made.append(tc)
         if made:
             configs.put_many(made)
             log.warning("topics replicated but never copied from the old master got a config: %s",

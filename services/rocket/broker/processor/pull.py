@@ -19,7 +19,9 @@ store's RAM rule (``accessMessageInMemoryMaxRatio``) or more than
 ``slaveReadLagBytes`` of CommitLog — and an in-sync slave is connected; else
 the group's ``brokerId`` (0). A slave serves pulls when ``slaveReadEnable``
 or when its master is gone (replication down for ``haHousekeepingInterval``),
-and never stores offsets from pulls.
+and never stores offsets from pulls; a topic it has replicated data for but
+no config yet (the 10 s config copy has not run) is served as one with as
+many queues as it has.
 
 A 19 with the SUSPEND bit is parked in the
 :class:`~rocket.broker.long_polling.PullRequestHoldService` and re-run once,
@@ -156,6 +158,8 @@ class PullMessageProcessor:
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
             ), None
         topic_config = broker.topics.get(header.topic)
+        if topic_config is None and cfg.is_slave:
+            topic_config = broker.ha.replicated_topic_config(header.topic)
         if topic_config is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"

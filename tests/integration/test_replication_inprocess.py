@@ -1,0 +1,143 @@
+"""Replication protocol details with brokers on one event loop (fast, no subprocesses):
+a fresh slave starts at the master's last CommitLog file (B7), a plain 4.x-style slave
+(no epoch handshake) is served, a slave of another group is refused, SYNC_MASTER answers
+SLAVE_NOT_AVAILABLE without a slave and waits for one otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocket.broker.config import BrokerConfig
+from rocket.broker.controller import BrokerController
+from rocket.broker.ha.protocol import (
+    TransferParser,
+    encode_handshake,
+    encode_report,
+    read_handshake,
+)
+from rocket.nameserver.config import NameServerConfig
+from rocket.nameserver.server import NameServer
+from rocket.remoting import RemotingClient, ResponseCode
+from rocket.store.api import BrokerRole
+from tests.integration.broker_harness import RawBroker, broker_port
+
+pytestmark = pytest.mark.timeout(90)
+
+SEGMENT = 64 * 1024
+
+
+def _config(root: Path, name: str, namesrv: str, **fields: Any) -> BrokerConfig:
+    cfg = BrokerConfig(broker_name="grp", listen_port=broker_port(), namesrv_addr=namesrv,
+                       store_path_root_dir=str(root / name), bind_address="127.0.0.1", vip_channel_enable=False,
+                       register_name_server_period=1000, ha_send_heartbeat_interval=500, **fields)
+    cfg.store_overrides.update({"mappedFileSizeCommitLog": str(SEGMENT), "maxHashSlotNum": "1000",
+                                "maxIndexNum": "4000"})
+    return cfg
+
+
+@contextlib.asynccontextmanager
+async def _cluster(tmp_path: Path) -> AsyncIterator[tuple[str, RemotingClient]]:
+    ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=0))
+    await ns.start()
+    client = RemotingClient()
+    try:
+        yield f"127.0.0.1:{ns.port}", client
+    finally:
+        await client.close()
+        await ns.stop()
+
+
+@contextlib.asynccontextmanager
+async def _broker(cfg: BrokerConfig) -> AsyncIterator[BrokerController]:
+    b = BrokerController(cfg)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.shutdown()
+
+
+async def _until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_fresh_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        for i in range(300):  # ~3.5 files of 64 KiB
+            assert (await rb.send("FT", f"m{i:03d}".encode() * 150, queue_id=i % 2)).code == 0
+        end = master.store.max_phy_offset
+        last_file = end - end % SEGMENT
+        assert last_file >= 2 * SEGMENT
+        async with _broker(_config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1,
+                                   slave_read_enable=True)) as slave:
+            await _until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+            assert slave.store.min_phy_offset == last_file
+            assert slave.store.read_commit_log(last_file, SEGMENT) == master.store.read_commit_log(last_file, SEGMENT)
+            # its queue starts where its data starts: old offsets are gone, new ones are served
+            low = slave.store.get_min_offset_in_queue("FT", 0)
+            assert low > 0 and slave.store.get_max_offset_in_queue("FT", 0) == master.store.get_max_offset_in_queue(
+                "FT", 0)
+            assert (await rb.send("FT", b"after", queue_id=0)).code == 0
+            await _until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+            got = await RawBroker(client, slave.config.broker_addr).pull(
+                "G", "FT", offset=master.store.get_max_offset_in_queue("FT", 0) - 1)
+            assert got.code == ResponseCode.SUCCESS and b"after" in got.body
+
+
+async def test_plain_slave_and_foreign_group(tmp_path: Path) -> None:
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        for i in range(5):
+            assert (await rb.send("PT", f"p{i}".encode())).code == 0
+        host, port = "127.0.0.1", master.ha.service.port
+        assert port is not None
+        # a RocketMQ 4.x-style slave: just an 8-byte report, then transfers
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(encode_report(0))
+        parser = TransferParser()
+        got = b""
+        while len(got) < master.store.max_phy_offset:
+            for offset, data in parser.feed(await asyncio.wait_for(reader.read(65536), 5)):
+                assert offset == len(got)
+                got += data
+        assert got == master.store.read_commit_log(0, SEGMENT)
+        await _until(lambda: any(c.ack_offset == 0 and not c.handshake for c in master.ha.service.connections))
+        writer.close()
+        # a slave of another group is refused in the handshake
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(encode_handshake({"brokerName": "other", "brokerAddr": "x:1", "brokerId": 1, "epochs": []}))
+        reply = await asyncio.wait_for(read_handshake(reader), 5)
+        assert reply["ok"] is False and "other" in reply["error"]
+        writer.close()
+
+
+async def test_sync_master_needs_a_slave(tmp_path: Path) -> None:
+    sync = BrokerRole.SYNC_MASTER
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns, broker_role=sync,
+                                                                  slave_timeout=500)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        alone = await rb.send("ST", b"no slave")
+        assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE and alone.ext_fields.get("msgId")  # stored anyway
+        async with _broker(_config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1)) as slave:
+            await _until(lambda: bool(master.ha.service.active))
+            answers = await asyncio.gather(*(rb.send("ST", f"s{i}".encode()) for i in range(200)))
+            assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+            # acknowledged = the slave reported (so holds) everything up to the master's end
+            assert slave.store.max_phy_offset == master.store.max_phy_offset
+            # the slave goes away: SLAVE_NOT_AVAILABLE at once (stored on the master all the same)
+            await slave.ha.client.stop()
+            await _until(lambda: not master.ha.service.connections)
+            started = time.monotonic()
+            late = await rb.send("ST", b"after")
+            assert late.code == ResponseCode.SLAVE_NOT_AVAILABLE and time.monotonic() - started < 0.4
