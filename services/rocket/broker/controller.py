@@ -514,13 +514,17 @@ class BrokerController:
 
     def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
         """:meth:`put_message` (one message) or :meth:`put_messages` (a batch) without a coroutine,
-        for the send path: the store's result, or a future of it. None, with nothing stored, when
-        the broker is a SYNC_MASTER (the replication wait needs :meth:`put_message`)."""
-        if self.config.broker_role is BrokerRole.SYNC_MASTER:
-            return None
+        for the send path: the store's result, or a future of it; on a SYNC_MASTER the future
+        resolves once a slave has the messages (or with the replication failure), as
+        :meth:`put_message`. Never None now (None meant: use :meth:`put_message`)."""
         if len(inners) == 1:
-            return self.store.put_messages_nowait([self._store_request(inners[0]).to_request()])
-        return self.store.put_messages_nowait([i.to_request() for i in inners])
+            reqs = [self._store_request(inners[0]).to_request()]
+        else:
+            reqs = [i.to_request() for i in inners]
+        put = self.store.put_messages_nowait(reqs)
+        if self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs):
+            return self.ha.replicate_nowait(put)
+        return put
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""

@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,24 +223,65 @@ class ReplicationManager:
             return "it has not yet confirmed with a NameServer that it is still its group's master"
         return None
 
-    async def wait_replicated(self, result: PutMessageResult) -> PutMessageResult:
-        """SYNC_MASTER: ``result`` (PUT_OK) once a slave has the last record, else
-        FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE with the same (stored) messages."""
+    def _sync_status(self, result: PutMessageResult) -> PutMessageStatus | asyncio.Future[PutMessageStatus]:
         last = result.messages[-1]
-        end = last.physical_offset + last.size
-        started = time.perf_counter()
-        status = self.service.sync_status(end)
-        if not isinstance(status, PutMessageStatus):
-            status = await status
-            self.metrics.sync_wait.observe(time.perf_counter() - started)
-        elif status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
+        status = self.service.sync_status(last.physical_offset + last.size)
+        if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
             self.metrics.sync_results.labels("slave_not_available").inc()
+        return status
+
+    def _sync_result(self, result: PutMessageResult, status: PutMessageStatus) -> PutMessageResult:
         if status is PutMessageStatus.PUT_OK:
             return result
         remark = ("no slave is connected or in sync (haSlaveFallbehindMax)"
                   if status is PutMessageStatus.SLAVE_NOT_AVAILABLE
                   else f"no slave acknowledged it within slaveTimeout={self.config.slave_timeout} ms")
         return PutMessageResult(status, result.messages, f"stored on the master, but {remark}")
+
+    async def wait_replicated(self, result: PutMessageResult) -> PutMessageResult:
+        """SYNC_MASTER: ``result`` (PUT_OK) once a slave has the last record, else
+        FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE with the same (stored) messages."""
+        started = time.perf_counter()
+        status = self._sync_status(result)
+        if not isinstance(status, PutMessageStatus):
+            status = await status
+            self.metrics.sync_wait.observe(time.perf_counter() - started)
+        return self._sync_result(result, status)
+
+    def replicate_nowait(self, put: PutMessageResult | asyncio.Future[PutMessageResult]
+                         ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """:meth:`wait_replicated` for a put still in flight, without a coroutine: a future of the
+        final result (PUT_OK once a slave has it, else the failure status), resolved from the
+        store's and the slave's completions; a refused put comes back as it is."""
+        if isinstance(put, PutMessageResult):
+            return put
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[PutMessageResult] = loop.create_future()
+        started = time.perf_counter()
+
+        def slave_done(result: PutMessageResult, fut: asyncio.Future[PutMessageStatus]) -> None:
+            self.metrics.sync_wait.observe(time.perf_counter() - started)
+            if not out.done():
+                out.set_result(self._sync_result(result, fut.result()))
+
+        def store_done(fut: asyncio.Future[PutMessageResult]) -> None:
+            if out.done():
+                return
+            if fut.cancelled() or fut.exception() is not None:
+                out.set_exception(fut.exception() or asyncio.CancelledError())
+                return
+            result = fut.result()
+            if result.status is not PutMessageStatus.PUT_OK:
+                out.set_result(result)
+                return
+            status = self._sync_status(result)
+            if isinstance(status, PutMessageStatus):
+                out.set_result(self._sync_result(result, status))
+            else:
+                status.add_done_callback(partial(slave_done, result))
+
+        put.add_done_callback(store_done)
+        return out
 
     def suggest_slave(self) -> bool:
         """May a master send slow consumers to a slave? (an in-sync slave is connected)"""
