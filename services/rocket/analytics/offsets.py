@@ -113,7 +113,10 @@ def _per_queue(obj: Any, option: str) -> dict[str, dict[str, int]]:
             raise OffsetSpecError(f"{option}: topic {topic!r} must map '<brokerName>:<queueId>' to offsets")
         per: dict[str, int] = {}
         for key, off in queues.items():
-            broker, qid = split_queue_key(str(key))
+            try:
+                broker, qid = split_queue_key(str(key))
+            except OffsetSpecError as exc:
+                raise OffsetSpecError(f"{option}: {exc}") from None
             if isinstance(off, bool) or not isinstance(off, int) or off < EARLIEST:
                 raise OffsetSpecError(f"{option}: offset of {topic} {key} must be an integer >= -2, not {off!r}")
             per[queue_key(broker, qid)] = off

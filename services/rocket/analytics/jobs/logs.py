@@ -91,7 +91,7 @@ def mine_topic_frame(pdf: Any) -> Any:
     """The grouped-map UDF: one topic's messages (pandas) → one parsed row per line (pandas).
 
     Input columns: topic, tags, keys, broker_name, queue_id, queue_offset,
-    store_ms (epoch ms), line (str). Output columns: :data:`LINES_SCHEMA`.
+    store_ms (epoch ms), line (bytes, or str). Output columns: :data:`LINES_SCHEMA`.
     Never raises for bad lines (they come back with ``parsed = False``).
     """
     import pandas as pd
@@ -125,6 +125,8 @@ def mine_topic_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     parsed_rows: list[dict[str, Any]] = []
     for *_, n, r in prepared:
         line = r.get("line")
+        if isinstance(line, bytes | bytearray | memoryview):
+            line = bytes(line).decode("utf-8", errors="replace")
         line = line if isinstance(line, str) else ""
         store_ms = int(r.get("store_ms") or 0)
         year = datetime.fromtimestamp(store_ms / 1000, tz=UTC).year if store_ms > 0 else 1970
@@ -211,7 +213,7 @@ def parse_lines(df: Any) -> Any:
     msgs = df.select(
         "topic", "tags", "keys", "broker_name", "queue_id", "queue_offset",
         F.unix_millis("store_timestamp").alias("store_ms"),
-        F.col("body").cast("string").alias("line"),
+        F.col("body").alias("line"),  # bytes: decoded in Python, bad UTF-8 replaced (never fatal)
     )
     lines = msgs.groupBy("topic").applyInPandas(mine_topic_frame, schema=LINES_SCHEMA)
     event_time = F.timestamp_millis("event_ms")
