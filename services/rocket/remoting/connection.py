@@ -10,7 +10,8 @@ Every coroutine processor runs in a task of its own, so a suspended request
 written in whatever order they complete (A1, quirk Q11). Plain functions are
 called inline: they cannot wait, so they cannot hold up the connection either;
 one may still answer later by returning an ``asyncio.Future`` of the response
-(no task is created for it).
+(no task is created for it), or by returning :data:`ANSWER_LATER` and calling
+:meth:`RemotingConnection.answer` itself (no future either).
 
 Writes are coalesced: every frame sent or answered during one loop turn goes
 out with a single ``transport.write`` at the end of that turn. Request
@@ -51,14 +52,24 @@ Handler = Callable[
 Observer = Callable[[int, float, "int | None"], None]
 
 
+class _AnswerLater:
+    def __repr__(self) -> str:
+        return "ANSWER_LATER"
+
+
+#: What a plain handler returns when it calls :meth:`RemotingConnection.answer` itself later.
+ANSWER_LATER: Any = _AnswerLater()
+
+
 class Processors:
     """Request code -> handler table.
 
     A handler takes ``(request, connection)`` and returns the response (or
     ``None`` for no response); it may be a coroutine function (run in its own
     task) or a plain function (run inline), which may also return an
-    ``asyncio.Future`` resolving to the response (answered when it is done).
-    Unknown codes are answered with REQUEST_CODE_NOT_SUPPORTED (3).
+    ``asyncio.Future`` resolving to the response (answered when it is done),
+    or :data:`ANSWER_LATER` when it calls :meth:`RemotingConnection.answer`
+    itself. Unknown codes are answered with REQUEST_CODE_NOT_SUPPORTED (3).
     """
 
     def __init__(self) -> None:
@@ -218,10 +229,20 @@ class RemotingConnection(asyncio.Protocol):
             if not isinstance(exc, HeaderFieldError):
                 log.exception("request %d from %s failed", request.code, self.peer)
             response = _error_response(request, exc)
+        if response is ANSWER_LATER:
+            return
         if isinstance(response, asyncio.Future):
+            if isinstance(response, asyncio.Task):  # cancelled with the connection, as handler tasks are
+                self._tasks.add(response)
+                response.add_done_callback(self._tasks.discard)
             response.add_done_callback(partial(self._answer_later, request, started))
             return
         self._respond(request, response, started)  # type: ignore[arg-type]
+
+    def answer(self, request: RemotingCommand, response: RemotingCommand | None, started: float = 0.0) -> None:
+        """Answer ``request`` (for handlers that returned :data:`ANSWER_LATER`); ``started`` is
+        the ``time.perf_counter()`` at which handling began, for the observers."""
+        self._respond(request, response, started)
 
     def _answer_later(self, request: RemotingCommand, started: float,
                       fut: asyncio.Future[RemotingCommand | None]) -> None:

@@ -34,7 +34,7 @@ import logging
 import random
 import time
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import MessageInner
@@ -60,6 +60,7 @@ from rocket.message import (
 )
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.remoting.codes import FLAG_RESPONSE, PERM_READ, PERM_WRITE
+from rocket.remoting.connection import ANSWER_LATER
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -108,14 +109,14 @@ class SendMessageProcessor:
 
     def process_send(
         self, request: RemotingCommand, conn: RemotingConnection
-    ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand] | Any:
         """Codes 10, 310, 320. Overload is refused before anything else is done.
 
-        A plain function, so that a send needs no task of its own: the checks and
-        the store's append run inline, and the answer is a future resolved when the
-        store confirms the write (:meth:`RemotingConnection` answers it then). While
-        the broker's role is settling, and on a SYNC_MASTER (which waits for a
-        slave), the send runs in a task instead.
+        A plain function, so that a send needs neither a task nor a future of its
+        own: the checks and the store's append run inline, and the send is answered
+        (:meth:`RemotingConnection.answer`) from the completion callback of
+        :meth:`BrokerController.put_nowait` (on a SYNC_MASTER, once a slave has
+        the messages). While the broker's role is settling, the send runs in a task.
         """
         broker = self.broker
         if broker.in_flight_sends >= broker.config.max_in_flight_sends:
@@ -151,22 +152,21 @@ class SendMessageProcessor:
         except BaseException:
             self._done(size, started)
             raise
-        if put is None:  # SYNC_MASTER: wait for the slave in a task
+        if put is None:  # the store can only be reached through a coroutine
             return asyncio.get_running_loop().create_task(
                 self._send_task(request, conn, size, started, (header, prepared))
             )
         if isinstance(put, PutMessageResult):  # refused by the store
             self._done(size, started)
             return self._answer(request, header.batch, prepared, put)
-        out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        put.add_done_callback(partial(self._put_done, out, request, header.batch, prepared, size, started))
-        return out
+        put.add_done_callback(partial(self._put_done, conn, request, header.batch, prepared, size, started))
+        return ANSWER_LATER
 
     async def _send_task(
         self, request: RemotingCommand, conn: RemotingConnection, size: int, started: float,
         prepared: tuple[SendMessageRequestHeader, list[MessageInner]] | None,
     ) -> RemotingCommand:
-        """The send as a coroutine: after the role settled, or through the SYNC_MASTER wait."""
+        """The send as a coroutine: after the role settled (or when ``put_nowait`` declines)."""
         broker = self.broker
         try:
             if prepared is None:
@@ -194,24 +194,19 @@ class SendMessageProcessor:
         broker.metrics.send_latency.observe(time.perf_counter() - started)
 
     def _put_done(
-        self, out: asyncio.Future[RemotingCommand], request: RemotingCommand, batch: bool,
+        self, conn: RemotingConnection, request: RemotingCommand, batch: bool,
         inners: list[MessageInner], size: int, started: float, put: asyncio.Future[PutMessageResult],
     ) -> None:
-        """The store confirmed (or failed) the append: resolve the answer future."""
+        """The store confirmed (or failed) the append: answer the send."""
         self._done(size, started)
-        if out.done():
-            return
-        if put.cancelled():
-            out.cancel()
-            return
-        exc = put.exception()
-        if exc is not None:
-            out.set_exception(exc)
+        if put.cancelled():  # the store shut down under it: no answer, as a cancelled task gives none
             return
         try:
-            out.set_result(self._answer(request, batch, inners, put.result()))
-        except Exception as error:
-            out.set_exception(error)
+            response = self._answer(request, batch, inners, put.result())
+        except Exception as exc:
+            log.exception("send %d from %s failed", request.code, conn.peer)
+            response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        conn.answer(request, response, started)
 
     def _answer(
         self, request: RemotingCommand, batch: bool, inners: list[MessageInner], result: PutMessageResult
