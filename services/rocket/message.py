@@ -86,6 +86,8 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _TAIL = struct.Struct(">iq")  # reconsumetimes, preparedTransactionOffset
+#: bornhost .. bodylength of a record with IPv4 born and store hosts.
+_V4_MIDDLE = struct.Struct(">8sq8siqi")
 
 OFFSET_QUEUE_OFFSET = 20
 OFFSET_PHYSICAL_OFFSET = 28
@@ -466,19 +468,25 @@ def decode_record(data: bytes | bytearray | memoryview, pos: int = 0, *, check_c
         if total < 91 or pos + total > end_of_data:
             raise MessageFormatError(f"record at {pos}: total size {total} out of range")
         end = pos + total
-        p = pos + 48
-        born_len = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-        store_len = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-        born_host = decode_host(bytes(data[p : p + born_len]))
-        p += born_len
-        (store_ts,) = _LONG.unpack_from(data, p)
-        p += 8
-        store_host = decode_host(bytes(data[p : p + store_len]))
-        p += store_len
-        reconsume, prepared = _TAIL.unpack_from(data, p)
-        p += 12
-        (body_len,) = _INT.unpack_from(data, p)
-        p += 4
+        if not sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6):  # IPv4 hosts: one unpack
+            born, store_ts, store, reconsume, prepared, body_len = _V4_MIDDLE.unpack_from(data, pos + 48)
+            born_host = decode_host(born)
+            store_host = decode_host(store)
+            p = pos + 48 + _V4_MIDDLE.size
+        else:
+            p = pos + 48
+            born_len = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+            store_len = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+            born_host = decode_host(bytes(data[p : p + born_len]))
+            p += born_len
+            (store_ts,) = _LONG.unpack_from(data, p)
+            p += 8
+            store_host = decode_host(bytes(data[p : p + store_len]))
+            p += store_len
+            reconsume, prepared = _TAIL.unpack_from(data, p)
+            p += 12
+            (body_len,) = _INT.unpack_from(data, p)
+            p += 4
         if body_len < 0 or p + body_len > end:
             raise MessageFormatError(f"record at {pos}: body length {body_len} out of range")
         body = bytes(data[p : p + body_len])

@@ -524,7 +524,8 @@ class Producer:
                 status=status,
                 msg_id=msg_id,
                 offset_msg_id=fields.get("msgId", ""),
-                queue=MessageQueue(topic, mq.broker_name, queue_id),
+                queue=mq if queue_id == mq.queue_id and mq.topic == topic
+                else MessageQueue(topic, mq.broker_name, queue_id),
                 queue_offset=int(fields.get("queueOffset", -1)),
             )
         raise SendFailedError(topic, attempts) from attempts[-1][1]
