@@ -82,19 +82,22 @@ class MessageInner:
 
     def to_request(self) -> PutMessageRequest:
         """The store request for this message."""
-        props = self.properties
-        return PutMessageRequest(
-            topic=self.topic,
-            queue_id=self.queue_id,
-            body=self.body,
-            properties=self.encoded_properties(),
-            flag=self.flag,
-            sys_flag=self.sys_flag,
-            born_timestamp=self.born_timestamp,
-            born_host=self.born_host,
-            reconsume_times=self.reconsume_times,
-            tags_code=self.tags_code if self.tags_code is not None else cached_tags_code(props.get(PROPERTY_TAGS)),
-            keys=[k for k in props.get(PROPERTY_KEYS, "").split(" ") if k],
-            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
-            wait_store_msg_ok=props.get(PROPERTY_WAIT_STORE_MSG_OK, "true").lower() != "false",
+        get = self.properties.get
+        keys = get(PROPERTY_KEYS)
+        wait = get(PROPERTY_WAIT_STORE_MSG_OK)
+        return PutMessageRequest(  # positional: topic .. wait_store_msg_ok (one per message, keep it cheap)
+            self.topic,
+            self.queue_id,
+            self.body,
+            self.encoded if self.encoded is not None else encode_properties(self.properties),
+            self.flag,
+            self.sys_flag,
+            self.born_timestamp,
+            self.born_host,
+            self.reconsume_times,
+            0,
+            self.tags_code if self.tags_code is not None else cached_tags_code(get(PROPERTY_TAGS)),
+            [k for k in keys.split(" ") if k] if keys else [],
+            get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
+            wait is None or wait.lower() != "false",
         )
