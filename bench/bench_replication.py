@@ -4,8 +4,9 @@ and replication lag under load.
 For each role (ASYNC_MASTER first, then SYNC_MASTER) it starts one NameServer
 and one broker group of a master and a slave (``rocket.local.LocalCluster``,
 loopback, ASYNC_FLUSH), creates a topic with 8 queues and runs the same load
-generator as ``bench_broker`` (1 KiB messages, ``SINGLE_CONCURRENCY`` sends
-in flight over ``LOAD_PROCS`` processes, then batches of 32):
+generator as ``bench_broker`` (1 KiB messages, ``IN_FLIGHT`` = 256 sends in
+flight over ``LOAD_PROCS`` processes — a closed loop needs enough of them to
+cover the replication round trip — then batches of 32):
 
 * msgs/s and client-side send latency p50/p99/p99.9;
 * replication lag while the load runs, sampled from the master's
@@ -39,14 +40,17 @@ from bench.bench_broker import (
     BODY_SIZE,
     LOAD_PROCS,
     QUEUES,
-    SINGLE_CONCURRENCY,
     _merge,
     _pcts,
+    _proc_cpu,
     _send_worker,
 )
 from rocket.local import LocalCluster, find_free_base_port, percentile
 
 TARGET_RATIO = 0.80
+#: Sends in flight (all load processes): enough to keep the master busy while replication
+#: round trips are under way (``ROCKET_BENCH_IN_FLIGHT`` overrides).
+IN_FLIGHT = int(os.environ.get("ROCKET_BENCH_IN_FLIGHT", "256"))
 
 
 def _ha(http_port: int) -> dict[str, Any]:
@@ -118,6 +122,7 @@ def _run_role(role: str, short: bool, pool: concurrent.futures.ProcessPoolExecut
     state = cluster.start(detach=False, timeout=60)
     ns = state.namesrv
     master = next(p for p in state.processes if p.kind == "broker" and "SLAVE" not in p.argv)
+    slave = next(p for p in state.processes if p.kind == "broker" and "SLAVE" in p.argv)
     topic = f"bench-{role.lower()}"
     figures: dict[str, Any] = {"role": role}
     try:
@@ -130,15 +135,23 @@ def _run_role(role: str, short: bool, pool: concurrent.futures.ProcessPoolExecut
         while not _ha(master.http_port)["slaves"] and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(0.5)
-        per_proc = SINGLE_CONCURRENCY // LOAD_PROCS
+        per_proc = max(1, IN_FLIGHT // LOAD_PROCS)
+        cpu0 = (_proc_cpu(master.pid), _proc_cpu(slave.pid), time.perf_counter())
         with LagSampler(master.http_port) as lag:
             futures = [pool.submit(_send_worker, ns, topic, per_proc, 1, duration, warmup, 0.0, False)
                        for _ in range(LOAD_PROCS)]
-            rate, lat, errors = _merge([f.result() for f in futures])
+            results = [f.result() for f in futures]
+            rate, lat, errors = _merge(results)
+        cpu1 = (_proc_cpu(master.pid), _proc_cpu(slave.pid), time.perf_counter())
         catch = _catch_up(master.http_port)
         figures["single"] = (rate, lat, errors, lag, catch)
-        print(f"[{role}] single sends ({SINGLE_CONCURRENCY} in flight): {rate:,.0f} msgs/s, latency "
+        sent = sum(r.messages for r in results) * (duration + warmup) / duration or 1
+        wall = cpu1[2] - cpu0[2]
+        print(f"[{role}] single sends ({per_proc * LOAD_PROCS} in flight): {rate:,.0f} msgs/s, latency "
               f"p50/p99/p99.9 {_pcts(lat)} ms, errors {errors}", flush=True)
+        print(f"    CPU per message: master {(cpu1[0] - cpu0[0]) / sent * 1e6:.0f} us, slave "
+              f"{(cpu1[1] - cpu0[1]) / sent * 1e6:.0f} us; cores used: master {(cpu1[0] - cpu0[0]) / wall:.2f}, "
+              f"slave {(cpu1[1] - cpu0[1]) / wall:.2f}", flush=True)
         print(f"    replication under load: {lag.line()}; slave at the master's end {catch * 1000:.0f} ms "
               "after the load", flush=True)
         with LagSampler(master.http_port) as lag_b:

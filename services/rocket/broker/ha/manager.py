@@ -257,31 +257,35 @@ class ReplicationManager:
             return put
         loop = asyncio.get_running_loop()
         out: asyncio.Future[PutMessageResult] = loop.create_future()
-        started = time.perf_counter()
-
-        def slave_done(result: PutMessageResult, fut: asyncio.Future[PutMessageStatus]) -> None:
-            self.metrics.sync_wait.observe(time.perf_counter() - started)
-            if not out.done():
-                out.set_result(self._sync_result(result, fut.result()))
-
-        def store_done(fut: asyncio.Future[PutMessageResult]) -> None:
-            if out.done():
-                return
-            if fut.cancelled() or fut.exception() is not None:
-                out.set_exception(fut.exception() or asyncio.CancelledError())
-                return
-            result = fut.result()
-            if result.status is not PutMessageStatus.PUT_OK:
-                out.set_result(result)
-                return
-            status = self._sync_status(result)
-            if isinstance(status, PutMessageStatus):
-                out.set_result(self._sync_result(result, status))
-            else:
-                status.add_done_callback(partial(slave_done, result))
-
-        put.add_done_callback(store_done)
+        put.add_done_callback(partial(self._store_done, out, time.perf_counter()))
         return out
+
+    def _store_done(self, out: asyncio.Future[PutMessageResult], started: float,
+                    fut: asyncio.Future[PutMessageResult]) -> None:
+        """The store completed a SYNC_MASTER put: answer now, or when a slave has it."""
+        if out.done():
+            return
+        if fut.cancelled() or fut.exception() is not None:
+            out.set_exception(fut.exception() or asyncio.CancelledError())
+            return
+        result = fut.result()
+        if result.status is not PutMessageStatus.PUT_OK:
+            out.set_result(result)
+            return
+        last = result.messages[-1]
+        end = last.physical_offset + last.size
+        status = self.service.sync_now(end)
+        if status is not None:
+            if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
+                self.metrics.sync_results.labels("slave_not_available").inc()
+            out.set_result(self._sync_result(result, status))
+            return
+
+        def slave_done(st: PutMessageStatus) -> None:
+            self.metrics.sync_wait.observe(time.perf_counter() - started)
+            out.set_result(self._sync_result(result, st))
+
+        self.service.wait_callback(end, out, slave_done)
 
     def suggest_slave(self) -> bool:
         """May a master send slow consumers to a slave? (an in-sync slave is connected)"""

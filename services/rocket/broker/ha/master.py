@@ -85,12 +85,14 @@ class HAConnection:
 
 
 class _Waiter:
-    __slots__ = ("deadline", "end", "fut")
+    __slots__ = ("deadline", "done", "end", "fut")
 
-    def __init__(self, end: int, deadline: float, fut: asyncio.Future[PutMessageStatus]) -> None:
+    def __init__(self, end: int, deadline: float, fut: asyncio.Future[Any],
+                 done: Callable[[PutMessageStatus], object]) -> None:
         self.end = end
         self.deadline = deadline
-        self.fut = fut
+        self.fut = fut  # done() tells whether the waiter was answered
+        self.done = done  # answers it with a status
 
 
 class SyncWaiters:
@@ -106,8 +108,14 @@ class SyncWaiters:
     def add(self, end: int, deadline: float, loop: asyncio.AbstractEventLoop) -> asyncio.Future[PutMessageStatus]:
         """A future resolved with PUT_OK once a slave acknowledges ``end`` (or a failure status)."""
         fut: asyncio.Future[PutMessageStatus] = loop.create_future()
-        self._q.append(_Waiter(end, deadline, fut))
+        self._q.append(_Waiter(end, deadline, fut, fut.set_result))
         return fut
+
+    def add_callback(self, end: int, deadline: float, fut: asyncio.Future[Any],
+                     done: Callable[[PutMessageStatus], object]) -> None:
+        """Like :meth:`add` without a future of its own: ``done(status)`` is called once, unless
+        ``fut`` is already done by then (the send path's answer future)."""
+        self._q.append(_Waiter(end, deadline, fut, done))
 
     def ack(self, offset: int) -> int:
         """Resolve waiters (from the oldest) whose end is at or below ``offset``; returns how many."""
@@ -121,7 +129,7 @@ class SyncWaiters:
             if w.end > offset:
                 break
             q.popleft()
-            w.fut.set_result(PutMessageStatus.PUT_OK)
+            w.done(PutMessageStatus.PUT_OK)
             n += 1
         return n
 
@@ -132,7 +140,7 @@ class SyncWaiters:
         while q and q[0].deadline <= now:
             w = q.popleft()
             if not w.fut.done():
-                w.fut.set_result(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+                w.done(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
                 n += 1
         return n
 
@@ -146,7 +154,7 @@ class SyncWaiters:
         while self._q:
             w = self._q.popleft()
             if not w.fut.done():
-                w.fut.set_result(status)
+                w.done(status)
                 n += 1
         return n
 
@@ -173,6 +181,7 @@ class HAService:
         self._last_sample = 0.0
         #: Called with the acknowledged offset whenever the best slave's report advances.
         self.on_ack: Callable[[int], None] | None = None
+        self._best_ack = -1
         self.transferred_bytes = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -210,6 +219,7 @@ class HAService:
             log.info("dropping replication connection of slave %s: %s", conn.slave_addr, why)
             conn.close()
         self.connections.clear()
+        self._best_ack = -1
         self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
@@ -241,7 +251,10 @@ class HAService:
     @property
     def best_ack(self) -> int:
         """The highest offset any slave acknowledged; -1 when none."""
-        return max((c.ack_offset for c in self.connections), default=-1)
+        return self._best_ack
+
+    def _recompute_best_ack(self) -> None:
+        self._best_ack = max((c.ack_offset for c in self.connections), default=-1)
 
     def in_sync(self, conn: HAConnection) -> bool:
         """Is ``conn`` within ``haSlaveFallbehindMax`` bytes of this master?"""
@@ -276,6 +289,24 @@ class HAService:
             samples.popleft()
 
     # -- SYNC_MASTER --------------------------------------------------------------------------------
+
+    def sync_now(self, end: int) -> PutMessageStatus | None:
+        """For a put ending at ``end``: PUT_OK when a slave already has it, SLAVE_NOT_AVAILABLE when
+        none can get it soon, None when it must wait (:meth:`sync_status`, ``waiters``)."""
+        best = self._best_ack
+        if best < 0:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if best >= end:
+            return PutMessageStatus.PUT_OK
+        if self.manager.store.max_phy_offset - best > self.manager.config.ha_slave_fallbehind_max:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        return None
+
+    def wait_callback(self, end: int, fut: asyncio.Future[Any], done: Callable[[PutMessageStatus], object]) -> None:
+        """Register ``done(status)`` for a put ending at ``end`` after :meth:`sync_now` said None."""
+        self.waiters.add_callback(end, time.monotonic() + self.manager.config.slave_timeout / 1000.0, fut, done)
+        if len(self.waiters) == 1:
+            self._sweeper_wakeup.set()
 
     def sync_status(self, end: int) -> PutMessageStatus | asyncio.Future[PutMessageStatus]:
         """For a put ending at ``end``: PUT_OK when a slave already has it, SLAVE_NOT_AVAILABLE
@@ -320,6 +351,7 @@ class HAService:
             if conn is None:
                 return
             self.connections.append(conn)
+            self._recompute_best_ack()
             self.manager.metrics.connections_total.inc()
             log.info("slave %s (id %d, %s) connected for replication from %s", conn.slave_addr, conn.slave_id,
                      "epoch handshake" if conn.handshake else "plain", peer)
@@ -343,6 +375,7 @@ class HAService:
                 writer.transport.abort()
             if conn is not None and conn in self.connections:
                 self.connections.remove(conn)
+                self._recompute_best_ack()
                 self._after_disconnect(conn)
 
     def _after_disconnect(self, conn: HAConnection) -> None:
@@ -401,11 +434,15 @@ class HAService:
 
     def _on_report(self, conn: HAConnection, offset: int) -> None:
         conn.last_report = time.monotonic()
-        first = conn.ack_offset < 0
-        before = self.best_ack
+        prev = conn.ack_offset
+        before = self._best_ack
         conn.ack_offset = offset
-        if first:
+        if prev < 0:
             conn.first_report.set()
+        if offset >= before:
+            self._best_ack = offset
+        elif prev == before:
+            self._recompute_best_ack()  # the best slave went back (it truncated its log)
         if offset > before:
             n = self.waiters.ack(offset)
             if n:
