@@ -216,6 +216,7 @@ def run(short: bool) -> None:
     finally:
         for g in groups:
             g.cluster.stop()
+            _print_ha_warnings(g)
             shutil.rmtree(g.folder, ignore_errors=True)
 
     def med(role: str) -> Round:
@@ -244,6 +245,17 @@ def run(short: bool) -> None:
     verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
     print(f"\ntarget SYNC_MASTER >= {TARGET_RATIO:.0%} of ASYNC_MASTER (single sends, medians): "
           f"{ratio:.0%} — {verdict}")
+
+
+def _print_ha_warnings(g: Group) -> None:
+    """Replication warnings the brokers logged during the run (a dropped connection explains a lag spike)."""
+    lines: list[str] = []
+    for log in sorted((g.folder / "logs").glob("broker-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "rocket.broker.ha" in line and ("WARNING" in line or "ERROR" in line):
+                lines.append(f"{log.stem}: {line}")
+    for line in lines[:5]:
+        print(f"    [{g.role}] {line}")
 
 
 def _p99(values: list[float]) -> float:
