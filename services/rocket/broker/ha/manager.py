@@ -26,15 +26,18 @@ tail first.
 Roles chosen at run time survive restarts: ``<storePathRootDir>/config/
 haState.json`` (``{"brokerRole", "brokerId"}``) overrides the configured
 role and id at start-up (delete it to return to the configuration). Until
-its first registration round a master refuses sends (code 14), so a
-returning old master never accepts a write before it learns it was replaced.
+its first registration round has answered, a master holds sends back (they
+wait up to ``registerBrokerTimeoutMills`` + 1 s, then get code 14), so a
+returning old master never stores a send before it learns it was replaced;
+the same holds while a role change runs.
 
 Known limit (no consensus service, unlike RocketMQ 5's controller): if the
 promoted master fails too and the old master restarts alone, it serves as
 master again; when both return, the newer epoch wins and the other one's
-writes after the split are cut. ASYNC_MASTER loses acknowledged messages on
-failover by design (they may not have reached the slave); SYNC_MASTER does
-not.
+writes after the split — acknowledged ones included — are cut. Promote only
+when the old master is really gone (the promotion checks the NameServers).
+ASYNC_MASTER can lose acknowledged messages on failover by design (they may
+not have reached the slave); SYNC_MASTER does not (acknowledged = on a slave).
 """
 
 from __future__ import annotations
