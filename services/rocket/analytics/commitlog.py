@@ -133,10 +133,12 @@ class CommitLogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The segment's messages as ``pyarrow.RecordBatch`` objects."""
-        assert isinstance(partition, SegmentPartition)
         builder = BatchBuilder(commitlog=True)
-        name = Path(partition.path).name
-        for msg in scan_segment(partition.path, check_crc=self.check_crc):
+        path = str(getattr(partition, "path", ""))
+        if not path:
+            return
+        name = Path(path).name
+        for msg in scan_segment(path, check_crc=self.check_crc):
             if self.topics and msg.topic not in self.topics:
                 continue
             builder.add(msg, self.broker_name, name)

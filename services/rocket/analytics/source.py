@@ -140,15 +140,22 @@ class RocketOptions:
         return SyncPuller(self.namesrv, group=self.group, timeout=self.timeout)
 
 
-def read_partition(options: RocketOptions, part: RocketPartition) -> Iterator[Any]:
-    """Pull one partition's range and yield ``pyarrow.RecordBatch`` objects (at most ~4 MB of bodies each)."""
+def read_partition(options: RocketOptions, part: Any) -> Iterator[Any]:
+    """Pull one partition's range and yield ``pyarrow.RecordBatch`` objects (at most ~4 MB of bodies each).
+
+    ``part``: a :class:`RocketPartition` (attributes are read, not its class: Spark may hand
+    over a copy unpickled from another module instance).
+    """
+    if not hasattr(part, "topic"):  # Spark's placeholder when planning found no range: nothing to read
+        return
     builder = BatchBuilder()
+    rng = QueueRange(part.topic, part.broker_name, int(part.queue_id), int(part.start), int(part.end))
     with options.puller() as puller:
-        for msgs in puller.read_range(part.range, batch_size=options.batch_size, window=options.window,
+        for msgs in puller.read_range(rng, batch_size=options.batch_size, window=options.window,
                                       prefer_slave=options.prefer_slave,
                                       fail_on_data_loss=options.fail_on_data_loss):
             for msg in msgs:
-                builder.add(msg, part.broker_name)
+                builder.add(msg, rng.broker_name)
             if len(builder) >= 8192 or builder.body_bytes >= 4 << 20:
                 yield builder.flush()
     if len(builder):
@@ -170,7 +177,6 @@ class RocketBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The partition's messages as Arrow batches (executor side)."""
-        assert isinstance(partition, RocketPartition)
         yield from read_partition(self.options, partition)
 
 
@@ -233,7 +239,6 @@ class RocketStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The partition's messages as Arrow batches."""
-        assert isinstance(partition, RocketPartition)
         yield from read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:

@@ -1,0 +1,161 @@
+"""format("rocket") against a real embedded cluster (2 NameServers + 2 broker processes on loopback):
+batch reads, offsets options, streaming with a checkpoint, a missing topic, a broker that dies, the jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocket.analytics import loghub
+from rocket.analytics.fixtures import publish, publish_loghub
+from rocket.analytics.offsets import parse_offsets
+from rocket.analytics.pull import RocketReadError, RocketSourceError, SyncPuller
+
+TOPIC = "analytics-ds"
+N = 400
+
+
+@pytest.fixture(scope="module")
+def data(cluster: Any, loghub_root: Path) -> dict[str, Any]:
+    bodies = [f"body-{i}".encode() for i in range(N)]
+    assert publish(cluster.namesrv, TOPIC, bodies, queue_nums=4, tags="T", keys_prefix="k") == N
+    lines = loghub.read_lines(loghub.log_path(loghub_root, "HDFS"))  # type: ignore[arg-type]
+    publish_loghub(cluster.namesrv, {"HDFS": lines})
+    return {"namesrv": cluster.namesrv, "bodies": bodies, "hdfs_lines": lines}
+
+
+def _read(spark: Any, namesrv: str, topic: str = TOPIC, **options: str) -> Any:
+    reader = spark.read.format("rocket").option("namesrv", namesrv).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def test_batch_read_everything(spark: Any, data: dict[str, Any]) -> None:
+    df = _read(spark, data["namesrv"])
+    assert df.rdd.getNumPartitions() == 8  # 4 queues on each of 2 broker groups
+    rows = df.collect()
+    assert len(rows) == N
+    assert sorted(r["body"] for r in rows) == sorted(data["bodies"])
+    assert len({(r["broker_name"], r["queue_id"], r["queue_offset"]) for r in rows}) == N
+    r = rows[0]
+    assert r["topic"] == TOPIC and r["tags"] == "T" and r["keys"].startswith("k-")
+    assert r["properties"]["TAGS"] == "T" and "UNIQ_KEY" in r["properties"]
+    assert r["broker_name"] in ("broker-a", "broker-b")
+    assert r["born_host"].startswith("127.0.0.1:")
+    assert r["store_timestamp"] >= r["born_timestamp"]
+    # queue offsets are dense per queue
+    per_queue: dict[tuple[str, int], list[int]] = {}
+    for row in rows:
+        per_queue.setdefault((row["broker_name"], row["queue_id"]), []).append(row["queue_offset"])
+    for offs in per_queue.values():
+        assert sorted(offs) == list(range(len(offs)))
+
+
+def test_offset_options(spark: Any, data: dict[str, Any]) -> None:
+    ns = data["namesrv"]
+    assert _read(spark, ns, startingOffsets="latest").count() == 0
+    assert _read(spark, ns, startingOffsets="0").count() == N  # a timestamp before everything
+    start = json.dumps({TOPIC: {"broker-a:0": 5}})
+    end = json.dumps({TOPIC: {"broker-a:0": 9, "broker-a:1": 0, "broker-a:2": 0, "broker-a:3": 0,
+                              "broker-b:0": 0, "broker-b:1": 0, "broker-b:2": 0, "broker-b:3": 0}})
+    rows = _read(spark, ns, startingOffsets=start, endingOffsets=end).collect()
+    assert sorted(r["queue_offset"] for r in rows) == [5, 6, 7, 8]
+    assert {(r["broker_name"], r["queue_id"]) for r in rows} == {("broker-a", 0)}
+    split = _read(spark, ns, maxOffsetsPerPartition="10", pullBatchSize="7", pullWindow="3")
+    assert split.rdd.getNumPartitions() > 8
+    assert split.count() == N
+
+
+def test_missing_topic_is_a_clear_error(spark: Any, data: dict[str, Any]) -> None:
+    with pytest.raises(Exception, match="topic 'no-such-topic' does not exist"):
+        _read(spark, data["namesrv"], topic="no-such-topic").count()
+    with pytest.raises(Exception, match="startingOffsets"):
+        _read(spark, data["namesrv"], startingOffsets="sometime").count()
+    with pytest.raises(RocketSourceError, match="does not exist"), SyncPuller(data["namesrv"]) as puller:
+        puller.queues("no-such-topic")
+
+
+def test_streaming_keeps_progress_in_the_checkpoint(spark: Any, data: dict[str, Any], tmp_path: Path) -> None:
+    ns = data["namesrv"]
+    topic = "analytics-stream"
+    publish(ns, topic, [f"s-{i}".encode() for i in range(50)], queue_nums=2)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+
+    def run_once() -> int:
+        stream = spark.readStream.format("rocket").option("namesrv", ns).option("topic", topic).load()
+        query = (stream.select("topic", "queue_offset", "body").writeStream.format("parquet")
+                 .option("path", str(out)).option("checkpointLocation", str(ckpt)).trigger(availableNow=True)
+                 .start())
+        query.awaitTermination(240)
+        assert query.exception() is None
+        return spark.read.parquet(str(out)).count()
+
+    assert run_once() == 50
+    publish(ns, topic, [f"t-{i}".encode() for i in range(30)], queue_nums=2)
+    assert run_once() == 80  # only the 30 new messages were read the second time
+    assert (ckpt / "offsets").is_dir()
+
+
+def test_jobs_on_the_cluster(data: dict[str, Any], tmp_path: Path, spark: Any) -> None:
+    from rocket.analytics.jobs.common import InputSpec, input_frame
+    from rocket.analytics.jobs.logs import run_logs_job
+    from rocket.analytics.jobs.traffic import analyze_traffic
+
+    summary = run_logs_job(data["namesrv"], ["loghub-HDFS"], tmp_path / "logs")
+    hdfs = summary["topics"]["loghub-HDFS"]
+    assert hdfs["lines"] == len(data["hdfs_lines"]) and hdfs["unparsed"] == 0
+    if hdfs["accuracy"] is not None and hdfs["accuracy"]["ground_truth_lines"] == len(data["hdfs_lines"]):
+        assert hdfs["accuracy"]["accuracy"] >= 0.99
+    assert (tmp_path / "logs" / "report.md").exists()
+    df = input_frame(spark, InputSpec(namesrv=data["namesrv"], topics=(TOPIC,)))
+    traffic = analyze_traffic(df, tmp_path / "traffic")
+    t = traffic["topics"][TOPIC]
+    assert t["messages"] == N and t["bytes"] == sum(len(b) for b in data["bodies"])
+    assert t["store_latency_ms"]["p50"] >= 0
+    assert t["top_producers"][0]["born_host"].startswith("127.0.0.1:")
+
+
+def test_broker_death_mid_read_fails_over_then_names_queue_and_offset(tmp_path: Path) -> None:
+    """Master killed mid-read: the read goes on from the slave. Then the slave killed mid-read with no
+    broker left: RocketReadError names the queue and the offset."""
+    from rocket.local import running_cluster
+
+    from .conftest import SMALL_STORE_ARGS
+
+    with running_cluster(tmp_path / "c", nameservers=1, brokers=1, extra_broker_args=SMALL_STORE_ARGS) as state:
+        procs = {p.name: p for p in state.processes if p.kind == "broker"}
+        if "broker-a-slave" not in procs:
+            pytest.skip("SKIPPED fail-over part: the local cluster started no slave")
+        bodies = [os.urandom(2000) for _ in range(3000)]
+        publish(state.namesrv, "dying", bodies, queue_nums=1, batch=64)
+        time.sleep(2.0)  # asynchronous replication catches up
+        with SyncPuller(state.namesrv, timeout=3.0) as puller:
+            (rng,) = puller.plan(["dying"], parse_offsets(None, default="earliest"),
+                                 parse_offsets(None, default="latest"))
+            assert (rng.start, rng.end) == (0, 3000)
+            got: list[bytes] = []
+            for msgs in puller.read_range(rng, window=1, prefer_slave=False):
+                got += [m.body for m in msgs]
+                if len(got) >= 64 and procs["broker-a"].pid > 0:
+                    os.kill(procs["broker-a"].pid, signal.SIGKILL)
+                    procs["broker-a"].pid = 0
+            assert got == bodies  # every message once, in order, the rest from the slave
+
+            seen = 0
+            with pytest.raises(RocketReadError) as info:
+                for msgs in puller.read_range(rng, window=1, max_attempts=2):
+                    seen += len(msgs)
+                    if seen >= 64 and procs["broker-a-slave"].pid > 0:
+                        os.kill(procs["broker-a-slave"].pid, signal.SIGKILL)
+                        procs["broker-a-slave"].pid = 0
+            err = info.value
+            assert 64 <= seen < 3000
+            assert err.queue == "dying@broker-a:0" and err.offset == seen
+            assert f"reading queue dying@broker-a:0 failed at offset {seen}" in str(err)
