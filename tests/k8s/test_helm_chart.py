@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.observability.tools import need_helm
-
 # The control-plane harness and fixtures of tests/k8s (conftest.py, harness.py).
-harness = pytest.importorskip("tests.k8s.harness", reason="the tests/k8s control-plane harness has not landed yet")
+from tests.k8s import harness
+from tests.observability.tools import need_helm
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CHART = ROOT / "charts" / "rocketcluster-operator"

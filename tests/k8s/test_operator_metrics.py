@@ -16,8 +16,6 @@ from tests.observability.conftest import RULES, run_prometheus, sample_names, sc
 from tests.observability.promql import metric_names, substitute
 from tests.observability.test_dashboards import ALL_EXPRESSIONS
 
-pytest.importorskip("tests.k8s.harness", reason="the tests/k8s control-plane harness has not landed yet")
-
 #: Operator dashboard queries that stay empty while a cluster is simply Running, and why.
 EMPTY_WHEN_CONVERGED = {
     "rocketcluster-operator / Reconcile errors by kind / A": "no pass failed",

@@ -149,16 +149,6 @@ TOPIC = "observability-orders"
 GROUP = "observability-billing"
 
 
-def _broker_importable() -> str | None:
-    """None if the broker and its store import; else why not (the broker has not landed yet)."""
-    try:
-        import rocket.broker.main  # noqa: F401
-        from rocket.local import running_cluster  # noqa: F401
-    except ImportError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
 def _cli(*args: str, timeout: float = 60) -> str:
     proc = subprocess.run(rocket_command(*args), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"rocket {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
@@ -169,9 +159,6 @@ def _cli(*args: str, timeout: float = 60) -> str:
 def embedded_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
     """``rocket local``'s embedded cluster (2 NameServers, brokers broker-a and broker-b) with
     traffic: a topic, 60 messages produced, 20 of them consumed by a group (so it has lag)."""
-    missing = _broker_importable()
-    if missing is not None:
-        pytest.skip(f"the embedded cluster cannot run yet: the broker does not import ({missing})")
     from rocket.local import running_cluster
 
     with running_cluster(tmp_path_factory.mktemp("embedded-cluster")) as state:
@@ -209,10 +196,6 @@ def operator_endpoint() -> Iterator[Target]:
     """The operator's own /metrics + /healthz server (rocket_operator.metrics.HttpServer, serving the
     registry the operator fills), in a process of its own. The operator itself needs an API
     server; tests/observability/test_chart_k8s.py runs it against one."""
-    try:
-        import rocket_operator.metrics  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"the operator's metrics endpoint has not landed yet: {exc}")
     port = free_port()
     with running([sys.executable, "-c", OPERATOR_ENDPOINT, str(port)], port=port):
         yield Target("rocket-operator", "rocketcluster-operator", port, {"namespace": "rocket-system"})
