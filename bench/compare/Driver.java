@@ -1,0 +1,820 @@
+// The load generator of `make bench-compare`, and the Java-client compatibility check of
+// tests/compat/test_java_client.py. It drives any RocketMQ cluster (Apache RocketMQ, or ours)
+// through Apache RocketMQ's own Java client: DefaultMQProducer, DefaultMQPushConsumer,
+// DefaultLitePullConsumer and (to create topics) DefaultMQAdminExt.
+//
+//   java -cp <rocketmq jars>:<classes> Driver <command> key=value ...
+//
+// Commands (each prints one line "RESULT {json}" per measurement on stdout; progress on stderr):
+//   topics    namesrv= topics=a,b queues=8                    create topics on every master, wait for routes
+//   suite     namesrv= topic= e2eTopic= cells=produce:1,produce:16,produce:64,batch:16,consume,e2e
+//             seconds=10 warmup=2 size=1024 batchSize=32 e2eRate=1000 consumeSeconds=60 expect=0
+//             (expect: messages already stored in `topic` before the first cell, for "consume")
+//   roundtrip namesrv= topic= count=50 batches=2 batchSize=32 vip=0 consumers=push,pull timeout=30 pullTimeout=30
+//             verbose=0
+//             the compatibility check: sync, async and batch sends (and with vip=1 the same through the
+//             VIP port), then every message back through a push consumer and a lite pull consumer
+//
+// Every send error (exception, or a status other than SEND_OK) and every receive problem
+// (wrong body, missing or duplicate message) is counted and reported; the client retries nothing
+// (retryTimesWhenSendFailed=0), so an error is never hidden by a retry.
+
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.BitSet;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+public final class Driver {
+    static final AtomicInteger SEQ = new AtomicInteger();
+    static final String RUN = Long.toString(System.currentTimeMillis() % 1_000_000_000L, 36);
+
+    public static void main(String[] args) throws Exception {
+        if (args.length == 0) {
+            System.err.println("usage: Driver topics|suite|roundtrip key=value ...");
+            System.exit(2);
+        }
+        Map<String, String> o = new HashMap<>();
+        for (int i = 1; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            if (eq > 0) o.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
+        int rc;
+        switch (args[0]) {
+            case "topics": rc = topics(o); break;
+            case "suite": rc = suite(o); break;
+            case "roundtrip": rc = roundtrip(o); break;
+            default:
+                System.err.println("unknown command " + args[0]);
+                rc = 2;
+        }
+        System.out.flush();
+        // the client's non-daemon threads (and a consumer's shutdown) must not keep us alive
+        Runtime.getRuntime().halt(rc);
+    }
+
+    // -- small helpers ------------------------------------------------------------------------
+
+    static String opt(Map<String, String> o, String key, String dflt) {
+        String v = o.get(key);
+        return v == null || v.isEmpty() ? dflt : v;
+    }
+
+    static int intOpt(Map<String, String> o, String key, int dflt) {
+        return Integer.parseInt(opt(o, key, Integer.toString(dflt)));
+    }
+
+    static double dblOpt(Map<String, String> o, String key, double dflt) {
+        return Double.parseDouble(opt(o, key, Double.toString(dflt)));
+    }
+
+    static void log(String msg) {
+        System.err.println("[driver] " + msg);
+        System.err.flush();
+    }
+
+    static String unique(String prefix) {
+        return prefix + "-" + RUN + "-" + SEQ.incrementAndGet();
+    }
+
+    /** A JSON object written by hand (numbers, strings, lists, maps): the only output format. */
+    static String json(Object v) {
+        if (v == null) return "null";
+        if (v instanceof String) {
+            StringBuilder sb = new StringBuilder("\"");
+            for (char c : ((String) v).toCharArray()) {
+                if (c == '"' || c == '\\') sb.append('\\').append(c);
+                else if (c < 0x20) sb.append(String.format("\\u%04x", (int) c));
+                else sb.append(c);
+            }
+            return sb.append('"').toString();
+        }
+        if (v instanceof Double || v instanceof Float) {
+            double d = ((Number) v).doubleValue();
+            return Double.isFinite(d) ? Double.toString(d) : "null";
+        }
+        if (v instanceof Number || v instanceof Boolean) return v.toString();
+        if (v instanceof Map) {
+            StringBuilder sb = new StringBuilder("{");
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+                if (sb.length() > 1) sb.append(',');
+                sb.append(json(e.getKey().toString())).append(':').append(json(e.getValue()));
+            }
+            return sb.append('}').toString();
+        }
+        if (v instanceof Collection) {
+            StringBuilder sb = new StringBuilder("[");
+            for (Object x : (Collection<?>) v) {
+                if (sb.length() > 1) sb.append(',');
+                sb.append(json(x));
+            }
+            return sb.append(']').toString();
+        }
+        return json(v.toString());
+    }
+
+    static void result(Map<String, Object> r) {
+        System.out.println("RESULT " + json(r));
+        System.out.flush();
+    }
+
+    /** Errors by kind ("SendStatus FLUSH_DISK_TIMEOUT", "MQBrokerException: CODE: 2 ..."), capped. */
+    static final class Errors {
+        final AtomicLong count = new AtomicLong();
+        final ConcurrentHashMap<String, AtomicLong> kinds = new ConcurrentHashMap<>();
+
+        void add(String kind) {
+            count.incrementAndGet();
+            String k = kind.length() > 300 ? kind.substring(0, 300) : kind;
+            if (kinds.size() < 12 || kinds.containsKey(k)) kinds.computeIfAbsent(k, x -> new AtomicLong()).incrementAndGet();
+        }
+
+        void add(Throwable t) {
+            String m = String.valueOf(t.getMessage()).replace('\n', ' ');
+            int cut = m.indexOf("For more information");
+            if (cut > 0) m = m.substring(0, cut).trim();
+            add(t.getClass().getSimpleName() + ": " + m);
+        }
+
+        Map<String, Object> asMap() {
+            Map<String, Object> m = new LinkedHashMap<>();
+            kinds.forEach((k, v) -> m.put(k, v.get()));
+            return m;
+        }
+    }
+
+    /** Latency samples in nanoseconds, one growable array per thread. */
+    static final class Samples {
+        long[] v = new long[1 << 14];
+        int n;
+
+        void add(long x) {
+            if (n == v.length) v = Arrays.copyOf(v, n * 2);
+            v[n++] = x;
+        }
+    }
+
+    /** p50/p99/p99.9/max in milliseconds (nearest rank, as rocket.local.percentile). */
+    static Map<String, Object> pcts(List<Samples> parts) {
+        int total = 0;
+        for (Samples s : parts) total += s.n;
+        long[] all = new long[total];
+        int at = 0;
+        for (Samples s : parts) {
+            System.arraycopy(s.v, 0, all, at, s.n);
+            at += s.n;
+        }
+        Arrays.sort(all);
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("samples", total);
+        m.put("p50_ms", pct(all, 50));
+        m.put("p99_ms", pct(all, 99));
+        m.put("p999_ms", pct(all, 99.9));
+        m.put("max_ms", total == 0 ? 0.0 : all[total - 1] / 1e6);
+        return m;
+    }
+
+    static double pct(long[] sorted, double q) {
+        if (sorted.length == 0) return 0.0;
+        int rank = (int) Math.ceil(q / 100.0 * sorted.length) - 1;
+        rank = Math.max(0, Math.min(sorted.length - 1, rank));
+        return sorted[rank] / 1e6;
+    }
+
+    /** A body of `size` bytes: an 8-byte stamp (System.nanoTime() or 0), then a fixed pattern. */
+    static byte[] body(int size, long stamp) {
+        byte[] b = new byte[size];
+        ByteBuffer.wrap(b).putLong(stamp);
+        for (int i = 8; i < size; i++) b[i] = (byte) (i % 251);
+        return b;
+    }
+
+    static boolean bodyOk(byte[] b, int size) {
+        if (b == null || b.length != size) return false;
+        for (int i = 8; i < size; i++) if (b[i] != (byte) (i % 251)) return false;
+        return true;
+    }
+
+    static DefaultMQProducer producer(String ns, String group, int timeoutMs) throws Exception {
+        DefaultMQProducer p = new DefaultMQProducer(group);
+        p.setNamesrvAddr(ns);
+        p.setInstanceName(unique("p"));
+        p.setSendMsgTimeout(timeoutMs);
+        p.setRetryTimesWhenSendFailed(0);
+        p.setRetryTimesWhenSendAsyncFailed(0);
+        p.start();
+        return p;
+    }
+
+    /** Send until the route is known and a send succeeds (a new topic's route may lag). */
+    static long prime(DefaultMQProducer p, String topic, int size, double seconds) throws Exception {
+        long deadline = System.nanoTime() + (long) (seconds * 1e9);
+        Exception last = null;
+        while (System.nanoTime() < deadline) {
+            try {
+                SendResult r = p.send(new Message(topic, "prime", body(size, 0)));
+                if (r.getSendStatus() == SendStatus.SEND_OK) return 1;
+            } catch (Exception e) {
+                last = e;
+            }
+            Thread.sleep(200);
+        }
+        throw new IllegalStateException("no successful send to " + topic + " within " + seconds + " s", last);
+    }
+
+    // -- topics -----------------------------------------------------------------------------------
+
+    static int topics(Map<String, String> o) throws Exception {
+        String ns = o.get("namesrv");
+        int queues = intOpt(o, "queues", 8);
+        List<String> names = Arrays.asList(opt(o, "topics", "bench").split(","));
+        createTopics(ns, names, queues, dblOpt(o, "timeout", 30));
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("cell", "topics");
+        r.put("topics", names);
+        r.put("queues", queues);
+        result(r);
+        return 0;
+    }
+
+    static void createTopics(String ns, List<String> names, int queues, double timeout) throws Exception {
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(ns);
+        admin.setInstanceName(unique("admin"));
+        admin.start();
+        try {
+            long deadline = System.nanoTime() + (long) (timeout * 1e9);
+            List<String> masters = new ArrayList<>();
+            while (masters.isEmpty()) {
+                try {
+                    var info = admin.examineBrokerClusterInfo();
+                    for (var bd : info.getBrokerAddrTable().values()) {
+                        String addr = bd.getBrokerAddrs().get(0L);
+                        if (addr != null) masters.add(addr);
+                    }
+                } catch (Exception e) {
+                    if (System.nanoTime() > deadline) throw e;
+                }
+                if (masters.isEmpty()) {
+                    if (System.nanoTime() > deadline) throw new IllegalStateException("no master broker registered");
+                    Thread.sleep(200);
+                }
+            }
+            for (String name : names) {
+                TopicConfig tc = new TopicConfig(name, queues, queues, 6);
+                for (String addr : masters) admin.createAndUpdateTopicConfig(addr, tc);
+            }
+            for (String name : names) {
+                while (true) {
+                    int seen = 0;
+                    try {
+                        var route = admin.examineTopicRouteInfo(name);
+                        for (var qd : route.getQueueDatas()) seen += qd.getWriteQueueNums();
+                    } catch (Exception e) {
+                        // not routed yet
+                    }
+                    if (seen >= queues * masters.size()) break;
+                    if (System.nanoTime() > deadline) throw new IllegalStateException("topic " + name + " not routed in time");
+                    Thread.sleep(200);
+                }
+            }
+            log("topics " + names + " with " + queues + " queues on " + masters);
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    // -- produce ----------------------------------------------------------------------------------
+
+    static Map<String, Object> produce(String ns, String topic, int threads, int batch, double seconds, double warmup,
+                                       int size, int timeoutMs) throws Exception {
+        DefaultMQProducer p = producer(ns, unique("bench-producer"), timeoutMs);
+        Errors errors = new Errors();
+        AtomicLong okTotal = new AtomicLong();
+        AtomicLong measured = new AtomicLong();
+        List<Samples> lat = new ArrayList<>();
+        try {
+            okTotal.addAndGet(prime(p, topic, size, 30));
+            byte[] payload = body(size, 0);
+            long start = System.nanoTime();
+            long measureFrom = start + (long) (warmup * 1e9);
+            long stopAt = measureFrom + (long) (seconds * 1e9);
+            List<Thread> ts = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                Samples mine = new Samples();
+                lat.add(mine);
+                Thread th = new Thread(() -> {
+                    List<Message> msgs = new ArrayList<>(batch);
+                    while (true) {
+                        long s = System.nanoTime();
+                        if (s >= stopAt) return;
+                        boolean ok = false;
+                        try {
+                            SendResult r;
+                            if (batch == 1) {
+                                r = p.send(new Message(topic, "bench", payload));
+                            } else {
+                                msgs.clear();
+                                for (int i = 0; i < batch; i++) msgs.add(new Message(topic, "bench", payload));
+                                r = p.send(msgs);
+                            }
+                            if (r.getSendStatus() == SendStatus.SEND_OK) ok = true;
+                            else errors.add("SendStatus " + r.getSendStatus());
+                        } catch (Throwable ex) {
+                            errors.add(ex);
+                        }
+                        long done = System.nanoTime();
+                        if (ok) {
+                            okTotal.addAndGet(batch);
+                            if (s >= measureFrom && done <= stopAt) {
+                                measured.addAndGet(batch);
+                                mine.add(done - s);
+                            }
+                        }
+                    }
+                }, "send-" + t);
+                ts.add(th);
+            }
+            for (Thread th : ts) th.start();
+            for (Thread th : ts) th.join();
+        } finally {
+            p.shutdown();
+        }
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("cell", batch == 1 ? "produce:" + threads : "batch:" + threads);
+        r.put("threads", threads);
+        r.put("batch", batch);
+        r.put("seconds", seconds);
+        r.put("messages", measured.get());
+        r.put("tps", measured.get() / seconds);
+        r.put("latency", pcts(lat));
+        r.put("sent_ok", okTotal.get());
+        r.put("errors", errors.count.get());
+        r.put("error_kinds", errors.asMap());
+        return r;
+    }
+
+    // -- consume ----------------------------------------------------------------------------------
+
+    /** Which queue offsets were seen (per queue id): counts unique and duplicate deliveries. */
+    static final class Seen {
+        final ConcurrentHashMap<Integer, BitSet> queues = new ConcurrentHashMap<>();
+        final AtomicLong unique = new AtomicLong();
+        final AtomicLong duplicates = new AtomicLong();
+
+        boolean mark(MessageExt m) {
+            BitSet bits = queues.computeIfAbsent(m.getQueueId(), q -> new BitSet());
+            synchronized (bits) {
+                int off = (int) m.getQueueOffset();
+                if (bits.get(off)) {
+                    duplicates.incrementAndGet();
+                    return false;
+                }
+                bits.set(off);
+            }
+            unique.incrementAndGet();
+            return true;
+        }
+    }
+
+    static DefaultMQPushConsumer pushConsumer(String ns, String group, String topic, int batchMax) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(ns);
+        c.setInstanceName(unique("c"));
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeMessageBatchMaxSize(batchMax);
+        c.subscribe(topic, "*");
+        return c;
+    }
+
+    static Map<String, Object> consume(String ns, String topic, long expect, double maxSeconds, int size) throws Exception {
+        Seen seen = new Seen();
+        Errors errors = new Errors();
+        AtomicLong first = new AtomicLong();
+        AtomicLong last = new AtomicLong();
+        CountDownLatch done = new CountDownLatch(1);
+        DefaultMQPushConsumer c = pushConsumer(ns, unique("bench-consume"), topic, 32);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.nanoTime();
+            first.compareAndSet(0, now);
+            for (MessageExt m : msgs) {
+                if (!bodyOk(m.getBody(), size) && !"prime".equals(m.getTags())) errors.add("wrong body");
+                seen.mark(m);
+            }
+            last.set(System.nanoTime());
+            if (seen.unique.get() >= expect) done.countDown();
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        long started = System.nanoTime();
+        c.start();
+        boolean complete = done.await((long) (maxSeconds * 1000), TimeUnit.MILLISECONDS);
+        c.shutdown();
+        double span = (last.get() - first.get()) / 1e9;
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("cell", "consume");
+        r.put("expected", expect);
+        r.put("messages", seen.unique.get());
+        r.put("seconds", span);
+        r.put("tps", span > 0 ? seen.unique.get() / span : 0.0);
+        r.put("first_message_after_s", first.get() == 0 ? -1.0 : (first.get() - started) / 1e9);
+        r.put("complete", complete);
+        r.put("duplicates", seen.duplicates.get());
+        r.put("missing", Math.max(0, expect - seen.unique.get()));
+        if (!complete) errors.add("time limit: " + seen.unique.get() + " of " + expect + " received in " + maxSeconds + " s");
+        r.put("errors", errors.count.get());
+        r.put("error_kinds", errors.asMap());
+        return r;
+    }
+
+    // -- end to end -------------------------------------------------------------------------------
+
+    static Map<String, Object> e2e(String ns, String topic, int queues, double rate, double seconds, double warmup,
+                                   int size, int timeoutMs) throws Exception {
+        Samples e2e = new Samples();
+        Samples storeLat = new Samples();
+        Seen seen = new Seen();
+        Errors errors = new Errors();
+        AtomicLong measureFrom = new AtomicLong(Long.MAX_VALUE);
+        DefaultMQPushConsumer c = pushConsumer(ns, unique("bench-e2e"), topic, 1);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.nanoTime();
+            for (MessageExt m : msgs) {
+                if ("prime".equals(m.getTags())) continue;
+                if (!bodyOk(m.getBody(), size)) {
+                    errors.add("wrong body");
+                    continue;
+                }
+                if (!seen.mark(m)) continue;
+                long sent = ByteBuffer.wrap(m.getBody()).getLong();
+                if (sent >= measureFrom.get()) {
+                    synchronized (e2e) {
+                        e2e.add(now - sent);
+                        storeLat.add((m.getStoreTimestamp() - m.getBornTimestamp()) * 1_000_000L);
+                    }
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        DefaultMQProducer p = producer(ns, unique("bench-e2e-producer"), timeoutMs);
+        AtomicLong sentOk = new AtomicLong();
+        try {
+            prime(p, topic, size, 30);
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().size() < queues
+                   && System.nanoTime() < deadline) {
+                Thread.sleep(50);
+            }
+            Thread.sleep(500);  // every queue's first (long) pull reaches the broker
+            int threads = 4;
+            long start = System.nanoTime();
+            measureFrom.set(start + (long) (warmup * 1e9));
+            long stopAt = start + (long) ((warmup + seconds) * 1e9);
+            long interval = (long) (threads * 1e9 / rate);
+            List<Thread> ts = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                final long offset = t * interval / threads;
+                Thread th = new Thread(() -> {
+                    long next = start + offset;
+                    while (true) {
+                        long now = System.nanoTime();
+                        if (next >= stopAt) return;
+                        if (now < next) LockSupportPark.parkNanos(next - now);
+                        next += interval;
+                        try {
+                            SendResult r = p.send(new Message(topic, "e2e", body(size, System.nanoTime())));
+                            if (r.getSendStatus() == SendStatus.SEND_OK) sentOk.incrementAndGet();
+                            else errors.add("SendStatus " + r.getSendStatus());
+                        } catch (Throwable e) {
+                            errors.add(e);
+                        }
+                    }
+                }, "e2e-send-" + t);
+                ts.add(th);
+            }
+            for (Thread th : ts) th.start();
+            for (Thread th : ts) th.join();
+            long wait = System.nanoTime() + 15_000_000_000L;
+            while (seen.unique.get() < sentOk.get() && System.nanoTime() < wait) Thread.sleep(20);
+        } finally {
+            p.shutdown();
+            c.shutdown();
+        }
+        long missing = Math.max(0, sentOk.get() - seen.unique.get());
+        if (missing > 0) errors.add("missing: " + missing + " of " + sentOk.get() + " sent not received within 15 s");
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("cell", "e2e");
+        r.put("rate", rate);
+        r.put("sent_ok", sentOk.get());
+        r.put("received", seen.unique.get());
+        r.put("missing", missing);
+        r.put("duplicates", seen.duplicates.get());
+        r.put("latency", pcts(List.of(e2e)));
+        r.put("store_minus_born", pcts(List.of(storeLat)));
+        r.put("errors", errors.count.get());
+        r.put("error_kinds", errors.asMap());
+        return r;
+    }
+
+    /** LockSupport without an import clash on older compilers. */
+    static final class LockSupportPark {
+        static void parkNanos(long n) {
+            java.util.concurrent.locks.LockSupport.parkNanos(n);
+        }
+    }
+
+    // -- suite ------------------------------------------------------------------------------------
+
+    static int suite(Map<String, String> o) throws Exception {
+        String ns = o.get("namesrv");
+        String topic = opt(o, "topic", "bench");
+        String e2eTopic = opt(o, "e2eTopic", topic + "-e2e");
+        double seconds = dblOpt(o, "seconds", 10);
+        double warmup = dblOpt(o, "warmup", 2);
+        int size = intOpt(o, "size", 1024);
+        int batchSize = intOpt(o, "batchSize", 32);
+        int queues = intOpt(o, "queues", 8);
+        int timeoutMs = intOpt(o, "sendTimeoutMs", 10_000);
+        double consumeSeconds = dblOpt(o, "consumeSeconds", 60);
+        double e2eRate = dblOpt(o, "e2eRate", 1000);
+        long stored = Long.parseLong(opt(o, "expect", "0"));  // messages already in `topic`
+        int failed = 0;
+        for (String cell : opt(o, "cells", "produce:1,produce:16,produce:64,batch:16,consume,e2e").split(",")) {
+            log("cell " + cell + " starts");
+            Map<String, Object> r;
+            try {
+                String[] parts = cell.split(":");
+                switch (parts[0]) {
+                    case "produce":
+                        r = produce(ns, topic, Integer.parseInt(parts[1]), 1, seconds, warmup, size, timeoutMs);
+                        stored += (Long) r.get("sent_ok");
+                        break;
+                    case "batch":
+                        r = produce(ns, topic, Integer.parseInt(parts[1]), batchSize, seconds, warmup, size, timeoutMs);
+                        stored += (Long) r.get("sent_ok");
+                        break;
+                    case "consume":
+                        r = consume(ns, topic, stored, consumeSeconds, size);
+                        break;
+                    case "e2e":
+                        r = e2e(ns, e2eTopic, queues, e2eRate, seconds, warmup, size, timeoutMs);
+                        break;
+                    default:
+                        throw new IllegalArgumentException("unknown cell " + cell);
+                }
+            } catch (Throwable t) {
+                failed++;
+                r = new LinkedHashMap<>();
+                r.put("cell", cell);
+                r.put("failed", t.toString() + (t.getCause() != null ? " / cause: " + t.getCause() : ""));
+                r.put("errors", 1);
+                log("cell " + cell + " failed: " + t);
+            }
+            result(r);
+        }
+        return failed == 0 ? 0 : 1;
+    }
+
+    // -- roundtrip (compatibility check) ----------------------------------------------------------
+
+    static int roundtrip(Map<String, String> o) throws Exception {
+        String ns = o.get("namesrv");
+        String topic = opt(o, "topic", unique("compat"));
+        int count = intOpt(o, "count", 50);
+        int batches = intOpt(o, "batches", 2);
+        int batchSize = intOpt(o, "batchSize", 32);
+        int size = intOpt(o, "size", 1024);
+        double timeout = dblOpt(o, "timeout", 30);  // for the push consumer
+        double pullTimeout = dblOpt(o, "pullTimeout", timeout);
+        int queues = intOpt(o, "queues", 4);
+        boolean vip = "1".equals(o.get("vip"));
+        boolean verbose = "1".equals(o.get("verbose"));
+        List<String> consumers = Arrays.asList(opt(o, "consumers", "push,pull").split(","));
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("cell", "roundtrip");
+        r.put("topic", topic);
+
+        Errors sendErrors = new Errors();
+        try {
+            createTopics(ns, List.of(topic), queues, 20);
+        } catch (Exception e) {
+            sendErrors.add(e);
+            r.put("send_errors", sendErrors.count.get());
+            r.put("send_error_kinds", sendErrors.asMap());
+            result(r);
+            return 1;
+        }
+        Map<String, String> expected = new ConcurrentHashMap<>();  // client message id -> kind
+        Map<String, Long> sent = new LinkedHashMap<>();
+        DefaultMQProducer p = producer(ns, unique("compat-producer"), 5000);
+        try {
+            sendAll(p, topic, "", count, batches, batchSize, size, expected, sent, sendErrors);
+        } finally {
+            p.shutdown();
+        }
+        if (vip) {
+            // the same again through the broker's VIP ("fast") port, listenPort - 2
+            DefaultMQProducer v = new DefaultMQProducer(unique("compat-vip-producer"));
+            v.setNamesrvAddr(ns);
+            v.setInstanceName(unique("vip"));
+            v.setSendMsgTimeout(5000);
+            v.setRetryTimesWhenSendFailed(0);
+            v.setRetryTimesWhenSendAsyncFailed(0);
+            v.setVipChannelEnabled(true);
+            v.start();
+            try {
+                sendAll(v, topic, "vip-", Math.max(1, count / 5), Math.min(1, batches), batchSize, size, expected, sent,
+                        sendErrors);
+            } finally {
+                v.shutdown();
+            }
+        }
+        r.put("sent", sent);
+        r.put("send_errors", sendErrors.count.get());
+        r.put("send_error_kinds", sendErrors.asMap());
+        log("sent " + sent + "; errors " + sendErrors.count.get() + " " + sendErrors.asMap());
+
+        int rc = sendErrors.count.get() == 0 ? 0 : 1;
+        if (consumers.contains("push")) {
+            // a DefaultMQPushConsumer: everything, with the tags, keys, property and body it was sent with
+            Errors errors = new Errors();
+            Map<String, Integer> pushed = new ConcurrentHashMap<>();
+            Seen seen = new Seen();  // by queue offset: done when as many messages as were sent arrived
+            DefaultMQPushConsumer c = pushConsumer(ns, unique("compat-push"), topic, 1);
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    if (verbose) log("push got " + describe(m) + (expected.containsKey(m.getMsgId()) ? "" : " (UNEXPECTED)"));
+                    checkMessage(m, size, errors);
+                    seen.mark(m);
+                    pushed.merge(m.getMsgId(), 1, Integer::sum);
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            long deadline = System.nanoTime() + (long) (timeout * 1e9);
+            while (seen.unique.get() < expected.size() && System.nanoTime() < deadline) Thread.sleep(50);
+            Thread.sleep(300);  // a duplicate delivery would show now
+            c.shutdown();
+            rc |= report(r, "push", expected, pushed, errors);
+        }
+        if (consumers.contains("pull")) {
+            // a DefaultLitePullConsumer (subscribe mode) of another group: the same messages again
+            Errors errors = new Errors();
+            Map<String, Integer> pulled = new ConcurrentHashMap<>();
+            DefaultLitePullConsumer lp = new DefaultLitePullConsumer(unique("compat-pull"));
+            lp.setNamesrvAddr(ns);
+            lp.setInstanceName(unique("lp"));
+            lp.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            lp.subscribe(topic, "*");
+            lp.start();
+            long deadline = System.nanoTime() + (long) (pullTimeout * 1e9);
+            Seen seen = new Seen();
+            try {
+                while (seen.unique.get() < expected.size() && System.nanoTime() < deadline) {
+                    for (MessageExt m : lp.poll(500)) {
+                        if (verbose) log("pull got " + describe(m));
+                        checkMessage(m, size, errors);
+                        seen.mark(m);
+                        pulled.merge(m.getMsgId(), 1, Integer::sum);
+                    }
+                }
+            } finally {
+                lp.shutdown();
+            }
+            rc |= report(r, "pull", expected, pulled, errors);
+        }
+        result(r);
+        return rc;
+    }
+
+    /** `count` sync sends (SEND_MESSAGE_V2), `count` async sends, `batches` batches (SEND_BATCH_MESSAGE). */
+    static void sendAll(DefaultMQProducer p, String topic, String label, int count, int batches, int batchSize, int size,
+                        Map<String, String> expected, Map<String, Long> sent, Errors errors) throws Exception {
+        long sync = 0, inBatches = 0;
+        for (int i = 0; i < count; i++) {
+            Message m = new Message(topic, "tagA", label + "key-" + i, body(size, i));
+            m.putUserProperty("seq", Integer.toString(i));
+            try {
+                SendResult s = p.send(m);
+                if (s.getSendStatus() == SendStatus.SEND_OK) {
+                    expected.put(s.getMsgId(), label + "sync");
+                    sync++;
+                } else {
+                    errors.add(label + "sync SendStatus " + s.getSendStatus());
+                }
+            } catch (Throwable e) {
+                errors.add(e);
+            }
+        }
+        CountDownLatch asyncDone = new CountDownLatch(count);
+        AtomicLong asyncOk = new AtomicLong();
+        for (int i = 0; i < count; i++) {
+            Message m = new Message(topic, "tagB", label + "akey-" + i, body(size, i));
+            p.send(m, new SendCallback() {
+                public void onSuccess(SendResult s) {
+                    if (s.getSendStatus() == SendStatus.SEND_OK) {
+                        expected.put(s.getMsgId(), label + "async");
+                        asyncOk.incrementAndGet();
+                    } else {
+                        errors.add(label + "async SendStatus " + s.getSendStatus());
+                    }
+                    asyncDone.countDown();
+                }
+
+                public void onException(Throwable e) {
+                    errors.add(e);
+                    asyncDone.countDown();
+                }
+            });
+        }
+        if (!asyncDone.await(15, TimeUnit.SECONDS)) errors.add(label + "async sends not answered in 15 s");
+        for (int b = 0; b < batches; b++) {
+            List<Message> msgs = new ArrayList<>();
+            for (int i = 0; i < batchSize; i++) msgs.add(new Message(topic, "tagC", label + "bkey-" + b + "-" + i, body(size, i)));
+            try {
+                SendResult s = p.send(msgs);
+                if (s.getSendStatus() != SendStatus.SEND_OK) {
+                    errors.add(label + "batch SendStatus " + s.getSendStatus());
+                    continue;
+                }
+                String[] ids = s.getMsgId().split(",");
+                if (ids.length != batchSize) errors.add(label + "batch result has " + ids.length + " ids, want " + batchSize);
+                for (String id : ids) expected.put(id, label + "batch");
+                inBatches += ids.length;
+            } catch (Throwable e) {
+                errors.add(e);
+            }
+        }
+        sent.put(label + "sync", sync);
+        sent.put(label + "async", asyncOk.get());
+        sent.put(label + "batch", inBatches);
+    }
+
+    static void checkMessage(MessageExt m, int size, Errors errors) {
+        if (m.getBody() == null || m.getBody().length != size) {
+            errors.add("a body of " + (m.getBody() == null ? -1 : m.getBody().length) + " bytes, want " + size);
+            return;
+        }
+        if (!bodyOk(m.getBody(), size)) errors.add("a body that differs from the one sent");
+        String tags = m.getTags();
+        String keys = m.getKeys() == null ? "" : m.getKeys();
+        if ("tagA".equals(tags)) {
+            long seq = ByteBuffer.wrap(m.getBody()).getLong();
+            if (!keys.endsWith("key-" + seq)) errors.add("keys " + keys + " for seq " + seq);
+            if (!Long.toString(seq).equals(m.getUserProperty("seq"))) errors.add("user property seq=" + m.getUserProperty("seq") + " for seq " + seq);
+        } else if (!"tagB".equals(tags) && !"tagC".equals(tags)) {
+            errors.add("unexpected tags " + tags);
+        }
+        if (m.getStoreTimestamp() < m.getBornTimestamp() - 1000) errors.add("store timestamp before born timestamp");
+        if (m.getStoreHost() == null || m.getBornHost() == null) errors.add("no store/born host");
+    }
+
+    static String describe(MessageExt m) {
+        return "id=" + m.getMsgId() + " q=" + m.getQueueId() + " off=" + m.getQueueOffset() + " tags=" + m.getTags()
+            + " keys=" + m.getKeys() + " body=" + (m.getBody() == null ? -1 : m.getBody().length)
+            + " sysFlag=" + m.getSysFlag() + " props=" + m.getProperties();
+    }
+
+    /** Puts `<how>_received/_missing/...` and `<how>_errors` into r; 1 when anything is wrong. */
+    static int report(Map<String, Object> r, String how, Map<String, String> expected, Map<String, Integer> got, Errors errors) {
+        Map<String, Long> missingByKind = new java.util.TreeMap<>();
+        expected.forEach((k, v) -> {
+            if (!got.containsKey(k)) missingByKind.merge(v, 1L, Long::sum);
+        });
+        long missing = missingByKind.values().stream().mapToLong(Long::longValue).sum();
+        long unexpected = got.keySet().stream().filter(k -> !expected.containsKey(k)).count();
+        long dups = got.values().stream().filter(v -> v > 1).count();
+        r.put(how + "_received", got.size());
+        r.put(how + "_missing", missing);
+        r.put(how + "_missing_by_kind", missingByKind);
+        r.put(how + "_unexpected_ids", unexpected);
+        r.put(how + "_duplicates", dups);
+        r.put(how + "_errors", errors.count.get());
+        r.put(how + "_error_kinds", errors.asMap());
+        log(how + ": received " + got.size() + " of " + expected.size() + " (missing " + missingByKind + ", unexpected "
+            + unexpected + ", duplicates " + dups + "); errors " + errors.asMap());
+        return missing == 0 && unexpected == 0 && dups == 0 && errors.count.get() == 0 ? 0 : 1;
+    }
+}
