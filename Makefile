@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 
-.PHONY: setup run test bench lint clean tools images
+.PHONY: setup run test bench bench-compare lint clean tools images
 
 setup: $(STAMP)
 
@@ -22,6 +22,11 @@ test: setup
 
 bench: setup
 	$(PY) -m bench $(BENCH)
+
+# Side by side with Apache RocketMQ 5.x (not part of `make test`): needs Java 17+, javac and Maven; the
+# Apache jars go to ~/.cache/rocketcluster/apache-rocketmq. COMPARE=--short for a 2 s-per-cell smoke run.
+bench-compare: setup
+	$(PY) -m bench.compare $(COMPARE)
 
 lint: setup
 	$(VENV)/bin/ruff check services operator tests bench
