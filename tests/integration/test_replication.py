@@ -118,10 +118,11 @@ async def test_sync_master_killed_slave_promoted_old_master_rejoins(tmp_path: Pa
             assert len(load.acked_on("ha-b")) > 0
 
             async def promote() -> dict[str, object] | None:
-                status, body = await http_json(f"{slave.http}/api/v1/role", "POST", {"role": "MASTER"})
+                # generous: the promotion fsyncs the epoch and role files, which a busy disk may hold up
+                status, body = await http_json(f"{slave.http}/api/v1/role", "POST", {"role": "MASTER"}, timeout=45)
                 return body if status == 200 else None
 
-            promoted = await wait_until(promote, 15, "the slave's promotion")
+            promoted = await wait_until(promote, 60, "the slave's promotion")
             assert promoted["brokerRole"] == "ASYNC_MASTER" and promoted["brokerId"] == 0
             assert promoted["epoch"] == 2 and promoted["epochs"][-1][0] == 2
 
