@@ -49,6 +49,7 @@ from rocket.analytics.pull import (
     QueueRange,
     RocketSourceError,
     SyncPuller,
+    shared_puller,
     split_range,
 )
 from rocket.analytics.schema import MESSAGE_SCHEMA, BatchBuilder
@@ -150,14 +151,14 @@ def read_partition(options: RocketOptions, part: Any) -> Iterator[Any]:
         return
     builder = BatchBuilder()
     rng = QueueRange(part.topic, part.broker_name, int(part.queue_id), int(part.start), int(part.end))
-    with options.puller() as puller:
-        for msgs in puller.read_range(rng, batch_size=options.batch_size, window=options.window,
-                                      prefer_slave=options.prefer_slave,
-                                      fail_on_data_loss=options.fail_on_data_loss):
-            for msg in msgs:
-                builder.add(msg, rng.broker_name)
-            if len(builder) >= 8192 or builder.body_bytes >= 4 << 20:
-                yield builder.flush()
+    puller = shared_puller(options.namesrv, group=options.group, timeout=options.timeout)
+    for msgs in puller.read_range(rng, batch_size=options.batch_size, window=options.window,
+                                  prefer_slave=options.prefer_slave,
+                                  fail_on_data_loss=options.fail_on_data_loss):
+        for msg in msgs:
+            builder.add(msg, rng.broker_name)
+        if len(builder) >= 8192 or builder.body_bytes >= 4 << 20:
+            yield builder.flush()
     if len(builder):
         yield builder.flush()
 
