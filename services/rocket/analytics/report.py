@@ -243,6 +243,11 @@ def traffic_chart(per_minute: Any, path: Path) -> bool:
         sub = per_minute[per_minute["topic"] == topic].sort_values("minute")
         a1.plot(sub["minute"], sub["messages"], ".-", linewidth=1, markersize=3, label=_short(topic))
         a2.plot(sub["minute"], sub["latency_p99_ms"], ".-", linewidth=1, markersize=3, label=_short(topic))
+    lo, hi = per_minute["minute"].min(), per_minute["minute"].max()
+    if lo == hi:  # one minute only: show the hour around it rather than years
+        import pandas as pd
+
+        a1.set_xlim(lo - pd.Timedelta(minutes=30), hi + pd.Timedelta(minutes=30))
     a1.set_ylabel("messages / minute")
     a2.set_ylabel("store latency p99 (ms)")
     a1.set_title("Traffic per topic (store-time minutes, UTC)")
