@@ -97,6 +97,11 @@ from rocket.client.cli import register as _register_client_commands  # noqa: E40
 
 _register_client_commands(app)
 
+# rocket analytics logs|traffic|accuracy (rocket/analytics/cli.py)
+from rocket.analytics.cli import analytics_app  # noqa: E402
+
+app.add_typer(analytics_app, name="analytics")
+
 
 def main() -> None:
     """Entry point of the ``rocket`` console script."""

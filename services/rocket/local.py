@@ -637,8 +637,15 @@ def print_demo(figures: dict[str, Any], source: Path) -> None:
     console.print(summary)
 
 
-def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool = False) -> int:
-    """``make run``: start a cluster, publish and consume LogHub, print a summary, stop."""
+#: Where ``make run`` writes the logs job's report (relative to the working directory).
+DEFAULT_REPORT_DIR = Path("data/analytics")
+
+
+def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool = False,
+         report_dir: Path | None = DEFAULT_REPORT_DIR) -> int:
+    """``make run``: start a cluster, publish and consume LogHub, print a summary, run the
+    Spark logs job on the published topics (unless ``report_dir`` is None), print its
+    summary, stop. Returns the process exit code (0 when every message came back)."""
     from rich.console import Console
 
     console = Console()
@@ -665,7 +672,15 @@ def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool 
         ok = figures["received"] == figures["messages"]
         if not ok:
             console.print(f"[red]only {figures['received']} of {figures['messages']} messages came back[/red]")
-        return 0 if ok else 1
+            return 1
+        if report_dir is not None:
+            from rocket.analytics.jobs.logs import print_summary, run_logs_job
+
+            topics = sorted(f"loghub-{system}" for system in logs)
+            console.print(f"running the Spark logs job (local[2]) on {len(topics)} topics read back "
+                          f"through the rocket data source ...")
+            print_summary(run_logs_job(state.namesrv, topics, report_dir))
+        return 0
     except LocalClusterError as exc:
         console.print(f"[red]{exc}[/red]")
         return 1
@@ -698,9 +713,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_demo.add_argument("--dir", type=Path, default=None, help="data folder (default: a temporary one)")
     p_demo.add_argument("--base-port", type=int, default=None)
     p_demo.add_argument("--keep", action="store_true", help="keep the temporary data folder")
+    p_demo.add_argument("--report-dir", type=Path, default=DEFAULT_REPORT_DIR,
+                        help=f"where the logs job writes its report (default: {DEFAULT_REPORT_DIR})")
+    p_demo.add_argument("--no-analytics", action="store_true", help="skip the Spark logs job")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo(args.dir, args.base_port, args.keep)
+        return demo(args.dir, args.base_port, args.keep, None if args.no_analytics else args.report_dir)
     return 2
 
 
