@@ -102,11 +102,6 @@ def test_java_push_consumer_receives_single_sends(roundtrip: dict[str, Any]) -> 
     assert roundtrip["push_errors"] == 0, f"{roundtrip['push_error_kinds']}\n{roundtrip['_context']}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: SEND_BATCH_MESSAGE copies the request header's properties over each inner message's, "
-    "so every message of a Java batch is stored with the batch's UNIQ_KEY (one id for 32 messages); "
-    "services/rocket/broker/processor/send.py _send_batch: props.update(batch_props) should let the "
-    "inner message's properties win"))
 def test_java_push_consumer_receives_batches_with_their_ids(roundtrip: dict[str, Any]) -> None:
     """Each message of a batch comes back under the client id its send result reported."""
     assert roundtrip["push_missing"] == 0, (
@@ -115,10 +110,6 @@ def test_java_push_consumer_receives_batches_with_their_ids(roundtrip: dict[str,
     assert roundtrip["push_unexpected_ids"] == 0 and roundtrip["push_duplicates"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker gap: the 5.x DefaultLitePullConsumer pulls with LITE_PULL_MESSAGE (361), which our broker "
-    "answers with REQUEST_CODE_NOT_SUPPORTED (3) 'request type 361 not supported'; Apache's broker serves "
-    "361 with its PULL_MESSAGE processor"))
 def test_java_lite_pull_consumer_receives_everything(roundtrip: dict[str, Any]) -> None:
     """A DefaultLitePullConsumer (subscribe mode) reads every message back."""
     assert roundtrip["pull_missing"] == 0 and roundtrip["pull_errors"] == 0, (

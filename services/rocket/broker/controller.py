@@ -189,6 +189,7 @@ class BrokerController:
         p.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.process_send_back)
         if not vip:
             p.register(RequestCode.PULL_MESSAGE, self.pull_processor.process_request)
+            p.register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.process_request)
         c = self.client_processor
         p.register(RequestCode.HEART_BEAT, c.heartbeat)
         p.register(RequestCode.UNREGISTER_CLIENT, c.unregister_client)

@@ -66,6 +66,8 @@ class RequestCode(IntEnum):
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    #: RocketMQ 5.x lite pull consumers; same header and answer as PULL_MESSAGE.
+    LITE_PULL_MESSAGE = 361
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
     #: RocketMQ 5 numbers; RocketCluster bodies (``rocket.broker.ha``): HA status JSON,

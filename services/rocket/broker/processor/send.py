@@ -423,8 +423,8 @@ class SendMessageProcessor:
         )
         for index, item in enumerate(items):
             props = decode_properties(item.properties)
-            if batch_props:
-                props.update(batch_props)
+            if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
+                props = {**batch_props, **props}
             props[PROPERTY_CLUSTER] = cluster
             delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
             if delay is not None and delay not in ("", "0"):
