@@ -152,10 +152,21 @@ public final class Driver {
         }
 
         void add(Throwable t) {
-            String m = String.valueOf(t.getMessage()).replace('\n', ' ');
-            int cut = m.indexOf("For more information");
-            if (cut > 0) m = m.substring(0, cut).trim();
-            add(t.getClass().getSimpleName() + ": " + m);
+            String kind = t.getClass().getSimpleName() + ": " + brief(t.getMessage());
+            Throwable root = t;
+            while (root.getCause() != null && root.getCause() != root) root = root.getCause();
+            if (root != t) kind += " / cause " + root.getClass().getSimpleName() + ": " + brief(root.getMessage());
+            add(kind);
+        }
+
+        static String brief(String message) {
+            String m = String.valueOf(message).replace('\n', ' ');
+            for (String tail : new String[] {"For more information", "See https://", "See http://"}) {
+                int cut = m.indexOf(tail);
+                if (cut > 0) m = m.substring(0, cut).trim();
+            }
+            // variable parts ("cost [214]ms") would make every occurrence a kind of its own
+            return m.replaceAll("cost \\[\\d+\\]ms", "cost [..]ms");
         }
 
         Map<String, Object> asMap() {

@@ -38,6 +38,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -278,11 +279,12 @@ def build_rows(runs: dict[tuple[str, str], Run], na_ours: set[str]) -> list[dict
             if cell in CELL_LABELS:
                 what = CELL_LABELS[cell]
                 kind = "batch" if cell.startswith("batch") else "send"
-                row(f"produce msgs/s, {what}", _tps_text, _ratio(o and o["tps"], a and a["tps"]), errors)
+                tps_ratio = _ratio(o["tps"] if o else None, a["tps"] if a else None)
+                row(f"produce msgs/s, {what}", _tps_text, tps_ratio, errors)
                 row(f"{kind} latency p50 / p99 / p99.9 ms, {what}", _lat, _lat_ratio(o, a), "")
             elif cell == "consume":
                 row("consume msgs/s (push consumer, backlog from offset 0)", _tps_text,
-                    _ratio(o and o["tps"], a and a["tps"]), errors)
+                    _ratio(o["tps"] if o else None, a["tps"] if a else None), errors)
             elif cell == "e2e":
                 row(f"end-to-end latency p50 / p99 / p99.9 ms at {E2E_RATE:,} msgs/s", _lat, _lat_ratio(o, a), errors)
         o64, a64 = _get(ours, "produce:64"), _get(apache, "produce:64")
@@ -364,7 +366,7 @@ def machine() -> dict[str, Any]:
 def save(out: Path, data: dict[str, Any], table: str) -> tuple[Path, Path]:
     """Write ``compare-<date>.json`` and ``.md`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"compare-{datetime.date.today().isoformat()}"
+    stem = out / f"compare-{data['machine']['date'][:10]}"
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
     json_path.write_text(json.dumps(data, indent=2) + "\n")
     m, s = data["machine"], data["settings"]
@@ -376,8 +378,14 @@ def save(out: Path, data: dict[str, Any], table: str) -> tuple[Path, Path]:
             if r.get("failed"):
                 errors.append(f"- {run['system']} {run['config']} {cell}: failed: {r['failed'].splitlines()[0]}")
             elif r.get("error_kinds"):
-                kinds = "; ".join(f"{k} (x{v})" for k, v in r["error_kinds"].items())
-                errors.append(f"- {run['system']} {run['config']} {cell}: {kinds}")
+                merged: dict[str, int] = {}
+                for kind, v in r["error_kinds"].items():
+                    kind = re.sub(r"\s*See https?://\S+ for further details\.", "", kind)
+                    kind = re.sub(r"cost \[\d+\]ms", "cost [..]ms", kind)
+                    merged[kind] = merged.get(kind, 0) + int(v)
+                kinds = "; ".join(f"{k} (x{v})" for k, v in merged.items())
+                note = " (unmeasured warm-up load)" if cell == "server-warmup" else ""
+                errors.append(f"- {run['system']} {run['config']} {cell}{note}: {kinds}")
     loads = []
     for run in data["runs"]:
         values = [r["loadavg_1m_before"] for r in run["cells"].values() if "loadavg_1m_before" in r]
@@ -398,7 +406,8 @@ def save(out: Path, data: dict[str, Any], table: str) -> tuple[Path, Path]:
         f"Each cluster first gets {s['server_warmup']:.0f} s of unmeasured load (64 producers, then batches), "
         "so that the JVM broker's JIT has compiled its hot paths. "
         f"Cells: {s['seconds']} s each after {s['warmup']} s of warm-up"
-        + (f", {s['rounds']} rounds alternating which system goes first (the median round shown, errors summed)"
+        + (f", {s['rounds']} rounds alternating which system goes first (per cell the round with the median "
+           "msgs/s is shown, for end-to-end the median p99; errors are summed over the rounds)"
            if s.get("rounds", 1) > 1 else "")
         + f"; {BODY}-byte messages; topics of {QUEUES} "
         f"queues; sync sends, no client retries; Apache's broker -Xms2g -Xmx2g, 512 MiB direct memory. "
@@ -406,7 +415,10 @@ def save(out: Path, data: dict[str, Any], table: str) -> tuple[Path, Path]:
         "",
         table,
         "",
-        "1-minute load average before each cell (the machine's other work included): " + "; ".join(loads) + ".",
+        *round_ratios(data),
+        "1-minute load average before each cell of the round shown (it counts the runnable threads of the "
+        "system under test and of the load generator too, not only the machine's other work): "
+        + "; ".join(loads) + ".",
         "",
         "## Errors",
         "",
@@ -415,6 +427,46 @@ def save(out: Path, data: dict[str, Any], table: str) -> tuple[Path, Path]:
     ]
     md_path.write_text("\n".join(md))
     return md_path, json_path
+
+
+def round_ratios(data: dict[str, Any]) -> list[str]:
+    """With several rounds: each round's ours / Apache msgs/s ratio per throughput cell (paired in time)."""
+    if data["settings"].get("rounds", 1) < 2:
+        return []
+    runs = {(r["system"], r["config"]): r for r in data["runs"]}
+    lines = ["Each round's own ratio (ours / Apache msgs/s, the two measured minutes apart; their median in bold) "
+             "shows how much the shared machine moved the figures:", ""]
+    for (system, config), ours in runs.items():
+        apache = runs.get(("apache", config))
+        if system != "ours" or apache is None:
+            continue
+        parts = []
+        for cell in CELLS:
+            o = (ours["cells"].get(cell) or {}).get("rounds")
+            a = (apache["cells"].get(cell) or {}).get("rounds")
+            if cell == "e2e" or not o or not a:
+                continue
+            ratios = sorted(x / y for x, y in zip(o, a, strict=False) if x is not None and y)
+            if ratios:
+                each = ", ".join(f"{x / y:.2f}" if x is not None and y else "-" for x, y in zip(o, a, strict=False))
+                parts.append(f"{cell} {each} (**{ratios[(len(ratios) - 1) // 2]:.2f}**)")
+        if parts:
+            lines.append(f"- {config}: " + "; ".join(parts))
+    return [*lines, ""]
+
+
+def rerender(path: Path) -> int:
+    """Rebuild the table and the ``.md`` of a saved ``.json`` (after a change of format)."""
+    data = json.loads(path.read_text())
+    runs = {(r["system"], r["config"]): Run(r["system"], r["config"], dict(r["cells"]), r["error"])
+            for r in data["runs"]}
+    na_ours = {c for (system, c), run in runs.items() if system == "ours" and run.error == NO_REPLICATION}
+    rows = build_rows(runs, na_ours)
+    data["rows"] = rows
+    table = render(rows, data["machine"]["apache_rocketmq"])
+    md, js = save(path.parent, data, table)
+    print(f"{table}\nwritten: {md}, {js}")
+    return 0
 
 
 def export_ref(ref: str) -> Path:
@@ -437,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat everything, alternating which system goes first; the table shows medians")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results (default bench/results)")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="only rebuild the table and .md of a saved compare-<date>.json")
     parser.add_argument("--save", action="store_true", help="write bench/results/compare-<date>.md/.json")
     parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders (logs, stores)")
@@ -446,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="before each system's run, wait until the 1-minute load average is at most this")
     parser.add_argument("--max-wait", type=float, default=600.0, help="longest such wait, seconds (default 600)")
     args = parser.parse_args(argv)
+    if args.render is not None:
+        return rerender(args.render)
     seconds = args.seconds or (2.0 if args.short else 10.0)
     warmup = 0.5 if args.short else 2.0
     save_files = (args.save or not args.short) and not args.no_save
