@@ -159,3 +159,31 @@ def test_broker_death_mid_read_fails_over_then_names_queue_and_offset(tmp_path: 
             assert 64 <= seen < 3000
             assert err.queue == "dying@broker-a:0" and err.offset == seen
             assert f"reading queue dying@broker-a:0 failed at offset {seen}" in str(err)
+
+
+def test_slave_without_the_topic_yet_leaves_the_read_to_the_master(tmp_path: Path) -> None:
+    """A slave knows a topic once it has copied the master's topic configs (every slaveSyncInterval) or
+    replicated messages of it; until then it answers TOPIC_NOT_EXIST. A read that prefers slaves then
+    reads everything from the master. Here the slave's replication points at a closed port and its
+    config copy runs once, before the topic exists, so the slave never learns the topic."""
+    from rocket.local import running_cluster
+    from rocket.remoting import RemotingCommandError
+
+    from .conftest import SMALL_STORE_ARGS
+
+    args = [*SMALL_STORE_ARGS, "--set", "slaveSyncInterval=3600000",  # one copy after 3 s, then none for 1 h
+            "--set", "haMasterAddress=127.0.0.1:9"]  # nothing listens there: no message reaches the slave
+    with running_cluster(tmp_path / "c", nameservers=1, brokers=1, extra_broker_args=args) as state:
+        if not any(p.name == "broker-a-slave" for p in state.processes):
+            pytest.skip("SKIPPED: the local cluster started no slave")
+        time.sleep(4.0)  # the slave's first (and, for an hour, last) copy of the master's configs is done
+        bodies = [f"fresh-{i}".encode() for i in range(100)]
+        publish(state.namesrv, "fresh", bodies, queue_nums=1)
+        with SyncPuller(state.namesrv, timeout=3.0) as puller:
+            (rng,) = puller.plan(["fresh"], parse_offsets(None, default="earliest"),
+                                 parse_offsets(None, default="latest"))
+            puller._choose(rng.mq, True, False)
+            with pytest.raises(RemotingCommandError, match="TOPIC_NOT_EXIST"):
+                puller.run(puller.consumer.pull(rng.mq, 0, 32, timeout=3.0))  # the slave does not know it
+            got = [m.body for msgs in puller.read_range(rng, prefer_slave=True) for m in msgs]
+        assert got == bodies

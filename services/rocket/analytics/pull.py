@@ -9,7 +9,8 @@ Reading a range ``[start, end)`` of one queue:
 * pulls go to a **slave** of the broker group when the route lists one and
   ``prefer_slave`` is set (the master's load is left to producers and live
   consumers), else to the master. A slave that has not replicated the range
-  yet (answers "no new message") is left for the master;
+  yet (answers "no new message") or does not know the topic yet (it copies
+  topic configs from its master every 10 s) is left for the master;
 * up to ``window`` pulls of ``batch_size`` messages are in flight at once
   (offsets ``o, o+n, o+2n …``); a pull that returns fewer messages (the
   broker's 256 KiB / 32 message transfer limits) leaves a gap that is pulled
@@ -222,6 +223,13 @@ class SyncPuller:
                     await self.consumer.client.fetch_route(mq.topic)
                 continue
             except RemotingCommandError as exc:
+                if broker_id != MASTER_ID and not avoid_slave:
+                    # a slave copies topic configs from its master every slaveSyncInterval (10 s):
+                    # a topic created since then is unknown to it (TOPIC_NOT_EXIST); ask the master
+                    avoid_slave = True
+                    last = exc
+                    log.info("slave %s refused pull of %s at %d (%s); asking the master", addr, mq, offset, exc)
+                    continue
                 raise RocketReadError(str(mq), offset, f"broker {addr} answered {exc}") from exc
             if result.status is not PullStatus.FOUND and broker_id != MASTER_ID:
                 # the slave has not replicated this offset yet: ask the master
