@@ -141,3 +141,37 @@ def test_entries_written_past_a_stale_header_are_adopted(tmp_path: Path) -> None
     again.select(index_key_hash("T", "a"), 64, 0, 2**62, out)
     assert out == [20, 10]
     again.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.sampled_from([None, "U1", "U2", "AaBB"]),
+                                           st.lists(st.sampled_from(["", "Aa", "BB", "k"]), max_size=3)),
+                                 min_size=1, max_size=6), min_size=1, max_size=8),
+       index_num=st.integers(2, 12))
+def test_build_batch_writes_what_build_writes(batches: list[list[tuple[str | None, list[str]]]],
+                                               index_num: int) -> None:
+    # The batched path (one put's messages at once) leaves byte-identical files, across file rolls.
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        images = []
+        for batched in (False, True):
+            now = [1_000_000]
+            svc = IndexService(root / str(batched), 3, index_num, lambda: now[0])  # noqa: B023
+            svc.load()
+            phys = 100
+            for i, batch in enumerate(batches):
+                now[0] += 1
+                ts = 5_000_000 + i * 1500
+                offsets = list(range(phys, phys + 10 * len(batch), 10))
+                phys += 10 * len(batch)
+                if batched:
+                    svc.build_batch("T", offsets, ts, [u for u, _ in batch], [k for _, k in batch])
+                else:
+                    for p, (u, k) in zip(offsets, batch, strict=True):
+                        if u or k:
+                            svc.build("T", p, ts, u, k)
+                svc.write_headers()
+            images.append([f.path.read_bytes() for f in svc.files])
+            assert svc.query("T", "BB", 64, 0, 2**62) == sorted(svc.query("T", "BB", 64, 0, 2**62), reverse=True)
+            svc.close()
+        assert images[0] == images[1]

@@ -136,3 +136,14 @@ def test_fast_java_hash_equals_reference(text: str) -> None:
 def test_index_key_hash_is_abs_of_java_hash(topic: str, key: str) -> None:
     h = java_string_hash(f"{topic}#{key}")
     assert index_key_hash(topic, key) == (0 if h == -(2**31) else abs(h))
+
+
+@settings(max_examples=300, deadline=None)
+@given(topic=st.text(alphabet="abcXYZ019%|_-", min_size=1, max_size=20),
+       keys=st.lists(st.text(alphabet="0123456789ABCDEF-_ xyz", max_size=60), min_size=1, max_size=5),
+       prefix=st.sampled_from(["", "7F0000010B93158D7B44", "C0A8000100FF0000"]))
+def test_index_key_hash_of_ascii_keys_with_a_shared_prefix(topic: str, keys: list[str], prefix: str) -> None:
+    # Long ASCII keys take the cached-prefix path (UNIQ_KEYs of one producer share 20 digits).
+    for key in keys * 2:
+        h = java_string_hash(f"{topic}#{prefix}{key}")
+        assert index_key_hash(topic, prefix + key) == (0 if h == -(2**31) else abs(h))

@@ -135,6 +135,52 @@ class IndexFile:
         self.end_timestamp = store_timestamp
         return True
 
+    def put_keys(self, hashes: list[int], phys: list[int], store_timestamp: int) -> int:
+        """Add entries ``(hashes[i], phys[i])`` all stored at ``store_timestamp`` ms, as
+        :meth:`put_key` one after the other would; returns how many fit (the rest: file full).
+
+        The header fields change in memory only: call :meth:`write_header` after a batch.
+        """
+        count = self.index_count
+        room = self.index_num - count
+        if room <= 0 or not hashes:
+            return 0
+        n = min(room, len(hashes))
+        if count <= 1:  # the first entry sets the file's begin fields
+            if not self.put_key(hashes[0], phys[0], store_timestamp):
+                return 0
+            if n == 1:
+                return 1
+            return 1 + self.put_keys(hashes[1:n], phys[1:n], store_timestamp)
+        mm = self.mm
+        slot_num = self.slot_num
+        begin = self.begin_timestamp
+        if begin <= 0 or store_timestamp < begin:
+            diff = 0
+        else:
+            diff = min((store_timestamp - begin) // 1000, 0x7FFFFFFF)
+        unpack_int = _INT.unpack_from
+        pack_int = _INT.pack_into
+        pack_entry = _ENTRY.pack_into
+        at = self._entries_at + count * INDEX_SIZE
+        new_slots = 0
+        for i in range(n):
+            h = hashes[i]
+            slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * HASH_SLOT_SIZE
+            (slot_value,) = unpack_int(mm, slot_pos)
+            if slot_value <= INVALID_INDEX or slot_value > count:
+                slot_value = INVALID_INDEX
+                new_slots += 1
+            pack_entry(mm, at, h, phys[i], diff, slot_value)
+            pack_int(mm, slot_pos, count)
+            count += 1
+            at += INDEX_SIZE
+        self.hash_slot_count += new_slots
+        self.index_count = count
+        self.end_phy_offset = phys[n - 1]
+        self.end_timestamp = store_timestamp
+        return n
+
     def entry(self, number: int) -> tuple[int, int, int, int]:
         """``(keyHash, phyOffset, timeDiff, prevIndex)`` of entry ``number``."""
         h, phys, diff, prev = _ENTRY.unpack_from(self.mm, self._entries_at + number * INDEX_SIZE)
@@ -414,6 +460,44 @@ class IndexService:
         for k in keys:
             if k:
                 self._put(index_key_hash(topic, k), phys, store_timestamp)
+
+    def build_batch(self, topic: str, phys: list[int], store_timestamp: int, uniq_keys: list[str | None],
+                    keys: list[list[str]]) -> None:
+        """:meth:`build` for the messages of one put (same topic and store time), in order.
+
+        ``phys``, ``uniq_keys`` and ``keys`` are parallel lists (one item per
+        message); the entries go to the newest file in one :meth:`IndexFile.put_keys`.
+        """
+        if self._pending or not self.files or self.files[-1].is_full:
+            for p, u, k in zip(phys, uniq_keys, keys, strict=True):
+                if u or k:
+                    self.build(topic, p, store_timestamp, u, k)
+            return
+        hashes: list[int] = []
+        offsets: list[int] = []
+        last = self.indexed_phys
+        for p, u, k in zip(phys, uniq_keys, keys, strict=True):
+            if p <= last or not (u or k):
+                continue
+            last = p
+            if u:
+                hashes.append(index_key_hash(topic, u))
+                offsets.append(p)
+            for key in k:
+                if key:
+                    hashes.append(index_key_hash(topic, key))
+                    offsets.append(p)
+        self.indexed_phys = last
+        if not hashes:
+            return
+        f = self.files[-1]
+        done = f.put_keys(hashes, offsets, store_timestamp)
+        self.dirty.add(f)
+        self._header_dirty.add(f)
+        if f.index_count >= self._spare_at and self._spare is None:
+            self._prepare_spare()
+        for i in range(done, len(hashes)):
+            self._put(hashes[i], offsets[i], store_timestamp)
 
     # -- query ---------------------------------------------------------------------------------------------
 

@@ -463,10 +463,7 @@ class DefaultMessageStore:
             entries = b"".join(map(ENTRY.pack, b.phys, b.sizes, b.tags))
             cq.append(b.first_queue_offset, entries, n, b.end)
             if b.keys is not None and b.uniq is not None:
-                build = self.index_service.build
-                for phys, keys, uniq in zip(b.phys, b.keys, b.uniq, strict=True):
-                    if keys or uniq:
-                        build(b.topic, phys, b.store_timestamp, uniq, keys)
+                self.index_service.build_batch(b.topic, b.phys, b.store_timestamp, b.uniq, b.keys)
                 self.index_service.write_headers()
             self._dirty_cqs.add(cq)
             self._dispatched_store_ts = b.store_timestamp

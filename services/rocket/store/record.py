@@ -86,24 +86,74 @@ def fast_java_hash(text: str) -> int:
 _topic_prefix: dict[str, int] = {}
 
 
+_key_prefix: dict[str, dict[str, int]] = {}
+#: Keys longer than this are hashed as a cached prefix and a short suffix.
+_SPLIT_MIN = 20
+#: Suffix length of a split key: a UNIQ_KEY (32 hex digits) keeps its producer-constant
+#: first 20 digits (IP, pid, instance) in the cached prefix and hashes only the last 12.
+_SPLIT_SUFFIX = 12
+
+
 def index_key_hash(topic: str, key: str) -> int:
     """IndexFile key hash: ``abs(hashCode(topic + "#" + key))``, 0 for Integer.MIN_VALUE (B4).
 
-    The hash of ``topic#`` is cached, so only the key's characters are summed.
+    The hash of ``topic#`` is cached, and for keys of more than 20 characters
+    that of ``topic#`` plus all but the last 12 characters (a producer's
+    UNIQ_KEYs share their first 20 digits), so only a few characters are summed.
     """
+    if len(key) > _SPLIT_MIN and key.isascii():
+        heads = _key_prefix.get(topic)
+        if heads is None:
+            if len(_key_prefix) > 1024:
+                _key_prefix.clear()
+            heads = _key_prefix[topic] = {}
+        head = key[:-_SPLIT_SUFFIX]
+        ph = heads.get(head)
+        if ph is None:
+            units = head.encode("ascii")
+            ph = (_prefix_hash(topic) * _POW31[len(units)] + sum(map(operator.mul, units, _powers(len(units))))) & _U32
+            if len(heads) > 4096:
+                heads.clear()
+            heads[head] = ph
+        a, b, c = key[-12:-8], key[-8:-4], key[-4:]
+        h = (ph * _POW31_SUFFIX + (_chunks.get(a) or _chunk_value(a)) * _POW31_8
+             + (_chunks.get(b) or _chunk_value(b)) * _POW31_4 + (_chunks.get(c) or _chunk_value(c))) & _U32
+    else:
+        ph = _prefix_hash(topic)
+        key_units = _units(key)
+        n = len(key_units)
+        h = (ph * _POW31[n] + sum(map(operator.mul, key_units, _powers(n)))) & _U32
+    if h > 0x80000000:
+        return 0x100000000 - h
+    return 0 if h == 0x80000000 else h
+
+
+def _prefix_hash(topic: str) -> int:
+    """``hashCode(topic + "#")`` as an unsigned 32-bit value (cached)."""
     ph = _topic_prefix.get(topic)
     if ph is None:
         ph = fast_java_hash(topic + "#") & _U32
         if len(_topic_prefix) > 65536:
             _topic_prefix.clear()
         _topic_prefix[topic] = ph
-    units = _units(key)
-    n = len(units)
-    pw = _powers(n)
-    h = (ph * _POW31[n] + sum(map(operator.mul, units, pw))) & _U32
-    if h > 0x80000000:
-        return 0x100000000 - h
-    return 0 if h == 0x80000000 else h
+    return ph
+
+
+_POW31_SUFFIX = _POW31[_SPLIT_SUFFIX]
+_POW31_8 = _POW31[8]
+_POW31_4 = _POW31[4]
+#: Java hash of 4-character ASCII strings (the suffix of a split key is hashed in three such chunks).
+_chunks: dict[str, int] = {}
+
+
+def _chunk_value(chunk: str) -> int:
+    """``hashCode`` of a 4-character ASCII string (cached in ``_chunks``)."""
+    a, b, c, d = chunk.encode("ascii")
+    v = ((a * 31 + b) * 31 + c) * 31 + d
+    if len(_chunks) >= 1 << 17:
+        _chunks.clear()
+    _chunks[chunk] = v
+    return v
 
 
 class RecordEncoder:
@@ -126,6 +176,8 @@ class RecordEncoder:
         self.heads = {b: struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20)}
         #: Bytes of a record besides body, topic (with its length byte) and properties, per born host size.
         self.fixed = {b: 48 + b + 8 + s + 12 + 4 + 2 for b in (8, 20)}
+        #: Whole-record structs by (born host size, body, topic tail and properties lengths).
+        self._records: dict[tuple[int, int, int, int], struct.Struct] = {}
 
     def born_bytes(self, born_host: str) -> bytes:
         """``ip:port`` → address + port bytes (cached). Raises ``ValueError`` when malformed."""
@@ -136,6 +188,22 @@ class RecordEncoder:
                 self._born.clear()
             self._born[born_host] = b
         return b
+
+    def record_struct(self, born_len: int, body_len: int, tail_len: int, props_len: int) -> struct.Struct:
+        """The ``struct.Struct`` packing one whole record with these variable parts (cached).
+
+        Fields, in order: TOTALSIZE .. BODYLENGTH as in :attr:`heads`, then the
+        body (``body_len`` bytes), topic tail (``tail_len``: length byte and
+        topic), PROPERTIESLENGTH (int16) and the properties (``props_len``).
+        """
+        key = (born_len, body_len, tail_len, props_len)
+        s = self._records.get(key)
+        if s is None:
+            if len(self._records) >= 1024:
+                self._records.clear()
+            s = self._records[key] = struct.Struct(
+                f"{self.heads[born_len].format}{body_len}s{tail_len}sh{props_len}s")
+        return s
 
     def encode_batch_into(
         self,
@@ -155,19 +223,22 @@ class RecordEncoder:
 
         Prepared and rollback transaction records get queue offset 0 and do not
         advance it (B1). Returns ``(appended, physical offsets, next queue
-        offset, sysFlags or None when no record is transactional)``.
+        offset, sysFlags or None when no record is transactional)``. Each
+        record is packed by one cached ``struct.Struct`` call (:meth:`record_struct`).
         """
-        heads = self.heads
         store = self._store
         store_bits = self._store_bits
-        prefix = self.msg_id_prefix
+        id_format = self.msg_id_prefix + "%016X"
         crc32 = zlib.crc32
-        short = _SHORT.pack
-        parts: list[bytes] = []
-        part = parts.append
-        appended = []
+        record_struct = self.record_struct
+        last_n = last_pl = last_bl = -1
+        rs = self.heads[8]  # replaced at the first record
+        tl = len(topic_tail)
+        appended: list[AppendedMessage] = []
+        add = appended.append
         new_message = AppendedMessage
-        phys_list = []
+        phys_list: list[int] = []
+        add_phys = phys_list.append
         sys_flags: list[int] | None = None
         q = queue_offset
         phys = physical_offset
@@ -180,19 +251,20 @@ class RecordEncoder:
             else:
                 qo = q
                 q += 1
-            sf = (sf & ~_HOST_BITS) | store_bits | (SYSFLAG_BORNHOST_V6 if len(born) == 20 else 0)
+            bl = len(born)
+            sf = (sf & ~_HOST_BITS) | store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0)
             body = r.body
-            part(heads[len(born)].pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag, qo,
-                                       phys, sf, r.born_timestamp, born, store_timestamp, store, r.reconsume_times,
-                                       r.prepared_transaction_offset, len(body)))
-            part(body)
-            part(topic_tail)
-            part(short(len(p)))
-            part(p)
-            appended.append(new_message(phys, size, qo, store_timestamp, f"{prefix}{phys:016X}"))
-            phys_list.append(phys)
+            n = len(body)
+            pl = len(p)
+            if n != last_n or pl != last_pl or bl != last_bl:  # a batch's lengths rarely change
+                rs = record_struct(bl, n, tl, pl)
+                last_n, last_pl, last_bl = n, pl, bl
+            buf += rs.pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag, qo, phys, sf,
+                          r.born_timestamp, born, store_timestamp, store, r.reconsume_times,
+                          r.prepared_transaction_offset, n, body, topic_tail, pl, p)
+            add(new_message(phys, size, qo, store_timestamp, id_format % phys))
+            add_phys(phys)
             phys += size
-        buf += b"".join(parts)
         return appended, phys_list, q, sys_flags
 
     def encode(self, req: PutMessageRequest, *, queue_offset: int = 0, physical_offset: int = 0,
