@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Coroutine
+import signal
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -32,3 +34,26 @@ def setup_logging(level: str = "INFO") -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+@contextlib.asynccontextmanager
+async def stop_signals() -> AsyncIterator[asyncio.Future[str]]:
+    """Catch SIGTERM and SIGINT while the block runs; yields a future set to the first signal's name.
+
+    A server awaits the future, then shuts down; the handlers are removed on
+    exit. Must run in the main thread's event loop (``add_signal_handler``).
+    """
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[str] = loop.create_future()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received.done():
+            received.set_result(sig.name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        yield received
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from collections.abc import Sequence
 from typing import Any
 
 from rocket.broker.config import BrokerConfig, ConfigError
+from rocket.runtime import stop_signals
 
 log = logging.getLogger("rocket.broker")
 
@@ -63,20 +62,8 @@ async def serve(config: BrokerConfig) -> None:
 
     broker = BrokerController(config)
     await broker.start()
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        await stop.wait()
-        log.info("%s received: shutting down", received[0] if received else "stop")
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        await broker.shutdown()
+    async with stop_signals() as received:
+        try:
+            log.info("%s received: shutting down", await received)
+        finally:
+            await broker.shutdown()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from pathlib import Path
 
 from aiohttp import web
@@ -30,6 +29,7 @@ from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.server import RemotingServer
+from rocket.runtime import stop_signals
 
 log = logging.getLogger("rocket.nameserver")
 
@@ -157,22 +157,11 @@ async def serve(config: NameServerConfig) -> None:
     """
     server = NameServer(config)
     await server.start()
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
     http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
     log.info("NameServer listening on %s:%d%s", config.host, server.port, http)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-        await server.stop()
-    log.info("NameServer stopped (%s)", received[0] if received else "shutdown")
+    async with stop_signals() as received:
+        try:
+            name = await received
+        finally:
+            await server.stop()
+    log.info("NameServer stopped (%s)", name)
