@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -44,6 +45,17 @@ def rocket_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "rocket.cli", *args]
 
 
+def terminate(proc: subprocess.Popen[Any], *, grace: float = 15.0) -> None:
+    """Stop ``proc`` if it still runs: SIGTERM, then SIGKILL after ``grace`` seconds; reaps it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @contextlib.contextmanager
 def running(argv: Sequence[str], *, port: int | None = None, env: dict[str, str] | None = None,
             timeout: float = 15.0, log_path: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
@@ -59,12 +71,6 @@ def running(argv: Sequence[str], *, port: int | None = None, env: dict[str, str]
             wait_port(port, timeout=timeout, proc=proc if log_path is None else None)
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc, grace=10.0)
         if log_path is not None and hasattr(out, "close"):
             out.close()  # type: ignore[union-attr]

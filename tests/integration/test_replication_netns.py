@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import ROOT, terminate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -149,13 +148,7 @@ def _process(ns: str, argv: list[str], log: Path) -> Iterator[subprocess.Popen[b
         try:
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate(proc)
 
 
 def _broker_argv(tmp: Path, name: str, ip: str, port: int, http: int, role: str, broker_id: int) -> list[str]:

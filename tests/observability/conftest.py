@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.observability.tools import need_helm, need_prometheus
-from tests.support import ROOT, free_port, rocket_command, running
+from tests.support import ROOT, free_port, rocket_command, running, terminate
 
 HERE = Path(__file__).resolve().parent
 CHART = ROOT / "charts" / "rocketcluster-operator"
@@ -104,13 +103,7 @@ def run_prometheus(config: dict[str, Any], workdir: Path) -> Iterator[Prometheus
             time.sleep(0.2)
         yield prom
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc)
 
 
 @pytest.fixture(scope="session")
