@@ -147,3 +147,32 @@ def test_index_key_hash_of_ascii_keys_with_a_shared_prefix(topic: str, keys: lis
     for key in keys * 2:
         h = java_string_hash(f"{topic}#{prefix}{key}")
         assert index_key_hash(topic, prefix + key) == (0 if h == -(2**31) else abs(h))
+
+
+@settings(max_examples=100, deadline=None)
+@given(reqs=st.lists(requests(), min_size=1, max_size=6), cut=st.integers(0, 2000), check_crc=st.booleans())
+def test_walk_records_agrees_with_parse_dispatch(reqs: list[PutMessageRequest], cut: int, check_crc: bool) -> None:
+    from rocket.store.record import walk_records
+
+    enc = RecordEncoder("10.0.0.2:10911")
+    data = bytearray()
+    for i, r in enumerate(reqs):
+        data += enc.encode(r, queue_offset=i, physical_offset=1000 + len(data), store_timestamp=77 + i)
+    data = data[: max(len(data) - cut, 0)] if cut < len(data) else data
+    rows: list = []
+    view = memoryview(bytes(data))
+    pos, n, last = walk_records(view, 0, len(view), 1000, check_crc, rows)
+    assert len(rows) == n
+    expected = []
+    p = 0
+    while True:
+        rec = parse_dispatch(view, p, check_crc)
+        if not isinstance(rec, DispatchRecord) or rec.sys_flag & 0x30 or len(expected) == n:
+            break  # the walk stops at the first record with an IPv6 host (sysFlag bits 0x10/0x20)
+        expected.append((rec.topic, rec.queue_id, rec.queue_offset, rec.physical_offset, rec.size, rec.sys_flag,
+                         rec.store_timestamp, rec.tags_code, rec.keys, rec.uniq_key, rec.delay_level))
+        assert check_record(view, p, check_crc, 1000 + p) == rec.size
+        p += rec.size
+    assert rows == expected and pos == p and last == (expected[-1][4] if expected else 0)
+    # validation only: same run, no rows
+    assert walk_records(view, 0, len(view), 1000, check_crc, None) == (pos, n, last)

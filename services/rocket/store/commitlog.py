@@ -68,10 +68,12 @@ from rocket.store.record import (
     MIN_RECORD_SIZE,
     DispatchRecord,
     RecordEncoder,
+    RecordRow,
     check_record,
     parse_dispatch,
     pickup_store_timestamp,
     topic_tail,
+    walk_records,
 )
 
 log = logging.getLogger("rocket.store")
@@ -312,7 +314,8 @@ class CommitLog:
         return pickup_store_timestamp(head, 0)
 
     def recover(self, scan_from: int, dispatch_from: int, on_record: Callable[[DispatchRecord], None],
-                check_crc: bool, zero_tail: bool) -> RecoveryResult:
+                check_crc: bool, zero_tail: bool,
+                on_rows: Callable[[list[RecordRow]], None] | None = None) -> RecoveryResult:
         """Validate records from ``scan_from`` (a record boundary) to the end of the data.
 
         Every valid record at or after ``dispatch_from`` is passed to
@@ -323,6 +326,11 @@ class CommitLog:
         torn was found, the rest of that file is zeroed (truncate + re-extend)
         and later files are deleted, so nothing past the end can ever be
         served. Sets ``append_offset``/``committed``/``flushed`` to the end.
+
+        Runs of ordinary records are walked by :func:`walk_records` (no object
+        per record); with ``on_rows`` the records to dispatch in such a run are
+        passed to it as :data:`RecordRow` lists (always before any later record
+        goes to ``on_record``), else each as a :class:`DispatchRecord` to ``on_record``.
         """
         segs = self.segments
         if not segs:
@@ -358,6 +366,24 @@ class CommitLog:
                     if len(buf) < 8:
                         break
                 if pos < dispatch_from:  # only validate: the fast walk
+                    new_rel, n, size = walk_records(view, rel, min(len(buf), dispatch_from - buf_start), pos,
+                                                    check_crc, None)
+                    if n:
+                        records += n
+                        pos += new_rel - rel
+                        last_size = size
+                        continue
+                elif on_rows is not None:
+                    rows: list[RecordRow] = []
+                    new_rel, n, size = walk_records(view, rel, len(buf), pos, check_crc, rows)
+                    if n:
+                        on_rows(rows)
+                        records += n
+                        pos += new_rel - rel
+                        last_ts = rows[-1][6]
+                        last_size = 0
+                        continue
+                if pos < dispatch_from:  # a record the fast walk stopped at
                     size = check_record(view, rel, check_crc, pos)
                     if size > 0:
                         records += 1

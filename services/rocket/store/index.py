@@ -27,7 +27,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +135,8 @@ class IndexFile:
         self.end_timestamp = store_timestamp
         return True
 
-    def put_keys(self, hashes: list[int], phys: list[int], store_timestamp: int) -> int:
-        """Add entries ``(hashes[i], phys[i])`` all stored at ``store_timestamp`` ms, as
+    def put_keys(self, hashes: list[int], phys: list[int], store_timestamps: list[int]) -> int:
+        """Add entries ``(hashes[i], phys[i], store_timestamps[i] ms)`` in order, as
         :meth:`put_key` one after the other would; returns how many fit (the rest: file full).
 
         The header fields change in memory only: call :meth:`write_header` after a batch.
@@ -147,25 +147,27 @@ class IndexFile:
             return 0
         n = min(room, len(hashes))
         if count <= 1:  # the first entry sets the file's begin fields
-            if not self.put_key(hashes[0], phys[0], store_timestamp):
+            if not self.put_key(hashes[0], phys[0], store_timestamps[0]):
                 return 0
             if n == 1:
                 return 1
-            return 1 + self.put_keys(hashes[1:n], phys[1:n], store_timestamp)
+            return 1 + self.put_keys(hashes[1:n], phys[1:n], store_timestamps[1:n])
         mm = self.mm
         slot_num = self.slot_num
         begin = self.begin_timestamp
-        if begin <= 0 or store_timestamp < begin:
-            diff = 0
-        else:
-            diff = min((store_timestamp - begin) // 1000, 0x7FFFFFFF)
         unpack_int = _INT.unpack_from
         pack_int = _INT.pack_into
         pack_entry = _ENTRY.pack_into
         at = self._entries_at + count * INDEX_SIZE
         new_slots = 0
+        last_ts = -1
+        diff = 0
         for i in range(n):
             h = hashes[i]
+            ts = store_timestamps[i]
+            if ts != last_ts:
+                last_ts = ts
+                diff = 0 if begin <= 0 or ts < begin else min((ts - begin) // 1000, 0x7FFFFFFF)
             slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * HASH_SLOT_SIZE
             (slot_value,) = unpack_int(mm, slot_pos)
             if slot_value <= INVALID_INDEX or slot_value > count:
@@ -178,7 +180,7 @@ class IndexFile:
         self.hash_slot_count += new_slots
         self.index_count = count
         self.end_phy_offset = phys[n - 1]
-        self.end_timestamp = store_timestamp
+        self.end_timestamp = store_timestamps[n - 1]
         return n
 
     def entry(self, number: int) -> tuple[int, int, int, int]:
@@ -444,7 +446,8 @@ class IndexService:
                 return
             self._header_dirty.add(f)
 
-    def build(self, topic: str, phys: int, store_timestamp: int, uniq_key: str | None, keys: list[str] | str) -> None:
+    def build(self, topic: str, phys: int, store_timestamp: int, uniq_key: str | None,
+              keys: Sequence[str] | str) -> None:
         """Index one message's UNIQ_KEY and each of its keys (``IndexService.buildIndex``).
 
         ``keys`` is the KEYS list or the raw space-separated property. Messages
@@ -465,39 +468,49 @@ class IndexService:
                     keys: list[list[str]]) -> None:
         """:meth:`build` for the messages of one put (same topic and store time), in order.
 
-        ``phys``, ``uniq_keys`` and ``keys`` are parallel lists (one item per
-        message); the entries go to the newest file in one :meth:`IndexFile.put_keys`.
+        ``phys``, ``uniq_keys`` and ``keys`` are parallel lists (one item per message).
         """
+        n = len(phys)
+        self.build_many([topic] * n, phys, [store_timestamp] * n, uniq_keys, keys)
+
+    def build_many(self, topics: list[str], phys: list[int], store_timestamps: list[int],
+                   uniq_keys: list[str | None], keys: Sequence[Sequence[str] | str]) -> None:
+        """:meth:`build` for many messages in CommitLog order: parallel lists, one item per
+        message (``keys`` items as in :meth:`build`). The entries go to the newest file by
+        one :meth:`IndexFile.put_keys`, byte for byte what :meth:`build` would write."""
         if self._pending or not self.files or self.files[-1].is_full:
-            for p, u, k in zip(phys, uniq_keys, keys, strict=True):
+            for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
                 if u or k:
-                    self.build(topic, p, store_timestamp, u, k)
+                    self.build(t, p, ts, u, k)
             return
         hashes: list[int] = []
         offsets: list[int] = []
+        times: list[int] = []
         last = self.indexed_phys
-        for p, u, k in zip(phys, uniq_keys, keys, strict=True):
+        for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
             if p <= last or not (u or k):
                 continue
             last = p
             if u:
-                hashes.append(index_key_hash(topic, u))
+                hashes.append(index_key_hash(t, u))
                 offsets.append(p)
-            for key in k:
+                times.append(ts)
+            for key in k.split(" ") if isinstance(k, str) else k:
                 if key:
-                    hashes.append(index_key_hash(topic, key))
+                    hashes.append(index_key_hash(t, key))
                     offsets.append(p)
+                    times.append(ts)
         self.indexed_phys = last
         if not hashes:
             return
         f = self.files[-1]
-        done = f.put_keys(hashes, offsets, store_timestamp)
+        done = f.put_keys(hashes, offsets, times)
         self.dirty.add(f)
         self._header_dirty.add(f)
         if f.index_count >= self._spare_at and self._spare is None:
             self._prepare_spare()
         for i in range(done, len(hashes)):
-            self._put(hashes[i], offsets[i], store_timestamp)
+            self._put(hashes[i], offsets[i], times[i])
 
     # -- query ---------------------------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ from rocket.store.record import (
     BLANK,
     CORRUPT,
     DispatchRecord,
+    RecordRow,
     parse_delay_levels,
     parse_dispatch,
     pickup_store_timestamp,
@@ -380,8 +381,14 @@ class DefaultMessageStore:
                 if len(cq.tail) > 4 * 1024 * 1024:
                     cq.commit_now()
 
+        def redispatch_rows(rows: list[RecordRow]) -> None:
+            self._dispatch_rows(rows, touched)
+            for cq in touched:
+                if len(cq.tail) > 4 * 1024 * 1024:
+                    cq.commit_now()
+
         result = cl.recover(scan_from, dispatch_from, redispatch, self.config.check_crc_on_recover,
-                            zero_tail=abnormal)
+                            zero_tail=abnormal, on_rows=redispatch_rows)
         end = result.end
         for cq in self._all_cqs():
             if cq.truncate_dirty(end):
@@ -455,6 +462,43 @@ class DefaultMessageStore:
             self.index_service.build(rec.topic, rec.physical_offset, rec.store_timestamp, rec.uniq_key, rec.keys)
         self._dispatched_store_ts = rec.store_timestamp
         return cq
+
+    def _dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue]) -> None:
+        """:meth:`_dispatch_record` for a run of records read from the CommitLog (recovery),
+        without an object per record; the ConsumeQueues written are added to ``touched``."""
+        table = self.consume_queue_table
+        delay_ms = self._delay_ms
+        last_cq: ConsumeQueue | None = None
+        last_key: tuple[str, int] | None = None
+        ts = self._dispatched_store_ts
+        i_topics: list[str] = []
+        i_phys: list[int] = []
+        i_ts: list[int] = []
+        i_uniq: list[str | None] = []
+        i_keys: list[str] = []
+        for topic, queue_id, queue_offset, phys, size, sys_flag, ts, tags_code, keys, uniq, delay_level in rows:
+            tran = sys_flag & _TRAN_MASK
+            if tran == SYSFLAG_TRANSACTION_NOT_TYPE or tran == SYSFLAG_TRANSACTION_COMMIT:
+                if last_key != (topic, queue_id):
+                    qs = table.get(topic)
+                    last_cq = qs.get(queue_id) if qs is not None else None
+                    if last_cq is None:
+                        last_cq = self._cq(topic, queue_id)
+                    last_key = (topic, queue_id)
+                    touched.add(last_cq)
+                assert last_cq is not None
+                if delay_level > 0 and delay_ms:  # computeDeliverTimestamp
+                    tags_code = ts + delay_ms[min(delay_level, len(delay_ms)) - 1]
+                last_cq.put(queue_offset, phys, size, tags_code)
+            if (keys or uniq) and tran != SYSFLAG_TRANSACTION_ROLLBACK:
+                i_topics.append(topic)
+                i_phys.append(phys)
+                i_ts.append(ts)
+                i_uniq.append(uniq)
+                i_keys.append(keys)
+        if i_phys:
+            self.index_service.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
+        self._dispatched_store_ts = ts
 
     def _dispatch_batch(self, b: DispatchBatch) -> None:
         cq = self._cq(b.topic, b.queue_id)

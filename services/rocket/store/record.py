@@ -424,41 +424,118 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
         p += 2
         if props_len < 0 or p + props_len != rec_end:
             return CORRUPT
-        topic = _topics.get(raw_topic)
-        if topic is None:
-            topic = raw_topic.decode()
-            if len(_topics) > 65536:
-                _topics.clear()
-            _topics[raw_topic] = topic
+        topic = topic_of(raw_topic)
         props = bytes(data[p:rec_end]) if props_len else b""
+        tags_code, keys, uniq, delay_level = dispatch_properties(topic, props)
     except (struct.error, IndexError, UnicodeDecodeError):
         return CORRUPT
-    tags = _prop(props, b"TAGS\x01") if props else None
-    keys = _prop(props, b"KEYS\x01") if props else None
-    uniq = _prop(props, b"UNIQ_KEY\x01") if props else None
+    return DispatchRecord(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        size=total,
+        tags_code=tags_code,
+        store_timestamp=store_ts,
+        sys_flag=sys_flag,
+        keys=keys,
+        uniq_key=uniq,
+        delay_level=delay_level,
+    )
+
+
+#: The fixed part of a record with IPv4 born and store hosts, hosts skipped: totalsize, magic,
+#: body CRC, queueId, flag, queue offset, physical offset, sysFlag, born time, store time,
+#: reconsume times, prepared transaction offset, body length (the body starts at byte 88).
+_HEAD4 = struct.Struct(">iiiiiqqiq8xq8xiqi")
+_HEAD4_SIZE = _HEAD4.size
+
+#: One record as :func:`walk_records` reports it: (topic, queueId, queue offset, physical offset,
+#: size, sysFlag, store timestamp, tag hash code, KEYS, UNIQ_KEY or None, DELAY level), the
+#: fields of a :class:`DispatchRecord`.
+RecordRow = tuple[str, int, int, int, int, int, int, int, str, str | None, int]
+
+
+def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: bool,
+                 out: list[RecordRow] | None) -> tuple[int, int, int]:
+    """Recovery's fast path: walk the run of well-formed records in ``data[pos:end]``, the
+    first at CommitLog offset ``phys``.
+
+    Applies :func:`check_record`'s checks (magic, sizes, PHYSICALOFFSET, body
+    CRC when ``check_crc``) to records with IPv4 hosts and stops *before* the
+    first record it cannot accept whole: one running past ``end``, a blank
+    marker, zeros, anything corrupt (a topic or property that is not UTF-8
+    too, with ``out``), or a record with an IPv6 host. The caller classifies
+    that record with the general functions. With ``out``, appends a
+    :data:`RecordRow` per record. Returns ``(position after the run, records
+    walked, size of the last one or 0)``.
+    """
+    unpack = _HEAD4.unpack_from
+    short = _SHORT.unpack_from
+    crc32 = zlib.crc32
+    add = out.append if out is not None else None
+    count = 0
+    last = 0
+    head = _HEAD4_SIZE
+    while pos + head <= end:
+        (total, magic, crc, queue_id, _flag, queue_offset, rphys, sys_flag, _born_ts, store_ts, _rc, _pto,
+         body_len) = unpack(data, pos)
+        if magic != MESSAGE_MAGIC_CODE or rphys != phys or sys_flag & _HOST_BITS or total < MIN_RECORD_SIZE:
+            break
+        rec_end = pos + total
+        b = pos + head
+        t = b + body_len
+        if rec_end > end or body_len < 0 or t + 3 > rec_end:
+            break
+        if check_crc and crc32(data[b:t]) & 0x7FFFFFFF != crc:
+            break
+        pp = t + 1 + data[t]
+        if pp + 2 > rec_end:
+            break
+        (props_len,) = short(data, pp)
+        if props_len < 0 or pp + 2 + props_len != rec_end:
+            break
+        if add is not None:
+            try:
+                topic = topic_of(data[t + 1 : pp].tobytes())
+                tags_code, keys, uniq, delay_level = dispatch_properties(
+                    topic, data[pp + 2 : rec_end].tobytes() if props_len else b"")
+            except UnicodeDecodeError:
+                break
+            add((topic, queue_id, queue_offset, phys, total, sys_flag, store_ts, tags_code, keys, uniq, delay_level))
+        count += 1
+        pos = rec_end
+        phys += total
+        last = total
+    return pos, count, last
+
+
+def topic_of(raw: bytes) -> str:
+    """Decode a topic's UTF-8 bytes (cached). Raises ``UnicodeDecodeError``."""
+    topic = _topics.get(raw)
+    if topic is None:
+        topic = raw.decode()
+        if len(_topics) > 65536:
+            _topics.clear()
+        _topics[raw] = topic
+    return topic
+
+
+def dispatch_properties(topic: str, props: bytes) -> tuple[int, str, str | None, int]:
+    """What the dispatch needs from a record's properties: ``(tag hash code, KEYS, UNIQ_KEY or
+    None, DELAY level of a SCHEDULE_TOPIC_XXXX record or 0)``, as :func:`parse_dispatch` reads
+    them. Raises ``UnicodeDecodeError``."""
+    if not props:
+        return 0, "", None, 0
+    tags = _prop(props, b"TAGS\x01")
+    keys = _prop(props, b"KEYS\x01")
+    uniq = _prop(props, b"UNIQ_KEY\x01")
     delay_level = 0
-    if topic == SCHEDULE_TOPIC and props:
+    if topic == SCHEDULE_TOPIC:
         delay = _prop(props, b"DELAY\x01")
         delay_level = int(delay) if delay and delay.isdigit() else 0
-    try:
-        tags_code = 0
-        if tags:
-            tags_code = _tag_codes.get(tags, 0) or _tag_code(tags)
-        return DispatchRecord(
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=queue_offset,
-            physical_offset=phys,
-            size=total,
-            tags_code=tags_code,
-            store_timestamp=store_ts,
-            sys_flag=sys_flag,
-            keys=keys.decode() if keys else "",
-            uniq_key=uniq.decode() if uniq else None,
-            delay_level=delay_level,
-        )
-    except UnicodeDecodeError:
-        return CORRUPT
+    tags_code = (_tag_codes.get(tags, 0) or _tag_code(tags)) if tags else 0
+    return tags_code, keys.decode() if keys else "", uniq.decode() if uniq else None, delay_level
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
