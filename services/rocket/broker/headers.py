@@ -46,6 +46,8 @@ _SEND_V1_TO_V2 = {v1: v2 for v2, v1 in SEND_V2_NAMES.items()}
 _SEND_V1_NAMES = tuple(SEND_V2_NAMES[k] for k in "abcdefghijklm")
 _SEND_V2_NAMES = tuple("abcdefghijklm")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
+_SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
+_SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
 @dataclass(slots=True)
@@ -81,7 +83,24 @@ class SendMessageRequestHeader:
         its ``topic``).
         """
         ext = cmd.ext_fields
-        names = _SEND_V1_NAMES if cmd.code == RequestCode.SEND_MESSAGE else _SEND_V2_NAMES
+        code = cmd.code
+        if code != _SEND_MESSAGE:
+            # Fast path for SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE as every client sends them (short
+            # names, canonical values); anything else (a missing field, ``TRUE``, long names) is
+            # read by the general code below, which also words the errors.
+            try:
+                unit, batch, reconsume, max_times = ext.get("k"), ext.get("m"), ext.get("j"), ext.get("l")
+                return cls(
+                    ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]), int(ext["f"]), int(ext["g"]),
+                    int(ext["h"]), ext.get("i") or "",
+                    int(reconsume) if reconsume else 0,
+                    _BOOLS[unit] if unit else False,
+                    int(max_times) if max_times else None,
+                    code == _SEND_BATCH_MESSAGE or (_BOOLS[batch] if batch else False),
+                )
+            except (KeyError, TypeError, ValueError):
+                pass
+        names = _SEND_V1_NAMES if code == RequestCode.SEND_MESSAGE else _SEND_V2_NAMES
         if names[1] not in ext:
             other = _SEND_V2_NAMES if names is _SEND_V1_NAMES else _SEND_V1_NAMES
             if other[1] in ext:

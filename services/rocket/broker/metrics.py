@@ -41,12 +41,14 @@ collectors, registered on the broker's registry.
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -57,8 +59,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import metrics as _prom_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 log = logging.getLogger("rocket.broker")
 
@@ -104,6 +108,115 @@ class MovingRates(Generic[K]):
         if now - samples[-1][0] >= self.min_interval:
             samples.append((now, dict(totals)))
         return out
+
+
+def _use_created() -> bool:
+    """Whether ``*_created`` samples are exported (prometheus-client's switch, read at scrape time)."""
+    return bool(getattr(_prom_metrics, "_use_created", True))
+
+
+class _CounterChild:
+    """``counter.labels(...)``: one labelled series, incremented without a lock."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1) -> None:
+        """Add ``amount`` (>= 0)."""
+        self.value += amount
+
+
+class FastCounter(Collector):
+    """A labelled counter for the event loop's hot paths: plain numbers, no lock, read at scrape time.
+
+    Exported exactly as ``prometheus_client.Counter(name, documentation, labelnames)``
+    is (``<name>_total`` and ``<name>_created`` per label set, in creation order), but
+    :meth:`inc` is a dict lookup and an addition: ``Counter.inc`` takes a mutex per call.
+    Not thread-safe: increment it from one thread (the broker's event loop) only.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...] | list[str],
+                 registry: CollectorRegistry | None = None) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], _CounterChild] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str) -> _CounterChild:
+        """The series of these label values (created at 0 on first use)."""
+        key = tuple(str(v) for v in values)
+        if len(key) != len(self.labelnames):
+            raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {key}")
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = _CounterChild()
+        return child
+
+    def describe(self) -> Iterable[Metric]:
+        """The family without samples (for the registry's name check)."""
+        return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterable[Metric]:
+        """One counter family with every series."""
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        created = _use_created()
+        for key, child in list(self._children.items()):
+            family.add_metric(key, child.value, child.created if created else None)
+        return [family]
+
+
+class FastHistogram(Collector):
+    """An unlabelled histogram for the event loop's hot paths: plain numbers, no lock.
+
+    Exported exactly as ``prometheus_client.Histogram(name, documentation,
+    buckets=buckets)`` is (cumulative ``_bucket{le}`` incl. ``+Inf``, ``_count``,
+    ``_sum``, ``_created``); :meth:`observe` (seconds, or whatever unit the buckets
+    use) is a bisect and two additions instead of mutex-guarded increments. Not
+    thread-safe: observe from one thread (the broker's event loop) only.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...],
+                 registry: CollectorRegistry | None = None) -> None:
+        bounds = sorted(float(b) for b in buckets)
+        if not bounds or bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        self.name = name
+        self.documentation = documentation
+        self._bounds = bounds
+        self._les = [floatToGoString(b) for b in bounds]
+        self._counts = [0] * len(bounds)
+        self._sum = 0.0
+        self._created = time.time()
+        if registry is not None:
+            registry.register(self)
+
+    def observe(self, amount: float) -> None:
+        """Count one observation of ``amount`` in the first bucket whose bound is >= it."""
+        self._sum += amount
+        self._counts[bisect.bisect_left(self._bounds, amount)] += 1
+
+    def describe(self) -> Iterable[Metric]:
+        """The family without samples (for the registry's name check)."""
+        return [Metric(self.name, self.documentation, "histogram")]
+
+    def collect(self) -> Iterable[Metric]:
+        """The histogram family, as prometheus-client writes it."""
+        family = Metric(self.name, self.documentation, "histogram")
+        acc = 0.0
+        for le, count in zip(self._les, list(self._counts), strict=True):
+            acc += count
+            family.add_sample(self.name + "_bucket", {"le": le}, acc)
+        family.add_sample(self.name + "_count", {}, acc)
+        if self._bounds[0] >= 0:
+            family.add_sample(self.name + "_sum", {}, self._sum)
+        if _use_created():
+            family.add_sample(self.name + "_created", {}, self._created)
+        return [family]
 
 
 @dataclass(slots=True)
@@ -274,18 +387,20 @@ class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.messages_in = Counter(PREFIX + "messages_in", "Messages stored by producers", ["topic"], registry=r)
-        self.bytes_in = Counter(PREFIX + "in_bytes", "Message body bytes stored by producers", ["topic"], registry=r)
-        self.messages_out = Counter(
+        # Counted on the event loop per request: lock-free counters, read at scrape time.
+        self.messages_in = FastCounter(PREFIX + "messages_in", "Messages stored by producers", ["topic"], registry=r)
+        self.bytes_in = FastCounter(PREFIX + "in_bytes", "Message body bytes stored by producers", ["topic"],
+                                    registry=r)
+        self.messages_out = FastCounter(
             PREFIX + "messages_out", "Messages returned to consumers by pulls", ["topic", "group"], registry=r
         )
-        self.bytes_out = Counter(
+        self.bytes_out = FastCounter(
             PREFIX + "out_bytes", "Stored-record bytes returned to consumers by pulls", ["topic", "group"], registry=r
         )
-        self.send_latency = Histogram(
+        self.send_latency = FastHistogram(
             PREFIX + "send_latency_seconds", "Time to handle a send request", buckets=_LATENCY_BUCKETS, registry=r
         )
-        self.pull_latency = Histogram(
+        self.pull_latency = FastHistogram(
             PREFIX + "pull_latency_seconds",
             "Time to handle a pull request, excluding long-poll parking",
             buckets=_LATENCY_BUCKETS,
@@ -294,7 +409,7 @@ class BrokerMetrics:
         self.flush_latency = Histogram(
             PREFIX + "flush_latency_seconds", "CommitLog flush (fsync) time", buckets=_LATENCY_BUCKETS, registry=r
         )
-        self.requests = Counter(
+        self.requests = FastCounter(
             PREFIX + "requests", "Requests handled", ["request_code", "response_code"], registry=r
         )
         self.send_rejected = Counter(
@@ -311,9 +426,9 @@ class BrokerMetrics:
         self._get_rates: MovingRates[tuple[str, str]] = MovingRates()
 
         # Labelled children, cached: ``labels()`` costs more than the increment itself.
-        self._requests: dict[tuple[int, int | None], Any] = {}
-        self._in: dict[str, tuple[Any, Any]] = {}
-        self._out: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._requests: dict[tuple[int, int | None], _CounterChild] = {}
+        self._in: dict[str, tuple[_CounterChild, _CounterChild]] = {}
+        self._out: dict[tuple[str, str], tuple[_CounterChild, _CounterChild]] = {}
 
     def observe_request(self, request_code: int, seconds: float, response_code: int | None) -> None:
         """A :class:`rocket.remoting.Processors` observer: counts every request."""
@@ -323,15 +438,15 @@ class BrokerMetrics:
             child = self._requests[key] = self.requests.labels(
                 str(request_code), "none" if response_code is None else str(response_code)
             )
-        child.inc()
+        child.value += 1
 
     def count_in(self, topic: str, messages: int, nbytes: int) -> None:
         """Messages stored to ``topic``."""
         pair = self._in.get(topic)
         if pair is None:
             pair = self._in[topic] = (self.messages_in.labels(topic), self.bytes_in.labels(topic))
-        pair[0].inc(messages)
-        pair[1].inc(nbytes)
+        pair[0].value += messages
+        pair[1].value += nbytes
 
     def count_out(self, topic: str, group: str, messages: int, nbytes: int) -> None:
         """Messages pulled from ``topic`` by ``group``."""
@@ -339,8 +454,8 @@ class BrokerMetrics:
         pair = self._out.get(key)
         if pair is None:
             pair = self._out[key] = (self.messages_out.labels(topic, group), self.bytes_out.labels(topic, group))
-        pair[0].inc(messages)
-        pair[1].inc(nbytes)
+        pair[0].value += messages
+        pair[1].value += nbytes
 
     def moving_rates(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
         """Last-minute rates of ``messages_in`` by topic and ``messages_out`` by (topic, group)."""

@@ -321,11 +321,44 @@ def loads_lenient(data: bytes | str) -> Any:
     return orjson.loads(b"".join(out))
 
 
+_I32_MIN = -0x80000000
+_I32_MAX = 0x7FFFFFFF
+_JSON = SerializeType.JSON
+
+
 def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     try:
         obj = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
         raise FrameError(f"header is not valid JSON: {exc}") from None
+    if type(obj) is dict:
+        # Fast path: the header as Java, C++ and Python clients write it (int fields in range,
+        # string language and remark, string-only ext fields, which ``"".join`` checks in C).
+        get = obj.get
+        code = get("code")
+        opaque = get("opaque", 0)
+        flag = get("flag", 0)
+        version = get("version", 0)
+        language = get("language", "OTHER")
+        remark = get("remark")
+        raw = get("extFields")
+        if (
+            type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+            and _I32_MIN <= code <= _I32_MAX and _I32_MIN <= opaque <= _I32_MAX
+            and _I32_MIN <= flag <= _I32_MAX and _I32_MIN <= version <= _I32_MAX
+            and type(language) is str and (remark is None or type(remark) is str) and type(raw) is dict
+        ):
+            try:
+                "".join(raw.values())
+            except TypeError:  # a number or boolean among them: coerced below
+                pass
+            else:
+                return RemotingCommand(code, opaque, flag, raw, body, remark, language, version, _JSON)
+    return _decode_json_object(obj, body)
+
+
+def _decode_json_object(obj: Any, body: bytes) -> RemotingCommand:
+    """The general reading of a parsed JSON header: coerces what other clients send, or raises FrameError."""
     if not isinstance(obj, dict):
         raise FrameError("header JSON is not an object")
     get = obj.get
@@ -485,31 +518,51 @@ class FrameDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
-        """Append ``data`` and decode every whole frame now available."""
-        buf: bytes | bytearray
-        if self._buffer:
-            self._buffer += data
-            buf = self._buffer
-        else:
-            buf = data  # nothing held over: decode straight from the received bytes
+        """Append ``data`` and decode every whole frame now available.
+
+        A frame held over from an earlier call is completed with just the bytes it
+        lacks; the frames after it are decoded straight from ``data`` (no copy of
+        the whole read into the buffer), and only an incomplete tail is kept.
+        """
         commands: list[RemotingCommand] = []
+        buffer = self._buffer
         pos = 0
-        end = len(buf)
+        end = len(data)
+        if buffer:
+            if len(buffer) < 4:  # not even the length field yet
+                take = min(4 - len(buffer), end)
+                buffer += data[:take]
+                pos = take
+                if len(buffer) < 4:
+                    return commands
+            (length,) = _INT.unpack_from(buffer, 0)
+            self._check_length(length)
+            need = 4 + length - len(buffer)
+            if end - pos < need:
+                buffer += data[pos:]
+                return commands
+            buffer += data[pos : pos + need]
+            pos += need
+            commands.append(_decode_at(buffer, 4, length))
+            buffer.clear()
         unpack = _INT.unpack_from
+        max_size = self.max_frame_size
         while end - pos >= 4:
-            (length,) = unpack(buf, pos)
-            if length < 4:
-                raise FrameError(f"length field {length} is smaller than the header tag")
-            if length > self.max_frame_size:
-                raise FrameError(f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}")
+            (length,) = unpack(data, pos)
+            if length < 4 or length > max_size:
+                self._check_length(length)
             if end - pos - 4 < length:
                 break
             start = pos + 4
-            commands.append(_decode_at(buf, start, length))
+            commands.append(_decode_at(data, start, length))
             pos = start + length
-        if buf is self._buffer:
-            if pos:
-                del self._buffer[:pos]
-        elif pos < end:
-            self._buffer += buf[pos:]
+        if pos < end:
+            buffer += data[pos:]
         return commands
+
+    def _check_length(self, length: int) -> None:
+        """Raise FrameError for a length field below 4 or above ``max_frame_size``."""
+        if length < 4:
+            raise FrameError(f"length field {length} is smaller than the header tag")
+        if length > self.max_frame_size:
+            raise FrameError(f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}")

@@ -244,6 +244,20 @@ class RemotingConnection(asyncio.Protocol):
         the ``time.perf_counter()`` at which handling began, for the observers."""
         self._respond(request, response, started)
 
+    def answer_frame(self, request: RemotingCommand, response_code: int, frame: bytes, started: float = 0.0) -> None:
+        """Answer ``request`` with a response already encoded as a whole ``frame`` (bytes with
+        its length field; it must carry ``request.opaque`` and the request's serialization).
+        ``response_code`` is the code inside it, for the observers; ``started`` as in
+        :meth:`answer`. Nothing is sent for a oneway request or on a closed connection."""
+        observers = self.processors.observers
+        if observers:
+            elapsed = time.perf_counter() - started if started else 0.0
+            for observer in observers:
+                observer(request.code, elapsed, response_code)
+        if request.flag & FLAG_ONEWAY or self._closed:
+            return
+        self._send(frame)
+
     def _answer_later(self, request: RemotingCommand, started: float,
                       fut: asyncio.Future[RemotingCommand | None]) -> None:
         """Done callback of a future returned by a plain handler: answer with its result."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import struct
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -48,10 +49,12 @@ from rocket.broker.topics import (
 )
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
     SYSFLAG_TRANSACTION_PREPARED,
     MessageFormatError,
     decode_batch,
@@ -59,7 +62,7 @@ from rocket.message import (
     encode_properties,
 )
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import FLAG_RESPONSE, PERM_READ, PERM_WRITE
+from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting.connection import ANSWER_LATER
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
@@ -79,6 +82,65 @@ _STORED = {
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
+
+
+_TOPIC_PROBLEMS: dict[str, str | None] = {}
+
+
+def _topic_problem(topic: str) -> str | None:
+    """:func:`validate_topic`, memoised (a broker sees few topic names, and every send names one)."""
+    try:
+        return _TOPIC_PROBLEMS[topic]
+    except KeyError:
+        pass
+    problem = validate_topic(topic)
+    if len(_TOPIC_PROBLEMS) >= 10_000:
+        _TOPIC_PROBLEMS.clear()
+    _TOPIC_PROBLEMS[topic] = problem
+    return problem
+
+
+def with_cluster(text: str, count: int, cluster: str) -> str | None:
+    """The stored properties string of a sent properties string ``text`` plus ``CLUSTER=cluster``,
+    made by appending, when that equals ``encode_properties`` of the decoded dict plus CLUSTER.
+
+    ``count`` is the number of properties ``decode_properties(text)`` found, without a
+    CLUSTER among them. That is the case when every ``\\x02``-separated piece of ``text``
+    (Java's trailing separator aside) is a distinct ``name\\x01value``: then the count
+    of pieces equals ``count``. Answers None otherwise (empty or duplicate names, stray
+    separators): the caller encodes the dict.
+    """
+    base = text[:-1] if text.endswith(PROPERTY_SEPARATOR) else text
+    if not base:
+        return f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}" if count == 0 else None
+    if base.count(PROPERTY_SEPARATOR) + 1 != count:
+        return None
+    return f"{base}{PROPERTY_SEPARATOR}{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}"
+
+
+def send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes | None:
+    """The whole JSON-header frame of a SUCCESS answer to a send: the bytes
+    ``encode(request.response(...))`` gives for the response :meth:`SendMessageProcessor._answer`
+    builds (ext fields msgId, queueId, queueOffset, MSG_REGION, TRACE_ON; flag RESPONSE;
+    language JAVA), written with one ``%`` format. ``opaque`` is the request's.
+
+    Answers None when ``msg_id`` holds a character JSON would escape (never for the
+    store's hex ids); the caller then takes the general path.
+    """
+    if not msg_id.isascii() or '"' in msg_id or "\\" in msg_id or not msg_id.isprintable():
+        return None
+    header = (_SEND_OK_HEADER % (msg_id, queue_id, queue_offset, opaque)).encode()
+    n = len(header)
+    return _FRAME_PREFIX.pack(4 + n, n) + header
+
+
+#: The JSON header of :func:`send_ok_frame`, key for key as ``remoting.command`` writes one.
+_SEND_OK_HEADER = (
+    '{"code":0,"extFields":{"msgId":"%s","queueId":"%d","queueOffset":"%d","MSG_REGION":"DefaultRegion",'
+    '"TRACE_ON":"true"},"flag":' + str(FLAG_RESPONSE) + ',"language":"JAVA","opaque":%d,'
+    '"serializeTypeCurrentRPC":"JSON","version":' + str(VERSION_V4_9_8) + "}"
+)
+_FRAME_PREFIX = struct.Struct(">iI")
 
 
 def put_result_response(request: RemotingCommand, result: PutMessageResult) -> tuple[int, str | None]:
@@ -202,7 +264,26 @@ class SendMessageProcessor:
         if put.cancelled():  # the store shut down under it: no answer, as a cancelled task gives none
             return
         try:
-            response = self._answer(request, batch, inners, put.result())
+            result = put.result()
+            messages = result.messages
+            if (result.status is PutMessageStatus.PUT_OK and messages and request.serialize_type == SerializeType.JSON
+                    and not request.flag & FLAG_ONEWAY):
+                # The usual answer, written straight into its frame (no RemotingCommand, no dict).
+                first = inners[0]
+                if batch:
+                    self.broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
+                    msg_id = ",".join(m.msg_id for m in messages)
+                else:
+                    self.broker.record_put(first.topic, 1, len(first.body))
+                    msg_id = messages[0].msg_id
+                frame = send_ok_frame(request.opaque, msg_id, first.queue_id, messages[0].queue_offset)
+                if frame is not None:
+                    conn.answer_frame(request, ResponseCode.SUCCESS, frame, started)
+                    return
+                response = self._response(request, ResponseCode.SUCCESS, None, msg_id, first.queue_id,
+                                          messages[0].queue_offset)
+            else:
+                response = self._answer(request, batch, inners, result)
         except Exception as exc:
             log.exception("send %d from %s failed", request.code, conn.peer)
             response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
@@ -227,14 +308,20 @@ class SendMessageProcessor:
         else:
             broker.record_put(first.topic, 1, len(first.body))
             msg_id = messages[0].msg_id
+        return self._response(request, code, remark, msg_id, first.queue_id, messages[0].queue_offset)
+
+    @staticmethod
+    def _response(request: RemotingCommand, code: int, remark: str | None, msg_id: str, queue_id: int,
+                  queue_offset: int) -> RemotingCommand:
+        """The response to a stored send (the fields of :func:`send_ok_frame`)."""
         return RemotingCommand(
             code=int(code),
             opaque=request.opaque,
             flag=FLAG_RESPONSE,
             ext_fields={
                 "msgId": msg_id,
-                "queueId": str(first.queue_id),
-                "queueOffset": str(messages[0].queue_offset),
+                "queueId": str(queue_id),
+                "queueOffset": str(queue_offset),
                 "MSG_REGION": "DefaultRegion",
                 "TRACE_ON": "true",
             },
@@ -272,7 +359,7 @@ class SendMessageProcessor:
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden "
                 f"(brokerPermission={cfg.broker_permission})",
             )
-        problem = validate_topic(header.topic)
+        problem = _topic_problem(header.topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
         if header.topic in NOT_ALLOWED_SEND_TOPICS:
@@ -330,6 +417,7 @@ class SendMessageProcessor:
             inner.topic = dlq
             inner.queue_id = 0
             inner.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            inner.encoded = None
             log.info("message for %s exceeded %d reconsume times: moved to %s", header.topic, max_times, dlq)
         return None
 
@@ -351,7 +439,8 @@ class SendMessageProcessor:
                 f"the message body size over max value, MAX: {broker.config.max_message_size} "
                 f"(got {len(body)} bytes)",
             )
-        props_size = len(header.properties.encode())
+        text = header.properties
+        props_size = len(text) if text.isascii() else len(text.encode())
         if props_size > MAX_PROPERTIES_SIZE:
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -362,8 +451,10 @@ class SendMessageProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.broker_ip1}] sending transaction message is forbidden",
             )
-        properties = decode_properties(header.properties)
-        properties[PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+        properties = decode_properties(text)
+        cluster = broker.config.broker_cluster_name
+        encoded = None if PROPERTY_CLUSTER in properties else with_cluster(text, len(properties), cluster)
+        properties[PROPERTY_CLUSTER] = cluster
         inner = MessageInner(
             topic=header.topic,
             queue_id=self._pick_queue(header, topic_config),
@@ -374,6 +465,7 @@ class SendMessageProcessor:
             born_timestamp=header.born_timestamp,
             born_host=conn.peer,
             reconsume_times=header.reconsume_times,
+            encoded=encoded,
         )
         refused = self._retry_or_dlq(request, header, inner)
         if refused is not None:

@@ -1,0 +1,115 @@
+"""The send path's shortcuts give exactly what the general code gives.
+
+Covers: the SUCCESS frame written without a RemotingCommand, properties plus
+CLUSTER by appending, the V2 header fast path, the lock-free counters and
+histogram against prometheus-client's own, the frame decoder fed in pieces,
+and the producer's properties string.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from rocket.broker.headers import SendMessageRequestHeader
+from rocket.broker.metrics import FastCounter, FastHistogram
+from rocket.broker.processor.send import SendMessageProcessor, send_ok_frame, with_cluster
+from rocket.client.producer import Producer
+from rocket.message import Message, decode_properties, encode_properties
+from rocket.remoting import RemotingCommand
+from rocket.remoting.command import FrameDecoder, FrameError, encode
+
+
+def test_send_ok_frame_is_the_encoded_response() -> None:
+    request = RemotingCommand(code=310, opaque=123456, ext_fields={})
+    for msg_id, queue_id, offset in (("7F00000100002A9F0000000000123456", 3, 12345), ("AB,CD", 0, 0)):
+        generic = encode(SendMessageProcessor._response(request, 0, None, msg_id, queue_id, offset))
+        assert send_ok_frame(123456, msg_id, queue_id, offset) == generic
+
+
+@pytest.mark.parametrize("msg_id", ['a"b', "a\\b", "a\nb", "é"])
+def test_send_ok_frame_declines_ids_json_would_escape(msg_id: str) -> None:
+    assert send_ok_frame(1, msg_id, 0, 0) is None
+
+
+@pytest.mark.parametrize("text", [
+    "", "A\x01b", "A\x01b\x02", "A\x01b\x02C\x01d\x02", "A\x01b\x02A\x01c", "\x01x\x02A\x01b", "A\x01b\x02\x02",
+    "A\x01\x01b", "Ab", "A\x01b\x02Cd\x02", "\x02", "UNIQ_KEY\x01X\x02WAIT\x01true\x02TAGS\x01t",
+])
+def test_with_cluster_matches_encoding_the_dict(text: str) -> None:
+    props = decode_properties(text)
+    appended = with_cluster(text, len(props), "DefaultCluster")
+    props["CLUSTER"] = "DefaultCluster"
+    assert appended is None or appended == encode_properties(props)
+
+
+def test_v2_header_fast_path_agrees_with_the_general_reading() -> None:
+    ext = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1763793600000", "h": "0",
+           "i": "WAIT\x01true", "j": "0", "k": "false", "l": "16", "m": "false", "n": "broker-a"}
+    fast = SendMessageRequestHeader.parse(RemotingCommand(code=310, ext_fields=ext))
+    general = SendMessageRequestHeader.parse(RemotingCommand(code=10, ext_fields=fast.to_ext_fields(v2=False)))
+    assert fast == general
+    odd = dict(ext, k="TRUE", m="1")  # not canonical: read by the general code
+    assert SendMessageRequestHeader.parse(RemotingCommand(code=310, ext_fields=odd)).unit_mode is True
+    assert SendMessageRequestHeader.parse(RemotingCommand(code=320, ext_fields=ext)).batch is True
+
+
+def _exposition(registry: CollectorRegistry) -> str:
+    return re.sub(r"(_created(\{[^}]*\})?) \S+", r"\1 <ts>", generate_latest(registry).decode())
+
+
+def test_fast_counter_and_histogram_export_as_prometheus_client_does() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    c1 = FastCounter("x_messages", "Messages", ["topic", "group"], registry=ours)
+    c2 = Counter("x_messages", "Messages", ["topic", "group"], registry=theirs)
+    h1 = FastHistogram("x_latency_seconds", "Latency", buckets=(0.001, 0.01, 0.1), registry=ours)
+    h2 = Histogram("x_latency_seconds", "Latency", buckets=(0.001, 0.01, 0.1), registry=theirs)
+    for topic, group, n in (("T", "G", 3), ("U", "G", 1), ("T", "G", 2)):
+        c1.labels(topic, group).inc(n)
+        c2.labels(topic, group).inc(n)
+    for v in (0.0001, 0.001, 0.005, 0.05, 0.5, 7.0):
+        h1.observe(v)
+        h2.observe(v)
+    assert _exposition(ours) == _exposition(theirs)
+
+
+def test_frame_decoder_fed_in_any_pieces() -> None:
+    rng = random.Random(7)
+    commands = [RemotingCommand(code=310, opaque=i, ext_fields={"a": "x" * rng.randint(0, 40)},
+                                body=bytes(rng.randint(0, 3000))) for i in range(200)]
+    stream = b"".join(encode(c) for c in commands)
+    for _ in range(30):
+        decoder = FrameDecoder()
+        out: list[RemotingCommand] = []
+        pos = 0
+        while pos < len(stream):
+            n = rng.choice([1, 2, 3, 4, 5, 7, 100, 1000, 5000, 65536])
+            out += decoder.feed(stream[pos:pos + n])
+            pos += n
+        assert [(c.opaque, c.ext_fields, c.body) for c in out] == [(c.opaque, c.ext_fields, c.body) for c in commands]
+        assert decoder.buffered == 0
+
+
+def test_frame_decoder_checks_a_held_over_length() -> None:
+    decoder = FrameDecoder(max_frame_size=100)
+    assert decoder.feed(b"\x00\x00") == []
+    with pytest.raises(FrameError):
+        decoder.feed(b"\x10\x00")
+
+
+@pytest.mark.parametrize("props", [
+    {}, {"TAGS": "a"}, {"TAGS": "a", "WAIT": "false"}, {"UNIQ_KEY": "X"}, {"UNIQ_KEY": ""},
+    {"UNIQ_KEY": "", "TAGS": "t"}, {"UNIQ_KEY": "X", "WAIT": "true", "KEYS": "k"}, {"WAIT": "false"},
+])
+def test_producer_properties_string(props: dict[str, str]) -> None:
+    msg = Message("T", b"x" * 10, 0, dict(props))
+    _, _, text, uniq = Producer("g")._prepare(msg)
+    expected = dict(props)
+    if not expected.get("UNIQ_KEY"):
+        expected["UNIQ_KEY"] = uniq
+    expected.setdefault("WAIT", "true")
+    assert text == encode_properties(expected)
+    assert msg.properties == props
