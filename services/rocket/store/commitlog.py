@@ -500,13 +500,20 @@ class CommitLog:
         if tail is None:
             tail = self._tails[topic] = topic_tail(topic)
         try:
-            borns = [enc.born_bytes(r.born_host) for r in reqs]
+            if len(reqs) == 1:  # the common single send: no comprehensions
+                r = reqs[0]
+                born = enc.born_bytes(r.born_host)
+                borns = [born]
+                total = enc.fixed[len(born)] + len(tail) + len(r.body) + len(props[0])
+                sizes = [total]
+            else:
+                borns = [enc.born_bytes(r.born_host) for r in reqs]
+                fixed = enc.fixed
+                tl = len(tail)
+                sizes = [fixed[len(b)] + tl + len(r.body) + len(p) for r, b, p in zip(reqs, borns, props, strict=True)]
+                total = sum(sizes)
         except ValueError as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad born host: {exc}")
-        fixed = enc.fixed
-        tl = len(tail)
-        sizes = [fixed[len(b)] + tl + len(r.body) + len(p) for r, b, p in zip(reqs, borns, props, strict=True)]
-        total = sum(sizes)
         if total + BLANK_MARKER.size > self.segment_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -527,15 +534,23 @@ class CommitLog:
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys
-        keys = uniq = None
-        for r in reqs:
+        keys: list[list[str]] | None = None
+        uniq: list[str | None] | None = None
+        if len(reqs) == 1:
+            r = reqs[0]
             if r.keys or r.uniq_key:
-                keys = [r.keys for r in reqs]
-                uniq = [r.uniq_key for r in reqs]
-                break
+                keys = [r.keys]
+                uniq = [r.uniq_key]
+            tags = [r.tags_code]
+        else:
+            for r in reqs:
+                if r.keys or r.uniq_key:
+                    keys = [r.keys for r in reqs]
+                    uniq = [r.uniq_key for r in reqs]
+                    break
+            tags = [r.tags_code for r in reqs]
         self.dispatch_batches.append(DispatchBatch(
-            start, phys, topic, queue_id, first_qoff, phys_list, sizes, [r.tags_code for r in reqs], keys, uniq,
-            store_timestamp, sys_flags,
+            start, phys, topic, queue_id, first_qoff, phys_list, sizes, tags, keys, uniq, store_timestamp, sys_flags,
         ))
         op = PutOp(phys, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
                    deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)

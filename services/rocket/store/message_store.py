@@ -111,6 +111,44 @@ class StoreStats:
     cq_flush_seconds: float = 0.0
 
 
+class _IndexRun:
+    """Index entries of consecutive dispatched batches, collected for one
+    :meth:`IndexService.build_many` (parallel lists, one item per message)."""
+
+    __slots__ = ("keys", "phys", "times", "topics", "uniq")
+
+    def __init__(self) -> None:
+        self.topics: list[str] = []
+        self.phys: list[int] = []
+        self.times: list[int] = []
+        self.uniq: list[str | None] = []
+        self.keys: list[list[str]] = []
+
+    def add(self, b: DispatchBatch) -> None:
+        """Collect the messages of ``b`` (which has keys or UNIQ_KEYs)."""
+        assert b.keys is not None and b.uniq is not None
+        n = len(b.phys)
+        if n == 1:
+            self.topics.append(b.topic)
+            self.phys.append(b.phys[0])
+            self.times.append(b.store_timestamp)
+            self.uniq.append(b.uniq[0])
+            self.keys.append(b.keys[0])
+        else:
+            self.topics += [b.topic] * n
+            self.phys += b.phys
+            self.times += [b.store_timestamp] * n
+            self.uniq += b.uniq
+            self.keys += b.keys
+
+    def flush(self, svc: IndexService) -> None:
+        """Build the collected entries (in order) and write the index headers."""
+        if self.phys:
+            svc.build_many(self.topics, self.phys, self.times, self.uniq, self.keys)
+            svc.write_headers()
+            self.topics, self.phys, self.times, self.uniq, self.keys = [], [], [], [], []
+
+
 class DefaultMessageStore:
     """The message store; see the module docstring.
 
@@ -500,15 +538,24 @@ class DefaultMessageStore:
             self.index_service.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
         self._dispatched_store_ts = ts
 
-    def _dispatch_batch(self, b: DispatchBatch) -> None:
-        cq = self._cq(b.topic, b.queue_id)
+    def _dispatch_batch(self, b: DispatchBatch, run: _IndexRun | None = None) -> None:
+        """Dispatch what one put appended; with ``run``, the index entries of an ordinary batch
+        are only collected there (the caller builds them with the next ones)."""
+        qs = self.consume_queue_table.get(b.topic)
+        cq = qs.get(b.queue_id) if qs is not None else None
+        if cq is None:
+            cq = self._cq(b.topic, b.queue_id)
         n = len(b.phys)
         if b.sys_flags is None:
-            entries = b"".join(map(ENTRY.pack, b.phys, b.sizes, b.tags))
+            entries = ENTRY.pack(b.phys[0], b.sizes[0], b.tags[0]) if n == 1 else b"".join(
+                map(ENTRY.pack, b.phys, b.sizes, b.tags))
             cq.append(b.first_queue_offset, entries, n, b.end)
             if b.keys is not None and b.uniq is not None:
-                self.index_service.build_batch(b.topic, b.phys, b.store_timestamp, b.uniq, b.keys)
-                self.index_service.write_headers()
+                if run is not None:
+                    run.add(b)
+                else:
+                    self.index_service.build_batch(b.topic, b.phys, b.store_timestamp, b.uniq, b.keys)
+                    self.index_service.write_headers()
             self._dirty_cqs.add(cq)
             self._dispatched_store_ts = b.store_timestamp
             if self._listeners:
@@ -546,30 +593,41 @@ class DefaultMessageStore:
         end = cl.committed
         batches = cl.dispatch_batches
         budget = REPUT_PARSE_SLICE
-        while self.reput_from_offset < end:
-            pos = self.reput_from_offset
-            if batches:
-                b = batches[0]
-                if b.end <= pos:
-                    batches.popleft()
-                    continue
-                if b.start == pos:
-                    if b.end > end:
-                        break
-                    batches.popleft()
-                    self._dispatch_batch(b)
-                    self.reput_from_offset = b.end
-                    continue
-                limit = min(b.start, end)
-            else:
-                limit = end
-            if budget <= 0:
-                self._schedule_reput()
-                return
-            parsed = self._reput_parse(pos, limit)
-            if parsed <= 0:
-                break
-            budget -= parsed
+        # The index entries of consecutive ordinary batches are built together (one file
+        # write run instead of one per put: many single-message puts per SYNC_FLUSH group).
+        run = _IndexRun()
+        try:
+            while self.reput_from_offset < end:
+                pos = self.reput_from_offset
+                if batches:
+                    b = batches[0]
+                    if b.end <= pos:
+                        batches.popleft()
+                        continue
+                    if b.start == pos:
+                        if b.end > end:
+                            break
+                        batches.popleft()
+                        if b.sys_flags is None:
+                            self._dispatch_batch(b, run)
+                        else:
+                            run.flush(self.index_service)
+                            self._dispatch_batch(b)
+                        self.reput_from_offset = b.end
+                        continue
+                    limit = min(b.start, end)
+                else:
+                    limit = end
+                if budget <= 0:
+                    self._schedule_reput()
+                    return
+                run.flush(self.index_service)
+                parsed = self._reput_parse(pos, limit)
+                if parsed <= 0:
+                    break
+                budget -= parsed
+        finally:
+            run.flush(self.index_service)
 
     def _schedule_reput(self) -> None:
         if not self._reput_scheduled and self._loop is not None:

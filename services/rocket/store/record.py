@@ -176,6 +176,7 @@ class RecordEncoder:
         self.heads = {b: struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20)}
         #: Bytes of a record besides body, topic (with its length byte) and properties, per born host size.
         self.fixed = {b: 48 + b + 8 + s + 12 + 4 + 2 for b in (8, 20)}
+        self._id_format = self.msg_id_prefix + "%016X"
         #: Whole-record structs by (born host size, body, topic tail and properties lengths).
         self._records: dict[tuple[int, int, int, int], struct.Struct] = {}
 
@@ -226,9 +227,24 @@ class RecordEncoder:
         offset, sysFlags or None when no record is transactional)``. Each
         record is packed by one cached ``struct.Struct`` call (:meth:`record_struct`).
         """
+        if len(reqs) == 1 and reqs[0].sys_flag & _TRAN_MASK not in _NO_QUEUE_OFFSET:  # a single send
+            r = reqs[0]
+            born = borns[0]
+            p = props[0]
+            body = r.body
+            bl = len(born)
+            size = sizes[0]
+            buf += self.record_struct(bl, len(body), len(topic_tail), len(p)).pack(
+                size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, r.flag, queue_offset,
+                physical_offset,
+                (r.sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0),
+                r.born_timestamp, born, store_timestamp, self._store, r.reconsume_times, r.prepared_transaction_offset,
+                len(body), body, topic_tail, len(p), p)
+            return ([AppendedMessage(physical_offset, size, queue_offset, store_timestamp,
+                                     self._id_format % physical_offset)], [physical_offset], queue_offset + 1, None)
         store = self._store
         store_bits = self._store_bits
-        id_format = self.msg_id_prefix + "%016X"
+        id_format = self._id_format
         crc32 = zlib.crc32
         record_struct = self.record_struct
         last_n = last_pl = last_bl = -1
