@@ -175,3 +175,26 @@ def test_build_batch_writes_what_build_writes(batches: list[list[tuple[str | Non
             assert svc.query("T", "BB", 64, 0, 2**62) == sorted(svc.query("T", "BB", 64, 0, 2**62), reverse=True)
             svc.close()
         assert images[0] == images[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.sampled_from(["Aa", "BB", "k1", "k2", "x", "AaAa", "BBBB"]), min_size=1, max_size=60),
+       cut=st.integers(0, 70))
+def test_repair_leaves_exactly_the_entries_before_the_cut(keys: list[str], cut: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        f = IndexFile.create(Path(d) / "20240101000000000", 5, 100, 0, 0)
+        for i, k in enumerate(keys):
+            assert f.put_key(index_key_hash("T", k), 1000 + i * 10, 1_000_000 + i)
+        f.write_header()
+        phys_end = 1000 + cut * 10
+        removed = f.repair(phys_end, lambda p: 1_000_000 + (p - 1000) // 10)
+        kept = min(cut, len(keys))
+        assert removed == len(keys) - kept and f.index_count == kept + 1
+        for k in set(keys):  # "Aa" and "BB" collide: a lookup returns every entry of the hash
+            h = index_key_hash("T", k)
+            out: list[int] = []
+            f.select(h, 100, 0, 2**62, out)
+            assert out == [1000 + i * 10 for i in reversed(range(kept)) if index_key_hash("T", keys[i]) == h]
+        raw = (Path(d) / "20240101000000000").read_bytes()
+        assert raw[INDEX_HEADER_SIZE + 5 * 4 + (kept + 1) * 20:].strip(b"\0") == b""
+        f.close()

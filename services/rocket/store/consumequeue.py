@@ -33,6 +33,8 @@ log = logging.getLogger("rocket.store")
 #: One entry: physical offset, size, tag hash code (``CQ_STORE_UNIT_SIZE`` = 20).
 ENTRY = struct.Struct(">qiq")
 CQ_UNIT = ENTRY.size
+#: Entries :meth:`ConsumeQueue.truncate_dirty` reads from a file at a time.
+TRUNCATE_BLOCK = 4096
 
 
 class CQFile(files.MappedFile):
@@ -346,9 +348,25 @@ class ConsumeQueue:
         """Recovery: drop entries whose record does not end by ``phys_end``; returns how many."""
         dropped = 0
         new_max = self.max_offset
+        block: bytes = b""
+        block_lo = block_hi = 0  # queue offsets held in ``block`` (entries read from a file, newest last)
         while new_max > self.min_offset:
-            phys, size, _ = self._pread_entry(new_max - 1) if new_max - 1 < self.written else ENTRY.unpack_from(
-                self.tail, (new_max - 1 - self.written) * CQ_UNIT)
+            q = new_max - 1
+            if q >= self.written:
+                phys, size, _ = ENTRY.unpack_from(self.tail, (q - self.written) * CQ_UNIT)
+            else:
+                if not block_lo <= q < block_hi:  # read up to TRUNCATE_BLOCK entries back at once
+                    f = self.file_for(q)
+                    block = b""
+                    if f is not None:
+                        lo = max(q + 1 - TRUNCATE_BLOCK, f.start // CQ_UNIT, self.min_offset)
+                        block = os.pread(f.fd, (q + 1 - lo) * CQ_UNIT, lo * CQ_UNIT - f.start)
+                        block_lo = lo
+                        block_hi = lo + len(block) // CQ_UNIT
+                if block_lo <= q < block_hi:
+                    phys, size, _ = ENTRY.unpack_from(block, (q - block_lo) * CQ_UNIT)
+                else:
+                    phys, size = -1, 0  # no file, or beyond its end
             if size > 0 and phys + size <= phys_end:
                 self.max_phys_end = phys + size
                 break

@@ -221,18 +221,28 @@ class IndexFile:
         """
         count = self.index_count
         mm = self.mm
-        removed = 0
-        while count > 1:
-            h, phys, _d, prev = self.entry(count - 1)
-            if phys < phys_end:
-                break
-            slot_pos = INDEX_HEADER_SIZE + (h % self.slot_num) * HASH_SLOT_SIZE
-            if _INT.unpack_from(mm, slot_pos)[0] == count - 1:
-                _INT.pack_into(mm, slot_pos, prev if 0 < prev < count - 1 else INVALID_INDEX)
-            at = self._entries_at + (count - 1) * INDEX_SIZE
-            mm[at : at + INDEX_SIZE] = bytes(INDEX_SIZE)
-            count -= 1
-            removed += 1
+        entries_at = self._entries_at
+        unpack_entry = _ENTRY.unpack_from
+        # Entries are in CommitLog order: find the first one to remove by bisection.
+        lo, hi = 1, count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if unpack_entry(mm, entries_at + mid * INDEX_SIZE)[1] < phys_end:
+                lo = mid + 1
+            else:
+                hi = mid
+        removed = count - lo
+        if removed > 0:
+            slot_num = self.slot_num
+            unpack_int = _INT.unpack_from
+            pack_int = _INT.pack_into
+            for n in range(count - 1, lo - 1, -1):  # newest first: each bucket falls back to its previous entry
+                h, _phys, _d, prev = unpack_entry(mm, entries_at + n * INDEX_SIZE)
+                slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * HASH_SLOT_SIZE
+                if unpack_int(mm, slot_pos)[0] == n:
+                    pack_int(mm, slot_pos, prev if 0 < prev < n else INVALID_INDEX)
+            mm[entries_at + lo * INDEX_SIZE : entries_at + count * INDEX_SIZE] = bytes(removed * INDEX_SIZE)
+            count = lo
         if removed:
             self.index_count = count
             if count > 1:
