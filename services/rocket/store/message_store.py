@@ -506,8 +506,12 @@ class DefaultMessageStore:
         without an object per record; the ConsumeQueues written are added to ``touched``."""
         table = self.consume_queue_table
         delay_ms = self._delay_ms
+        pack = ENTRY.pack
         last_cq: ConsumeQueue | None = None
         last_key: tuple[str, int] | None = None
+        # Consecutive entries of one queue are packed together and appended at once.
+        run_first = run_next = run_end = 0
+        run_entries: list[bytes] = []
         ts = self._dispatched_store_ts
         i_topics: list[str] = []
         i_phys: list[int] = []
@@ -517,23 +521,36 @@ class DefaultMessageStore:
         for topic, queue_id, queue_offset, phys, size, sys_flag, ts, tags_code, keys, uniq, delay_level in rows:
             tran = sys_flag & _TRAN_MASK
             if tran == SYSFLAG_TRANSACTION_NOT_TYPE or tran == SYSFLAG_TRANSACTION_COMMIT:
-                if last_key != (topic, queue_id):
-                    qs = table.get(topic)
-                    last_cq = qs.get(queue_id) if qs is not None else None
-                    if last_cq is None:
-                        last_cq = self._cq(topic, queue_id)
-                    last_key = (topic, queue_id)
-                    touched.add(last_cq)
-                assert last_cq is not None
                 if delay_level > 0 and delay_ms:  # computeDeliverTimestamp
                     tags_code = ts + delay_ms[min(delay_level, len(delay_ms)) - 1]
-                last_cq.put(queue_offset, phys, size, tags_code)
+                if queue_offset == run_next and last_key == (topic, queue_id):
+                    run_entries.append(pack(phys, size, tags_code))
+                    run_next += 1
+                    run_end = phys + size
+                else:
+                    if run_entries:
+                        assert last_cq is not None
+                        last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
+                    if last_key != (topic, queue_id):
+                        qs = table.get(topic)
+                        last_cq = qs.get(queue_id) if qs is not None else None
+                        if last_cq is None:
+                            last_cq = self._cq(topic, queue_id)
+                        last_key = (topic, queue_id)
+                        touched.add(last_cq)
+                    run_entries = [pack(phys, size, tags_code)]
+                    run_first = queue_offset
+                    run_next = queue_offset + 1
+                    run_end = phys + size
             if (keys or uniq) and tran != SYSFLAG_TRANSACTION_ROLLBACK:
                 i_topics.append(topic)
                 i_phys.append(phys)
                 i_ts.append(ts)
                 i_uniq.append(uniq)
                 i_keys.append(keys)
+        if run_entries:
+            assert last_cq is not None
+            last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
         if i_phys:
             self.index_service.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
         self._dispatched_store_ts = ts
