@@ -611,8 +611,9 @@ class CommitLog:
         ):
             self._finish_job(self._write_job(chunks, False))
             return
-        fut = self._loop.run_in_executor(self._writer, self._write_job, chunks, self.sync_flush)
-        fut.add_done_callback(self._job_done)
+        # The writer thread hands the result back with one call_soon_threadsafe (no asyncio future
+        # wrapping a concurrent one: the per-job overhead counts once per fdatasync under SYNC_FLUSH).
+        self._writer.submit(self._run_job, self._loop, chunks, self.sync_flush)
 
     def _write_job(self, chunks: list[_Chunk], sync: bool) -> _JobResult:
         """Writer thread: write the chunks in order, then (SYNC_FLUSH) one fdatasync for all of them.
@@ -668,13 +669,17 @@ class CommitLog:
             except OSError as exc:
                 log.error("%s: cannot clear %d bytes of a failed write at %d: %s", seg.path, written, rel, exc)
 
-    def _job_done(self, fut: asyncio.Future[_JobResult]) -> None:
+    def _run_job(self, loop: asyncio.AbstractEventLoop, chunks: list[_Chunk], sync: bool) -> None:
+        """Writer thread: :meth:`_write_job`, then :meth:`_finish_job` on the loop."""
         try:
-            res = fut.result()
+            res = self._write_job(chunks, sync)
         except BaseException as exc:  # the job itself never raises; be safe
             log.exception("CommitLog writer job crashed")
-            res = _JobResult(ok_until=self.committed, error=OSError(errno.EIO, str(exc)), phase="write")
-        self._finish_job(res)
+            res = _JobResult(ok_until=chunks[0].start, error=OSError(errno.EIO, str(exc)), phase="write")
+        try:
+            loop.call_soon_threadsafe(self._finish_job, res)
+        except RuntimeError:  # the loop is closed: nobody waits for this job any more
+            log.warning("CommitLog writer job finished after its event loop closed")
 
     def _finish_job(self, res: _JobResult) -> None:
         """On the loop: account a finished job, let the reput run, resolve the puts it covers."""
