@@ -476,6 +476,8 @@ class BrokerController:
 
     def _store_request(self, inner: MessageInner) -> MessageInner:
         """Apply the delay rewrite: DELAY > 0 goes to SCHEDULE_TOPIC_XXXX queue level-1."""
+        if PROPERTY_DELAY_TIME_LEVEL not in inner.properties:  # the usual send: nothing to rewrite
+            return inner
         level = inner.delay_level
         tran = inner.sys_flag & 0xC
         if level <= 0 or tran not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):

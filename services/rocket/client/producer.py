@@ -53,8 +53,10 @@ from rocket.message import (
     COMPRESS_OVER,
     MAX_MESSAGE_SIZE,
     MAX_TOPIC_LENGTH,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -166,6 +168,18 @@ def validate_topic(topic: str) -> None:
 
 
 _VALID_TOPICS: set[str] = set()
+#: ``str(i)`` for small ints (queue ids, flags): header fields without a conversion each.
+_SMALL_INTS = tuple(str(i) for i in range(256))
+
+
+def _int_text(value: int) -> str:
+    """``str(value)``, from a table for 0..255."""
+    return _SMALL_INTS[value] if 0 <= value < 256 else str(value)
+
+
+#: What :meth:`Producer._prepare` appends to a message's properties: UNIQ_KEY, then WAIT=true.
+_UNIQ_WAIT_PREFIX = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
+_WAIT_TRUE = PROPERTY_SEPARATOR + PROPERTY_WAIT_STORE_MSG_OK + NAME_VALUE_SEPARATOR + "true"
 
 
 def _validate_message(msg: Message) -> None:
@@ -336,30 +350,47 @@ class Producer:
             raise NotStartedError("producer is not started (use 'async with' or await start())")
 
     def _prepare(self, msg: Message, compress: bool = True) -> tuple[bytes, int, str, str]:
-        """(body, sysFlag, properties string, uniq id) of a single message."""
-        props = dict(msg.properties)
+        """(body, sysFlag, properties string, uniq id) of a single message.
+
+        The message's properties plus UNIQ_KEY (a new id unless it has one) and
+        ``WAIT=true`` (unless set), in that order; ``msg`` itself is not changed.
+        """
+        props = msg.properties
         uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        body = msg.body
+        if compress and len(body) > self.compress_over:
+            body, sys_flag = compress_body(body, 0, self.compress_over)
+        else:
+            sys_flag = 0
         if not uniq:
             uniq = new_uniq_id()
+            if PROPERTY_WAIT_STORE_MSG_OK not in props and PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in props:
+                # the usual case: append both to the encoded properties, no dict copy
+                head = encode_properties(props) if props else ""
+                tail = _UNIQ_WAIT_PREFIX + uniq + _WAIT_TRUE
+                return body, sys_flag, (head + PROPERTY_SEPARATOR + tail) if head else tail, uniq
+            props = dict(props)
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        elif PROPERTY_WAIT_STORE_MSG_OK not in props:
+            props = dict(props)
         props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
-        body, sys_flag = (compress_body(msg.body, 0, self.compress_over) if compress else (msg.body, 0))
         return body, sys_flag, encode_properties(props), uniq
 
     def _header(self, topic: str, queue_id: int, sys_flag: int, flag: int, properties: str, *,
                 batch: bool = False, reconsume_times: int = 0, max_reconsume_times: int | None = None
                 ) -> dict[str, str]:
+        """The SEND_MESSAGE_V2 ext fields (short names ``a``..``m``, all strings)."""
         fields = {
             "a": self.group,
             "b": topic,
             "c": AUTO_CREATE_TOPIC,
-            "d": str(self.default_topic_queue_nums),
-            "e": str(queue_id),
-            "f": str(sys_flag),
+            "d": _int_text(self.default_topic_queue_nums),
+            "e": _int_text(queue_id),
+            "f": _int_text(sys_flag),
             "g": str(int(time.time() * 1000)),
-            "h": str(flag),
+            "h": _int_text(flag),
             "i": properties,
-            "j": str(reconsume_times),
+            "j": _int_text(reconsume_times),
             "k": "false",
             "m": "true" if batch else "false",
         }
