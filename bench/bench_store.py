@@ -5,6 +5,10 @@ All in one run, on the file system of this checkout (``bench/results/tmp``):
 1. **raw disk**: sequential 4 MiB ``os.write`` calls and one final
    ``fdatasync`` (MB/s), and the latency of a small write + ``fdatasync``
    (p50/p99) — the yardsticks every figure below is compared with.
+   Then two floors, the bare loops the store cannot beat in CPython: the
+   append loop (crc32 + one ``struct.pack`` per record + ``pwrite``), and the
+   group-commit loop (64 coroutines, a future each, ``pwrite`` +
+   ``fdatasync`` per group in a thread, nothing else).
 2. **ASYNC_FLUSH, batched**: 1 KiB bodies with a tag and a UNIQ_KEY (what a
    Java producer sends, so the IndexFile works too), ``put_messages`` batches
    of 256 from 4 concurrent writers (one queue each); msgs/s and CommitLog
@@ -34,10 +38,13 @@ import asyncio
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rocket.message import new_uniq_id, tags_hash_code
@@ -98,6 +105,107 @@ def raw_disk(work: Path, size: int) -> tuple[float, float, float]:
         os.close(fd)
         path.unlink()
     return mbs, _percentile(lat, 50), _percentile(lat, 99)
+
+
+# -- 1b. floors: the bare loops the store's figures cannot beat in CPython -----------------------
+
+
+def floor_append(work: Path, size: int) -> tuple[float, float, int]:
+    """The bare ASYNC append loop: per 1 KiB message only ``zlib.crc32`` of the body, one
+    ``struct.pack`` of a whole stored record (IPv4 hosts, a UNIQ_KEY-sized properties string)
+    appended to a bytearray, a ``pwrite`` per 4 MiB, one ``fdatasync`` at the end: no queue
+    offsets, ConsumeQueue, index or results. Returns (CPU us per message, wall MB/s, record size)."""
+    body = os.urandom(BODY_SIZE)
+    topic = b"\x0aBenchTopic"
+    props = f"TAGS\x01TagA\x02UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true".encode()
+    rec = struct.Struct(f">iiiiiqqiq8sq8siqi{len(body)}s{len(topic)}sh{len(props)}s")
+    host = bytes(8)
+    n = size // rec.size
+    path = work / "floor-append"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        buf = bytearray()
+        pos = 0
+        for i in range(n):
+            buf += rec.pack(rec.size, -626843481, zlib.crc32(body) & 0x7FFFFFFF, 0, 0, i, pos + len(buf), 0, 1, host,
+                            2, host, 0, 0, len(body), body, topic, len(props), props)
+            if len(buf) >= 4 * MIB:
+                pos += os.pwrite(fd, buf, pos)
+                buf = bytearray()
+        pos += os.pwrite(fd, buf, pos)
+        os.fdatasync(fd)
+        cpu = time.process_time() - cpu0
+        wall = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+    return cpu / n * 1e6, pos / MIB / wall, rec.size
+
+
+async def _floor_group_commit(work: Path, writers: int, seconds: float, record_size: int
+                              ) -> tuple[float, float, float]:
+    """The bare SYNC_FLUSH loop: ``writers`` coroutines each awaiting one future per record
+    (``record_size`` bytes); one job at a time (a thread) writes everything queued and fdatasyncs it, then
+    resolves its futures and the next job takes what was queued meanwhile, as the store's
+    group commit does, with no encoding, dispatch or results. Returns (msgs/s, MB/s, CPU us/msg)."""
+    loop = asyncio.get_running_loop()
+    record = os.urandom(record_size)
+    path = work / "floor-sync"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.posix_fallocate(fd, 0, 256 * MIB)
+    pool = ThreadPoolExecutor(1)
+    queued: list[asyncio.Future[None]] = []
+    buf = bytearray()
+    pos = 0
+    running = False
+
+    def job(data: bytearray, offset: int, futs: list[asyncio.Future[None]]) -> None:
+        os.pwrite(fd, data, offset)
+        os.fdatasync(fd)
+        loop.call_soon_threadsafe(done, futs)
+
+    def done(futs: list[asyncio.Future[None]]) -> None:
+        nonlocal running
+        running = False
+        for f in futs:
+            f.set_result(None)
+        loop.call_soon(start)  # one loop turn later, as the store: the woken writers join the next job
+
+    def start() -> None:
+        nonlocal buf, pos, running, queued
+        if running or not buf:
+            return
+        data, buf = buf, bytearray()
+        futs, queued = queued, []
+        running = True
+        pool.submit(job, data, pos % (200 * MIB), futs)
+        pos += len(data)
+
+    count = 0
+    stop = time.perf_counter() + seconds
+
+    async def writer() -> None:
+        nonlocal count, buf
+        while time.perf_counter() < stop:
+            buf += record
+            f = loop.create_future()
+            queued.append(f)
+            if not running:
+                start()
+            await f
+            count += 1
+
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    pool.shutdown()
+    os.close(fd)
+    path.unlink()
+    return count / elapsed, count * len(record) / MIB / elapsed, cpu / max(count, 1) * 1e6
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -296,6 +404,14 @@ def _run(work: Path, short: bool) -> None:
     raw, p50, p99 = raw_disk(work, size)
     print(f"raw sequential write   {raw:8.1f} MB/s  (4 MiB writes + fdatasync, {size // MIB} MiB)")
     print(f"raw fdatasync latency  p50 {p50:.3f} ms  p99 {p99:.3f} ms  (1.1 KB write + fdatasync)")
+    cpu_us, floor_mbs, rec_size = floor_append(work, size)
+    rec_mib = rec_size / MIB
+    print(f"floor: bare append     {cpu_us:.2f} us CPU/msg = {rec_mib * 1e6 / cpu_us:.0f} MB/s with a core to itself "
+          f"({_ratio(rec_mib * 1e6 / cpu_us, raw)}); {floor_mbs:.0f} MB/s wall (crc32 + one struct.pack per record, "
+          f"pwrite per 4 MiB, no store)")
+    f_msgs, f_mbs, f_cpu = run_loop(_floor_group_commit(work, 64, sync_seconds, rec_size))
+    print(f"floor: bare group commit, 64 writers {f_msgs:9.0f} msgs/s {f_mbs:7.1f} MB/s  {_ratio(f_mbs, raw)}; "
+          f"{f_cpu:.1f} us CPU/msg (a future per message, pwrite + fdatasync per group in a thread, no store)")
 
     for keyed in (True, False):
         r = run_loop(_async_batched(work / f"async-{keyed}", size, keyed))

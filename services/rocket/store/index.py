@@ -162,9 +162,9 @@ class IndexFile:
         new_slots = 0
         last_ts = -1
         diff = 0
-        for i in range(n):
-            h = hashes[i]
-            ts = store_timestamps[i]
+        if n < len(hashes):
+            hashes, phys, store_timestamps = hashes[:n], phys[:n], store_timestamps[:n]
+        for h, p, ts in zip(hashes, phys, store_timestamps, strict=True):
             if ts != last_ts:
                 last_ts = ts
                 diff = 0 if begin <= 0 or ts < begin else min((ts - begin) // 1000, 0x7FFFFFFF)
@@ -173,7 +173,7 @@ class IndexFile:
             if slot_value <= INVALID_INDEX or slot_value > count:
                 slot_value = INVALID_INDEX
                 new_slots += 1
-            pack_entry(mm, at, h, phys[i], diff, slot_value)
+            pack_entry(mm, at, h, p, diff, slot_value)
             pack_int(mm, slot_pos, count)
             count += 1
             at += INDEX_SIZE
@@ -496,20 +496,24 @@ class IndexService:
         hashes: list[int] = []
         offsets: list[int] = []
         times: list[int] = []
+        add_hash, add_offset, add_time = hashes.append, offsets.append, times.append
+        key_hash = index_key_hash
         last = self.indexed_phys
         for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
-            if p <= last or not (u or k):
+            if p <= last:
                 continue
-            last = p
             if u:
-                hashes.append(index_key_hash(t, u))
-                offsets.append(p)
-                times.append(ts)
-            for key in k.split(" ") if isinstance(k, str) else k:
-                if key:
-                    hashes.append(index_key_hash(t, key))
-                    offsets.append(p)
-                    times.append(ts)
+                last = p
+                add_hash(key_hash(t, u))
+                add_offset(p)
+                add_time(ts)
+            if k:
+                last = p
+                for key in k.split(" ") if isinstance(k, str) else k:
+                    if key:
+                        add_hash(key_hash(t, key))
+                        add_offset(p)
+                        add_time(ts)
         self.indexed_phys = last
         if not hashes:
             return
