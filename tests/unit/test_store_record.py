@@ -176,3 +176,21 @@ def test_walk_records_agrees_with_parse_dispatch(reqs: list[PutMessageRequest], 
     assert rows == expected and pos == p and last == (expected[-1][4] if expected else 0)
     # validation only: same run, no rows
     assert walk_records(view, 0, len(view), 1000, check_crc, None) == (pos, n, last)
+
+
+@settings(max_examples=200, deadline=None)
+@given(props=st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "XUNIQ_KEY", "A"]),
+                             prop_text, max_size=5),
+       topic=st.sampled_from(["T", "SCHEDULE_TOPIC_XXXX"]))
+def test_dispatch_properties_agree_with_the_decoded_properties(props: dict[str, str], topic: str) -> None:
+    from rocket.message import decode_properties
+    from rocket.store.record import dispatch_properties
+
+    raw = encode_properties(props).encode()
+    ref = decode_properties(raw.decode())
+    delay = ref.get("DELAY", "")
+    expected = (tags_hash_code(ref.get("TAGS") or None) if ref.get("TAGS") else 0, ref.get("KEYS", ""),
+                ref.get("UNIQ_KEY") or None,
+                int(delay) if topic == "SCHEDULE_TOPIC_XXXX" and delay.isascii() and delay.isdigit() else 0)
+    assert dispatch_properties(topic, raw) == expected
+    assert dispatch_properties(topic, raw) == expected  # again, from the cache

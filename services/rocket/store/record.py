@@ -549,12 +549,40 @@ def topic_of(raw: bytes) -> str:
     return topic
 
 
+_shapes: dict[bytes, tuple[int, str, int]] = {}
+_UNIQ_NAME = b"UNIQ_KEY\x01"
+
+
 def dispatch_properties(topic: str, props: bytes) -> tuple[int, str, str | None, int]:
     """What the dispatch needs from a record's properties: ``(tag hash code, KEYS, UNIQ_KEY or
-    None, DELAY level of a SCHEDULE_TOPIC_XXXX record or 0)``, as :func:`parse_dispatch` reads
-    them. Raises ``UnicodeDecodeError``."""
+    None, DELAY level of a SCHEDULE_TOPIC_XXXX record or 0)``, as :func:`_prop` finds them.
+
+    A producer's messages differ mostly in their UNIQ_KEY: it is cut out, and what the rest
+    gives is cached by the rest's bytes. Raises ``UnicodeDecodeError``.
+    """
     if not props:
         return 0, "", None, 0
+    i = props.find(_UNIQ_NAME)
+    if i < 0 or (i and props[i - 1] != 2) or topic == SCHEDULE_TOPIC:
+        return _dispatch_properties(topic, props)
+    j = i + len(_UNIQ_NAME)
+    k = props.find(b"\x02", j)
+    if k < 0:
+        uniq, rest = props[j:], props[:j]
+    else:
+        uniq, rest = props[j:k], props[:j] + props[k:]
+    shape = _shapes.get(rest)
+    if shape is None:
+        tags_code, keys, _u, _d = _dispatch_properties(topic, rest)
+        shape = (tags_code, keys, 0)
+        if len(_shapes) >= 4096:
+            _shapes.clear()
+        _shapes[rest] = shape
+    return shape[0], shape[1], uniq.decode() if uniq else None, 0
+
+
+def _dispatch_properties(topic: str, props: bytes) -> tuple[int, str, str | None, int]:
+    """:func:`dispatch_properties` without the cache."""
     tags = _prop(props, b"TAGS\x01")
     keys = _prop(props, b"KEYS\x01")
     uniq = _prop(props, b"UNIQ_KEY\x01")
