@@ -29,7 +29,9 @@ from rocket_operator.spec import (
     BROKER_PORT,
     NAMESERVER_HTTP_PORT,
     NAMESERVER_PORT,
+    AnalyticsJobSpec,
     ClusterSpec,
+    SparkPodResources,
 )
 
 STORE_MOUNT = "/var/lib/rocket/store"
@@ -42,6 +44,15 @@ TMP_MOUNT = "/tmp"
 TMP_VOLUME = "tmp"
 
 Manifest = dict[str, Any]
+
+#: The analytics image (images/analytics/Dockerfile) when neither the spec nor the operator's
+#: ``ROCKET_OPERATOR_ANALYTICS_IMAGE`` names one.
+DEFAULT_ANALYTICS_IMAGE = "rocketcluster/analytics:0.1.0"
+#: Where the analytics image installs the jobs: the ``rocket`` package in the python3.11 virtualenv
+#: ``/opt/rocket``; each job module runs under spark-submit as ``__main__`` (``main()`` of the module).
+ANALYTICS_JOBS_DIR = "/opt/rocket/lib/python3.11/site-packages/rocket/analytics/jobs"
+#: Default ``--out`` of a job: ``<root>/<job name>`` in the driver's working directory (writable in the image).
+ANALYTICS_OUTPUT_ROOT = "/opt/spark/work-dir/analytics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +471,98 @@ def build_pdb(owner: Owner, component: str, caps: Capabilities | None = None) ->
         "kind": "PodDisruptionBudget",
         "metadata": _meta(owner, name, names.base_labels(owner.name, component)),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.selector_labels(owner.name, component)}},
+    }
+
+
+# -- analytics (Spark operator) ----------------------------------------------------------------
+
+def nameserver_service_address(namespace: str, cluster: str) -> str:
+    """``host:port`` of the NameServer client Service (ClusterIP) inside the Kubernetes cluster."""
+    return f"{names.nameserver(cluster)}.{namespace}.svc:{NAMESERVER_PORT}"
+
+
+def analytics_arguments(owner: Owner, job: AnalyticsJobSpec) -> list[str]:
+    """Command-line arguments of the job module: ``--namesrv`` (the NameServer Service), ``--topics``
+    (comma-separated) and ``--out`` (``job.output``, default ``/opt/spark/work-dir/analytics/<name>``)."""
+    return ["--namesrv", nameserver_service_address(owner.namespace, owner.name),
+            "--topics", ",".join(job.topics),
+            "--out", job.output or f"{ANALYTICS_OUTPUT_ROOT}/{job.name}"]
+
+
+def _spark_pod(resources: SparkPodResources, labels: Mapping[str, str], *, executor: bool,
+               service_account: str | None) -> dict[str, Any]:
+    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels)}
+    if executor:
+        pod["instances"] = resources.instances
+    if service_account:
+        pod["serviceAccount"] = service_account
+    return pod
+
+
+def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpec,
+                           default_image: str = DEFAULT_ANALYTICS_IMAGE) -> dict[str, Any]:
+    """The ``SparkApplicationSpec`` (sparkoperator.k8s.io/v1beta2) of one analytics job.
+
+    A Python application in cluster mode: ``local://`` path of the job's module
+    in the image, arguments from :func:`analytics_arguments`, image from
+    ``job.image``, else ``spec.analytics.image``, else ``default_image``; pull
+    policy from ``spec.analytics.imagePullPolicy``, else ``spec.imagePullPolicy``.
+    One-off jobs are retried twice on failure (60 s apart); the runs of a
+    scheduled job never are (the next run is the retry). Driver and executor
+    pods carry the job's labels; the driver runs as ``spec.analytics.serviceAccount``
+    (it creates the executor pods) when one is given.
+    """
+    an = spec.analytics
+    labels = {**names.base_labels(owner.name, names.COMPONENT_ANALYTICS), names.LABEL_ANALYTICS_JOB: job.name}
+    restart: dict[str, Any] = {"type": "Never"}
+    if job.schedule is None:
+        restart = {"type": "OnFailure", "onFailureRetries": 2, "onFailureRetryInterval": 60,
+                   "onSubmissionFailureRetries": 2, "onSubmissionFailureRetryInterval": 60}
+    return {
+        "type": "Python",
+        "mode": "cluster",
+        "image": job.image or an.image or default_image,
+        "imagePullPolicy": an.image_pull_policy or spec.image_pull_policy,
+        "mainApplicationFile": f"local://{ANALYTICS_JOBS_DIR}/{job.job}.py",
+        "arguments": analytics_arguments(owner, job),
+        "sparkVersion": an.spark_version,
+        "restartPolicy": restart,
+        "driver": _spark_pod(job.driver, labels, executor=False, service_account=an.service_account),
+        "executor": _spark_pod(job.executor, labels, executor=True, service_account=None),
+    }
+
+
+def build_analytics_application(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpec,
+                                default_image: str = DEFAULT_ANALYTICS_IMAGE) -> Manifest:
+    """The SparkApplication (no ``job.schedule``) or ScheduledSparkApplication of one analytics job.
+
+    Named by :func:`rocket_operator.names.analytics_application`, labelled with
+    the cluster, the ``analytics`` component and the job name, owned by the
+    RocketCluster (controller reference: deleting the cluster deletes it). A
+    ScheduledSparkApplication carries the schedule, ``suspend``, the concurrency
+    policy, keeps 3 successful and 3 failed runs, and the
+    :func:`spark_application_spec` as its template. The schedule is not checked
+    here (see :func:`rocket_operator.analytics.cron_error`).
+    """
+    scheduled = job.schedule is not None
+    labels = {**names.base_labels(owner.name, names.COMPONENT_ANALYTICS), names.LABEL_ANALYTICS_JOB: job.name}
+    app_spec = spark_application_spec(owner, spec, job, default_image)
+    meta = _meta(owner, names.analytics_application(owner.name, job.name, scheduled), labels)
+    if not scheduled:
+        return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication", "metadata": meta,
+                "spec": app_spec}
+    return {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "ScheduledSparkApplication",
+        "metadata": meta,
+        "spec": {
+            "schedule": job.schedule,
+            "suspend": job.suspend,
+            "concurrencyPolicy": job.concurrency_policy,
+            "successfulRunHistoryLimit": 3,
+            "failedRunHistoryLimit": 3,
+            "template": app_spec,
+        },
     }
 
 

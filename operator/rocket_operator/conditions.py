@@ -16,7 +16,9 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 DRAINING = "Draining"
 PAUSED = "Paused"
-CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, DRAINING, PAUSED)
+#: Present only while ``spec.analytics.jobs`` lists jobs: their SparkApplications are applied and none failed.
+ANALYTICS_READY = "AnalyticsReady"
+CONDITION_TYPES = (READY, PROGRESSING, DEGRADED, DRAINING, PAUSED, ANALYTICS_READY)
 
 
 def now_rfc3339() -> str:

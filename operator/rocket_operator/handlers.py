@@ -13,6 +13,12 @@
   (the daemon waits on kopf's stop flag between passes).
 * ``on.delete`` (optional, no finalizer): forget in-memory state. Children go
   by garbage collection through their owner references.
+* ``on.event`` of SparkApplications and ScheduledSparkApplications labelled as
+  a cluster's analytics jobs (and the runs the Spark operator makes of them):
+  the owning cluster's next pass is due at once, so that its
+  ``status.analytics`` follows their ``applicationState``. kopf watches these
+  kinds only while the API server serves them (it notices the Spark operator's
+  CRDs appearing); without them the operator runs as before.
 
 Tests and embedders call :func:`configure` before kopf starts to replace the
 address resolver and the admin (see :mod:`rocket_operator.addresses`).
@@ -54,6 +60,8 @@ class _State:
     http: metrics.HttpServer | None
     #: uid -> monotonic time the next timer pass is due
     due: dict[str, float] = field(default_factory=dict)
+    #: (namespace, name) -> uid of every RocketCluster seen by a pass
+    uids: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 HOOKS = Hooks()
@@ -113,7 +121,8 @@ async def startup(settings: kopf.OperatorSettings, logger: Any, **kwargs: Any) -
         http = metrics.HttpServer(ours.http_host, ours.http_port)
         port = await http.start()
         logger.info("metrics and health on http://%s:%d", ours.http_host, port)
-    _STATE = _State(settings=ours, ctx=Context(kube=kube, resolver=resolver, admin=admin, caps=caps), http=http)
+    _STATE = _State(settings=ours, ctx=Context(kube=kube, resolver=resolver, admin=admin, caps=caps,
+                                               analytics_image=ours.analytics_image), http=http)
     logger.info("API server capabilities: %s", caps)
 
 
@@ -133,6 +142,7 @@ async def cleanup(**_: Any) -> None:
 async def _pass(body: kopf.Body, namespace: str | None, name: str, uid: str, logger: Any, *, wait_for_lock: bool
                 ) -> Outcome | None:
     st = state()
+    st.uids[(namespace or "", name)] = uid
     lock = st.ctx.lock(uid)
     if lock.locked() and not wait_for_lock:
         return None
@@ -198,5 +208,27 @@ async def deleted(namespace: str | None, name: str, uid: str, **_: Any) -> None:
     if _STATE is not None:
         _STATE.ctx.forget(uid)
         _STATE.due.pop(uid, None)
+        _STATE.uids.pop((namespace or "", name), None)
         metrics.CLUSTERS.set(len(_STATE.ctx.locks))
     metrics.forget_cluster(namespace or "", name)
+
+
+_ANALYTICS_LABELS = {names.LABEL_COMPONENT: names.COMPONENT_ANALYTICS, names.LABEL_MANAGED_BY: names.FIELD_MANAGER}
+
+
+@kopf.on.event(names.SPARK_GROUP, names.SPARK_VERSION, names.SPARK_PLURALS[names.SPARK_APPLICATION],
+               labels=_ANALYTICS_LABELS)
+@kopf.on.event(names.SPARK_GROUP, names.SPARK_VERSION, names.SPARK_PLURALS[names.SCHEDULED_SPARK_APPLICATION],
+               labels=_ANALYTICS_LABELS)
+async def spark_application_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+    """A (Scheduled)SparkApplication of an analytics job changed: its cluster's next pass is due now.
+
+    The cluster is the one named by the object's ``rocket.dev/cluster`` label in
+    its namespace; events of clusters no pass has seen yet are ignored (their
+    first pass reads every object anyway).
+    """
+    if _STATE is None:
+        return
+    uid = _STATE.uids.get((namespace or "", str(labels.get(names.LABEL_CLUSTER, ""))))
+    if uid is not None:
+        _STATE.due[uid] = 0.0

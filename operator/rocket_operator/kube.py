@@ -40,6 +40,10 @@ _RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     ("policy/v1beta1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     (names.API_VERSION, names.KIND): (names.PLURAL, True),
+    # The Spark operator's kinds (analytics jobs); served only where the Spark operator is installed.
+    (names.SPARK_API_VERSION, names.SPARK_APPLICATION): (names.SPARK_PLURALS[names.SPARK_APPLICATION], True),
+    (names.SPARK_API_VERSION, names.SCHEDULED_SPARK_APPLICATION):
+        (names.SPARK_PLURALS[names.SCHEDULED_SPARK_APPLICATION], True),
 }
 
 
@@ -224,6 +228,14 @@ class KubeClient:
     async def patch_cluster_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch ``status`` of a RocketCluster through its status subresource."""
         await self.merge_patch(names.API_VERSION, names.KIND, namespace, name, {"status": status}, "status")
+
+    async def served_resources(self, api_version: str) -> set[str] | None:
+        """Plural names the API server serves in ``api_version`` (``group/version``, discovery), or None
+        when it serves nothing there (404: no CRD of that group and version is installed)."""
+        out = await self.request("GET", f"/apis/{api_version}", missing_ok=True)
+        if out is None:
+            return None
+        return {str(r.get("name")) for r in out.get("resources") or [] if "/" not in str(r.get("name"))}
 
     async def server_version(self) -> tuple[int, int]:
         """``(major, minor)`` of the API server (``/version``; a trailing ``+`` is dropped)."""

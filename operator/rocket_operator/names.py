@@ -11,11 +11,15 @@ For a RocketCluster ``c``:
 ``c-broker-slave-k`` (k = 1..replicas)     StatefulSet of the k-th slave of every group
 ``c-broker-i``                             ``brokerName`` of group i (RocketMQ's broker group)
 ``store-<pod>``                            PVC of a broker pod (volumeClaimTemplate ``store``)
+``c-<job>``                                SparkApplication / ScheduledSparkApplication of the
+                                           analytics job ``<job>`` (shortened with a hash when
+                                           too long, see :func:`analytics_application`)
 =========================================  ====================================================
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 GROUP = "rocket.dev"
@@ -36,6 +40,8 @@ LABEL_CLUSTER = "rocket.dev/cluster"
 LABEL_BROKER_ID = "rocket.dev/broker-id"
 LABEL_ROLE = "rocket.dev/broker-role"
 ANNOTATION_CONFIG_HASH = "rocket.dev/config-hash"
+#: Label of a SparkApplication / ScheduledSparkApplication (and its pods): the analytics job's name.
+LABEL_ANALYTICS_JOB = "rocket.dev/analytics-job"
 
 #: Label the StatefulSet controller puts on every pod it creates (revision of the pod's template).
 LABEL_REVISION = "controller-revision-hash"
@@ -44,6 +50,22 @@ LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 
 COMPONENT_NAMESERVER = "nameserver"
 COMPONENT_BROKER = "broker"
+COMPONENT_ANALYTICS = "analytics"
+
+#: The Spark operator's API (kubeflow spark-operator) and the kinds the operator creates there.
+SPARK_GROUP = "sparkoperator.k8s.io"
+SPARK_VERSION = "v1beta2"
+SPARK_API_VERSION = f"{SPARK_GROUP}/{SPARK_VERSION}"
+SPARK_APPLICATION = "SparkApplication"
+SCHEDULED_SPARK_APPLICATION = "ScheduledSparkApplication"
+#: kind -> plural of the Spark operator's kinds.
+SPARK_PLURALS = {SPARK_APPLICATION: "sparkapplications", SCHEDULED_SPARK_APPLICATION: "scheduledsparkapplications"}
+
+#: Longest SparkApplication name whose driver UI Service ``<name>-ui-svc`` is a valid DNS-1035 label (63).
+MAX_SPARK_APPLICATION_NAME = 56
+#: Longest ScheduledSparkApplication name: each run is named ``<name>-<UnixNano, 19 digits>`` and must
+#: itself stay within :data:`MAX_SPARK_APPLICATION_NAME`.
+MAX_SCHEDULED_APPLICATION_NAME = MAX_SPARK_APPLICATION_NAME - 20
 
 STORE_VOLUME = "store"
 
@@ -85,6 +107,22 @@ def broker_pod(cluster: str, broker_id: int, group: int) -> str:
 def broker_name(cluster: str, group: int) -> str:
     """RocketMQ ``brokerName`` of broker group ``group``."""
     return f"{cluster}-broker-{group}"
+
+
+def analytics_application(cluster: str, job: str, scheduled: bool) -> str:
+    """Name of the SparkApplication (``scheduled`` False) or ScheduledSparkApplication of analytics job ``job``.
+
+    ``<cluster>-<job>`` when it fits (56 characters for a SparkApplication, 36
+    for a ScheduledSparkApplication, whose runs append 20); otherwise its first
+    characters, a dash and 8 hex digits of its SHA-256, so that names stay
+    unique and stable.
+    """
+    full = f"{cluster}-{job}"
+    limit = MAX_SCHEDULED_APPLICATION_NAME if scheduled else MAX_SPARK_APPLICATION_NAME
+    if len(full) <= limit:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{full[:limit - 9].rstrip('-')}-{digest}"
 
 
 def pvc_name(pod: str) -> str:

@@ -8,6 +8,8 @@
 3. works out the broker StatefulSets' size (a scale-in keeps draining groups,
    :mod:`rocket_operator.drain`) and server-side applies every child from
    :mod:`rocket_operator.builders`, removing slave StatefulSets no longer wanted;
+   then the analytics jobs' (Scheduled)SparkApplications (:func:`reconcile_analytics`),
+   which never stop the rest of the pass;
 4. observes pods, the NameServers' view of the brokers (106), and takes the
    next step of each long operation: metadata copy to new groups (scale-out),
    topics from the spec, the drain state machine, one rolling-restart deletion;
@@ -29,7 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket_operator import builders, conditions, drain, metrics, names, rollout
+import aiohttp
+
+from rocket_operator import analytics, builders, conditions, drain, metrics, names, rollout
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, Registration
 from rocket_operator.builders import Capabilities, Owner
@@ -59,6 +63,8 @@ class Context:
     resolver: AddressResolver
     admin: ClusterAdmin
     caps: Capabilities = field(default_factory=Capabilities)
+    #: Image of analytics jobs whose spec names none (``ROCKET_OPERATOR_ANALYTICS_IMAGE``).
+    analytics_image: str = builders.DEFAULT_ANALYTICS_IMAGE
     #: (uid, kind, name) -> (manifest digest, monotonic time applied)
     applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -110,6 +116,93 @@ async def _apply_children(ctx: Context, uid: str, children: list[dict[str, Any]]
     await asyncio.gather(*(ctx.kube.apply(child) for _, _, child in todo))
     for key, digest, _ in todo:
         ctx.applied[key] = (digest, now)
+
+
+@dataclass
+class AnalyticsResult:
+    """What :func:`reconcile_analytics` observed: ``status.analytics`` entries (None = drop the field)
+    and the ``AnalyticsReady`` condition (None = no jobs, no condition)."""
+
+    entries: list[dict[str, Any]] | None = None
+    condition: dict[str, Any] | None = None
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid and r.get("controller") for r in obj["metadata"].get("ownerReferences") or [])
+
+
+async def reconcile_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, old_status: Mapping[str, Any],
+                              outcome: Outcome) -> AnalyticsResult:
+    """Apply the SparkApplication / ScheduledSparkApplication of every analytics job, delete the ones
+    the cluster owns that no job wants any more, and read back their state.
+
+    Nothing is asked of the API server when the cluster has no job and reported none before.
+    When ``sparkoperator.k8s.io/v1beta2`` is not served, nothing is applied and the condition says
+    to install the Spark operator. A job whose schedule the Spark operator would refuse is not
+    applied (an object it already has is kept as it was). Warning events are added to ``outcome``
+    when the condition turns bad or changes its message. Raises :class:`ApiError` for a refused write.
+    """
+    jobs = spec.analytics.jobs
+    previous = old_status.get("analytics") or []
+    if not jobs and not previous:
+        return AnalyticsResult()
+    namespace, uid = owner.namespace, owner.uid
+    served = await ctx.kube.served_resources(names.SPARK_API_VERSION) or set()
+    missing = [kind for kind, plural in names.SPARK_PLURALS.items() if plural not in served]
+    if missing:
+        result = AnalyticsResult(condition=analytics.spark_operator_missing(missing) if jobs else None)
+        if jobs:
+            result.entries = [analytics.job_status(owner.name, j, None,
+                                                   invalid=f"{names.SPARK_API_VERSION} is not served")
+                              for j in jobs]
+    else:
+        selector = (f"{names.LABEL_INSTANCE}={owner.name},{names.LABEL_COMPONENT}={names.COMPONENT_ANALYTICS}")
+        apps, scheduled = await asyncio.gather(
+            ctx.kube.list("sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, selector),
+            ctx.kube.list("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", namespace, selector))
+        existing = {(o["kind"], o["metadata"]["name"]): o for o in [*apps, *scheduled] if _owned_by(o, uid)}
+        invalid = {j.name: f"schedule {j.schedule!r}: {err}" for j in jobs
+                   if j.schedule is not None and (err := analytics.cron_error(j.schedule))}
+        manifests = [builders.build_analytics_application(owner, spec, j, ctx.analytics_image)
+                     for j in jobs if j.name not in invalid]
+        wanted = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+        kept = {(m_kind, names.analytics_application(owner.name, j.name, m_kind == names.SCHEDULED_SPARK_APPLICATION))
+                for j in jobs if j.name in invalid for m_kind in names.SPARK_PLURALS}
+        for key in wanted - existing.keys():  # deleted behind our back: create again now
+            ctx.applied.pop((uid, *key), None)
+        await _apply_children(ctx, uid, manifests, False)
+        for key, stale in existing.items():
+            if key in wanted or key in kept:
+                continue
+            stale_kind, stale_name = key
+            if stale_kind == names.SPARK_APPLICATION:
+                await ctx.kube.delete("sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, stale_name,
+                                      uid=stale["metadata"]["uid"])
+            else:
+                await ctx.kube.delete("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", namespace,
+                                      stale_name, uid=stale["metadata"]["uid"])
+            ctx.applied.pop((uid, *key), None)
+            outcome.events.append(("Normal", "AnalyticsJobRemoved", f"deleted {stale_kind} {stale_name}"))
+        by_name = {o["metadata"]["name"]: o for o in apps}
+        entries = []
+        for job in jobs:
+            is_scheduled = job.schedule is not None
+            kind = names.SCHEDULED_SPARK_APPLICATION if is_scheduled else names.SPARK_APPLICATION
+            obj = existing.get((kind, names.analytics_application(owner.name, job.name, is_scheduled)))
+            last_run = None
+            run_name = ((obj or {}).get("status") or {}).get("lastRunName") if is_scheduled else None
+            if run_name:
+                last_run = by_name.get(run_name) or await ctx.kube.get(
+                    "sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, run_name)
+            entries.append(analytics.job_status(owner.name, job, obj, last_run, invalid.get(job.name)))
+        result = AnalyticsResult(entries=entries or None,
+                                 condition=analytics.analytics_condition(entries, invalid) if jobs else None)
+    cond = result.condition
+    before = conditions.get_condition(old_status.get("conditions"), conditions.ANALYTICS_READY)
+    if cond is not None and cond["status"] == "False" and (
+            before is None or (before.get("reason"), before.get("message")) != (cond["reason"], cond["message"])):
+        outcome.events.append(("Warning", cond["reason"], cond["message"]))
+    return result
 
 
 async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
@@ -195,6 +288,13 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
             await ctx.kube.delete("apps/v1", "StatefulSet", namespace, sts["metadata"]["name"])
             ctx.applied.pop((uid, "StatefulSet", sts["metadata"]["name"]), None)
             outcome.events.append(("Normal", "SlavesRemoved", f"removed {sts['metadata']['name']}"))
+    try:
+        analytics_result = await reconcile_analytics(ctx, owner, spec, old_status, outcome)
+    except (ApiError, aiohttp.ClientError, TimeoutError) as exc:  # analytics never stop the rest of the pass
+        log.warning("%s/%s: analytics jobs: %s", namespace, name, exc)
+        analytics_result = AnalyticsResult(
+            entries=list(old_status.get("analytics") or []) or None,
+            condition=conditions.condition(conditions.ANALYTICS_READY, None, "AnalyticsError", str(exc)))
 
     # -- observe --------------------------------------------------------------------------------
     pods = await ctx.kube.list("v1", "Pod", namespace, f"{names.LABEL_INSTANCE}={name}")
@@ -455,6 +555,8 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
                                        sorted(records.values(), key=lambda r: -int(r["index"])))),
         conditions.condition(conditions.PAUSED, False, "NotPaused", ""),
     ]
+    if analytics_result.condition is not None:
+        conds.append(analytics_result.condition)
     fields: dict[str, Any] = {
         "phase": outcome.phase,
         "nameServers": {"desired": ns_desired, "ready": ns_ready, "addresses": nameservers},
@@ -463,6 +565,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         "brokerGroups": groups_status,
         "drain": [records[i] for i in sorted(records, reverse=True)] or None,
         "rollout": rollout_status,
+        "analytics": analytics_result.entries,
     }
     metrics.CLUSTER_PHASE.labels(namespace, name).state(outcome.phase)
     await _write_status(ctx, ref, old_status, fields, conds, generation)

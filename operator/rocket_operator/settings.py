@@ -10,6 +10,7 @@
 ``ROCKET_OPERATOR_RESOLVER``           dns      ``dns`` (in-cluster names) or ``static`` (below; no DNS queries)
 ``ROCKET_OPERATOR_STATIC_NAMESERVERS``          with ``static``: ``host:port;host:port`` used for every cluster
                                                 (brokers are then unreachable: for dry runs and benchmarks)
+``ROCKET_OPERATOR_ANALYTICS_IMAGE``    rocketcluster/analytics:0.1.0  image of analytics jobs whose spec names none
 =====================================  =======  =======================================================
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from rocket_operator.builders import DEFAULT_ANALYTICS_IMAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,7 @@ class OperatorSettings:
     cluster_domain: str = "cluster.local"
     resolver: str = "dns"
     static_nameservers: tuple[str, ...] = ()
+    analytics_image: str = DEFAULT_ANALYTICS_IMAGE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -53,6 +57,7 @@ class OperatorSettings:
                 cluster_domain=get("CLUSTER_DOMAIN", "cluster.local"),
                 resolver=get("RESOLVER", "dns"),
                 static_nameservers=tuple(a.strip() for a in get("STATIC_NAMESERVERS", "").split(";") if a.strip()),
+                analytics_image=get("ANALYTICS_IMAGE", DEFAULT_ANALYTICS_IMAGE) or DEFAULT_ANALYTICS_IMAGE,
             )
         except ValueError as exc:
             raise ValueError(f"bad ROCKET_OPERATOR_* setting: {exc}") from None

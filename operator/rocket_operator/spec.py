@@ -33,9 +33,16 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 ANTI_AFFINITY_MODES = ("Required", "Preferred", "None")
 DRAIN_ON_TIMEOUT = ("Hold", "Force")
 TOPIC_PERMS = (2, 4, 6)
+#: The analytics jobs a RocketCluster can run (``rocket.analytics.jobs.<job>``).
+ANALYTICS_JOBS = ("traffic", "logs")
+CONCURRENCY_POLICIES = ("Allow", "Forbid", "Replace")
+#: Spark version of the analytics image (images/analytics/Dockerfile).
+DEFAULT_SPARK_VERSION = "4.0.1"
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+#: A JVM memory size as Spark takes it (``spark.driver.memory``): digits and a unit.
+_JVM_MEMORY_RE = re.compile(r"^[1-9][0-9]*[kKmMgGtT]$")
 
 
 class SpecError(ValueError):
@@ -146,14 +153,48 @@ class TopicSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SparkPodResources:
+    """Cores, memory (JVM size: ``512m``, ``2g``) and, for executors, instances of a Spark driver or executor."""
+
+    cores: int = 1
+    memory: str = "1g"
+    instances: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class AnalyticsJobSpec:
-    """One entry of ``spec.analytics.jobs`` (reserved: accepted and validated, not acted on yet)."""
+    """One entry of ``spec.analytics.jobs``: a Spark job run by the Spark operator.
+
+    ``job`` is one of :data:`ANALYTICS_JOBS`; ``schedule`` a cron expression
+    (None = run once, as a SparkApplication; else a ScheduledSparkApplication);
+    ``suspend`` and ``concurrency_policy`` apply to scheduled jobs only;
+    ``image`` and ``output`` (an absolute path) None = the analytics default and
+    ``/opt/spark/work-dir/analytics/<name>``.
+    """
 
     name: str
     job: str
     topics: tuple[str, ...] = ()
     schedule: str | None = None
-    resources: Resources = field(default_factory=Resources)
+    suspend: bool = False
+    concurrency_policy: str = "Forbid"
+    image: str | None = None
+    output: str | None = None
+    driver: SparkPodResources = field(default_factory=SparkPodResources)
+    executor: SparkPodResources = field(default_factory=SparkPodResources)
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticsSpec:
+    """``spec.analytics``: the jobs and what they share (image, pull policy, driver service account,
+    Spark version). ``image`` None = the operator's default analytics image; ``image_pull_policy``
+    None = ``spec.imagePullPolicy``; ``service_account`` None = the namespace's default account."""
+
+    image: str | None = None
+    image_pull_policy: str | None = None
+    service_account: str | None = None
+    spark_version: str = DEFAULT_SPARK_VERSION
+    jobs: tuple[AnalyticsJobSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +208,7 @@ class ClusterSpec:
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     drain: DrainSpec = field(default_factory=DrainSpec)
     topics: tuple[TopicSpec, ...] = ()
-    analytics_jobs: tuple[AnalyticsJobSpec, ...] = ()
+    analytics: AnalyticsSpec = field(default_factory=AnalyticsSpec)
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:
@@ -223,6 +264,75 @@ def _resources(value: Any, where: str) -> Resources:
         return {str(k): str(v) for k, v in _obj(obj.get(name), f"{where}.{name}").items()}
 
     return Resources(requests=quantities("requests"), limits=quantities("limits"))
+
+
+def _spark_pod(value: Any, where: str, executor: bool) -> SparkPodResources:
+    obj = _obj(value, where)
+    memory = obj.get("memory", "1g")
+    if not isinstance(memory, str) or not _JVM_MEMORY_RE.match(memory):
+        raise SpecError(f"{where}.memory must be a JVM size such as 512m or 2g, got {memory!r}")
+    return SparkPodResources(cores=_int(obj, "cores", 1, 1, 64, where), memory=memory,
+                             instances=_int(obj, "instances", 1, 1, 100, where) if executor else 1)
+
+
+def _optional_str(obj: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise SpecError(f"{where}.{key} must be a string")
+    return value
+
+
+def _output(obj: Mapping[str, Any], where: str) -> str | None:
+    value = _optional_str(obj, "output", where)
+    if value is not None and not value.startswith("/"):
+        raise SpecError(f"{where}.output must be an absolute path, got {value!r}")
+    return value
+
+
+def _analytics(an: Mapping[str, Any]) -> AnalyticsSpec:
+    """``spec.analytics``: raises :class:`SpecError` for a bad type, an unknown job, a job without
+    topics, a topic name the ``--topics`` argument cannot carry, or a name listed twice. A cron
+    expression is only checked for shape here (the CRD's pattern); its fields are checked when
+    the job is built, so that one bad schedule does not stop the rest of the cluster."""
+    pull = an.get("imagePullPolicy")
+    if pull is not None and pull not in PULL_POLICIES:
+        raise SpecError(f"spec.analytics.imagePullPolicy must be one of {', '.join(PULL_POLICIES)}, got {pull!r}")
+    spark_version = an.get("sparkVersion") or DEFAULT_SPARK_VERSION
+    if not isinstance(spark_version, str):
+        raise SpecError("spec.analytics.sparkVersion must be a string")
+    jobs: list[AnalyticsJobSpec] = []
+    job_names: set[str] = set()
+    for i, raw in enumerate(an.get("jobs") or []):
+        where = f"spec.analytics.jobs[{i}]"
+        j = _obj(raw, where)
+        name = j.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > 40:
+            raise SpecError(f"{where}.name must be a DNS-1035 label of at most 40 characters")
+        if name in job_names:
+            raise SpecError(f"{where}.name {name!r} is listed twice")
+        job_names.add(name)
+        job = _enum(j, "job", None, ANALYTICS_JOBS, where)
+        topics = j.get("topics") or []
+        if not isinstance(topics, list) or not topics:
+            raise SpecError(f"{where}.topics must list at least one topic")
+        for k, topic in enumerate(topics):
+            if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
+                raise SpecError(f"{where}.topics[{k}] must match {_TOPIC_RE.pattern}")
+        schedule = _optional_str(j, "schedule", where)
+        res = _obj(j.get("resources"), f"{where}.resources")
+        jobs.append(AnalyticsJobSpec(
+            name=name, job=job, topics=tuple(topics), schedule=schedule.strip() if schedule else None,
+            suspend=_bool(j, "suspend", False, where),
+            concurrency_policy=_enum(j, "concurrencyPolicy", "Forbid", CONCURRENCY_POLICIES, where),
+            image=_optional_str(j, "image", where), output=_output(j, where),
+            driver=_spark_pod(res.get("driver"), f"{where}.resources.driver", executor=False),
+            executor=_spark_pod(res.get("executor"), f"{where}.resources.executor", executor=True),
+        ))
+    return AnalyticsSpec(image=_optional_str(an, "image", "spec.analytics"), image_pull_policy=pull,
+                         service_account=_optional_str(an, "serviceAccount", "spec.analytics"),
+                         spark_version=spark_version, jobs=tuple(jobs))
 
 
 def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
@@ -301,26 +411,9 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
         topics.append(TopicSpec(name=name, queues=_int(t, "queues", 8, 1, 1024, f"spec.topics[{i}]"),
                                 perm=_enum(t, "perm", 6, TOPIC_PERMS, f"spec.topics[{i}]")))
 
-    jobs: list[AnalyticsJobSpec] = []
-    job_names: set[str] = set()
-    an = _obj(root.get("analytics"), "spec.analytics")
-    for i, raw in enumerate(an.get("jobs") or []):
-        j = _obj(raw, f"spec.analytics.jobs[{i}]")
-        name = j.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise SpecError(f"spec.analytics.jobs[{i}].name must be a DNS-1035 label")
-        if name in job_names:
-            raise SpecError(f"spec.analytics.jobs[{i}].name {name!r} is listed twice")
-        job_names.add(name)
-        schedule = j.get("schedule")
-        jobs.append(AnalyticsJobSpec(
-            name=name, job=str(j.get("job") or ""), topics=tuple(str(x) for x in j.get("topics") or ()),
-            schedule=str(schedule) if schedule else None,
-            resources=_resources(j.get("resources"), f"spec.analytics.jobs[{i}].resources"),
-        ))
-
+    analytics = _analytics(_obj(root.get("analytics"), "spec.analytics"))
     return ClusterSpec(image=image, image_pull_policy=pull, name_server=name_server, broker=broker,
-                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics_jobs=tuple(jobs))
+                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics=analytics)
 
 
 def is_paused(annotations: Mapping[str, str] | None) -> bool:

@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SCRIPT = HERE / "control_plane.sh"
 CRD_FILE = ROOT / "crds" / "rocketclusters.yaml"
+#: Our own schema of the Spark operator's SparkApplication and ScheduledSparkApplication (a test fixture).
+SPARK_CRDS_FILE = HERE / "fixtures" / "spark-operator-crds.yaml"
 NODE = "fake-node-1"
 
 
@@ -107,13 +109,9 @@ def api_client(kubeconfig: Path) -> Any:
     return client.ApiClient(cfg)
 
 
-def install_crd(api: Any, timeout: float = 30.0) -> None:
-    """Create (or replace) the RocketCluster CRD and wait until it is Established."""
-    from kubernetes import client
+def _install(ext: Any, body: dict[str, Any]) -> None:
     from kubernetes.client.rest import ApiException
 
-    ext = client.ApiextensionsV1Api(api)
-    body = yaml.safe_load(CRD_FILE.read_text())
     try:
         ext.create_custom_resource_definition(body)
     except ApiException as exc:
@@ -122,13 +120,86 @@ def install_crd(api: Any, timeout: float = 30.0) -> None:
         current = ext.read_custom_resource_definition(body["metadata"]["name"])
         body["metadata"]["resourceVersion"] = current.metadata.resource_version
         ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+
+
+def _wait_established(ext: Any, name: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        crd = ext.read_custom_resource_definition(name)
         if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
             return
         time.sleep(0.2)
-    raise TimeoutError("the RocketCluster CRD did not become Established")
+    raise TimeoutError(f"the CRD {name} did not become Established")
+
+
+def install_crd(api: Any, timeout: float = 30.0) -> None:
+    """Create (or replace) the RocketCluster CRD and wait until it is Established."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(api)
+    body = yaml.safe_load(CRD_FILE.read_text())
+    _install(ext, body)
+    _wait_established(ext, body["metadata"]["name"], timeout)
+
+
+def spark_crd_names() -> list[str]:
+    """Names of the CRDs in :data:`SPARK_CRDS_FILE`."""
+    return [c["metadata"]["name"] for c in yaml.safe_load(SPARK_CRDS_FILE.read_text())["items"]]
+
+
+def install_spark_crds(api: Any, timeout: float = 30.0) -> None:
+    """Create (or replace) our SparkApplication / ScheduledSparkApplication CRDs; wait until they are
+    Established and the API server's discovery lists both kinds."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(api)
+    for body in yaml.safe_load(SPARK_CRDS_FILE.read_text())["items"]:
+        _install(ext, body)
+    for name in spark_crd_names():
+        _wait_established(ext, name, timeout)
+    wait_for(lambda: set(spark_served(api)) >= {"sparkapplications", "scheduledsparkapplications"}, timeout,
+             what="sparkoperator.k8s.io/v1beta2 in discovery")
+
+
+def spark_served(api: Any) -> list[str]:
+    """Resources served under ``sparkoperator.k8s.io/v1beta2`` (empty when the group is not served)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        out = client.CustomObjectsApi(api).get_api_resources("sparkoperator.k8s.io", "v1beta2")
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return [r.name for r in out.resources or []]
+
+
+def remove_spark_crds(api: Any, timeout: float = 60.0) -> None:
+    """Delete our Spark CRDs (and with them every object of those kinds); wait until the API server
+    no longer serves ``sparkoperator.k8s.io/v1beta2``."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+    for name in spark_crd_names():
+        try:
+            ext.delete_custom_resource_definition(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def gone() -> bool:
+        for name in spark_crd_names():
+            try:
+                ext.read_custom_resource_definition(name)
+                return False
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return not spark_served(api)
+
+    wait_for(gone, timeout, what="the Spark CRDs to be deleted")
 
 
 def _now() -> str:

@@ -115,8 +115,8 @@ def test_crd_refuses_long_names_and_fills_defaults(api: Any, namespace: str) -> 
     assert spec["drain"] == {"timeoutSeconds": 600, "onTimeout": "Hold"}
     assert spec["nameServer"]["replicas"] == 2 and spec["scheduling"]["antiAffinity"] == "Required"
     analytics = create(api, namespace, rkc("jobs", analytics={"jobs": [
-        {"name": "daily", "job": "topic-report", "topics": ["A"], "schedule": "0 3 * * *"},
-        {"name": "once", "job": "topic-report"}]}))
+        {"name": "daily", "job": "logs", "topics": ["A"], "schedule": "0 3 * * *"},
+        {"name": "once", "job": "traffic", "topics": ["A"]}]}))
     assert [j["name"] for j in analytics["spec"]["analytics"]["jobs"]] == ["daily", "once"]
 
 

@@ -54,6 +54,12 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "patch", "delete"]
+# Analytics jobs: the Spark operator's SparkApplications / ScheduledSparkApplications (applied,
+# watched for their status, deleted when a job leaves spec.analytics). Harmless where the Spark
+# operator is not installed.
+- apiGroups: ["sparkoperator.k8s.io"]
+  resources: ["sparkapplications", "scheduledsparkapplications"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events the operator posts on its resources (kopf's event poster).
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
