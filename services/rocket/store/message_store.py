@@ -508,7 +508,8 @@ class DefaultMessageStore:
         delay_ms = self._delay_ms
         pack = ENTRY.pack
         last_cq: ConsumeQueue | None = None
-        last_key: tuple[str, int] | None = None
+        last_topic = ""
+        last_queue = -1
         # Consecutive entries of one queue are packed together and appended at once.
         run_first = run_next = run_end = 0
         run_entries: list[bytes] = []
@@ -523,7 +524,7 @@ class DefaultMessageStore:
             if tran == SYSFLAG_TRANSACTION_NOT_TYPE or tran == SYSFLAG_TRANSACTION_COMMIT:
                 if delay_level > 0 and delay_ms:  # computeDeliverTimestamp
                     tags_code = ts + delay_ms[min(delay_level, len(delay_ms)) - 1]
-                if queue_offset == run_next and last_key == (topic, queue_id):
+                if queue_offset == run_next and queue_id == last_queue and topic == last_topic:
                     run_entries.append(pack(phys, size, tags_code))
                     run_next += 1
                     run_end = phys + size
@@ -531,12 +532,12 @@ class DefaultMessageStore:
                     if run_entries:
                         assert last_cq is not None
                         last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
-                    if last_key != (topic, queue_id):
+                    if queue_id != last_queue or topic != last_topic:
                         qs = table.get(topic)
                         last_cq = qs.get(queue_id) if qs is not None else None
                         if last_cq is None:
                             last_cq = self._cq(topic, queue_id)
-                        last_key = (topic, queue_id)
+                        last_topic, last_queue = topic, queue_id
                         touched.add(last_cq)
                     run_entries = [pack(phys, size, tags_code)]
                     run_first = queue_offset

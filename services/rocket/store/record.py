@@ -348,7 +348,8 @@ class DispatchRecord:
 
 #: Where delayed messages wait (``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``).
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_topics: dict[bytes, str] = {}
+#: Decoded topics by their UTF-8 bytes (a read-only memoryview of them finds the same entry).
+_topics: dict[bytes | memoryview, str] = {}
 _tag_codes: dict[bytes, int] = {}
 
 
@@ -506,6 +507,7 @@ def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: boo
     unpack = _HEAD4.unpack_from
     short = _SHORT.unpack_from
     crc32 = zlib.crc32
+    topics = _topics
     add = out.append if out is not None else None
     count = 0
     last = 0
@@ -530,7 +532,8 @@ def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: boo
             break
         if add is not None:
             try:
-                topic = topic_of(data[t + 1 : pp].tobytes())
+                raw = data[t + 1 : pp]  # a read-only view hashes and compares like the bytes
+                topic = topics.get(raw) or topic_of(raw.tobytes())
                 tags_code, keys, uniq, delay_level = dispatch_properties(
                     topic, data[pp + 2 : rec_end].tobytes() if props_len else b"")
             except UnicodeDecodeError:
