@@ -32,6 +32,7 @@ from rocket_operator.spec import (
     AnalyticsJobSpec,
     ClusterSpec,
     SparkPodResources,
+    output_mount,
 )
 
 STORE_MOUNT = "/var/lib/rocket/store"
@@ -53,6 +54,8 @@ DEFAULT_ANALYTICS_IMAGE = "rocketcluster/analytics:0.1.0"
 ANALYTICS_JOBS_DIR = "/opt/rocket/lib/python3.11/site-packages/rocket/analytics/jobs"
 #: Default ``--out`` of a job: ``<root>/<job name>`` in the driver's working directory (writable in the image).
 ANALYTICS_OUTPUT_ROOT = "/opt/spark/work-dir/analytics"
+#: Name of the volume (in the SparkApplication) of a job's ``outputVolumeClaim``.
+ANALYTICS_OUTPUT_VOLUME = "analytics-output"
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,12 +484,35 @@ def nameserver_service_address(namespace: str, cluster: str) -> str:
     return f"{names.nameserver(cluster)}.{namespace}.svc:{NAMESERVER_PORT}"
 
 
+def analytics_output(job: AnalyticsJobSpec) -> str:
+    """The job's ``--out``: ``job.output``, default ``/opt/spark/work-dir/analytics/<job name>``."""
+    return job.output or f"{ANALYTICS_OUTPUT_ROOT}/{job.name}"
+
+
 def analytics_arguments(owner: Owner, job: AnalyticsJobSpec) -> list[str]:
     """Command-line arguments of the job module: ``--namesrv`` (the NameServer Service), ``--topics``
-    (comma-separated) and ``--out`` (``job.output``, default ``/opt/spark/work-dir/analytics/<name>``)."""
+    (comma-separated) and ``--out`` (:func:`analytics_output`)."""
     return ["--namesrv", nameserver_service_address(owner.namespace, owner.name),
             "--topics", ",".join(job.topics),
-            "--out", job.output or f"{ANALYTICS_OUTPUT_ROOT}/{job.name}"]
+            "--out", analytics_output(job)]
+
+
+def analytics_output_volume(job: AnalyticsJobSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(volume, volumeMount)`` of the job's ``outputVolumeClaim``, or None when it has none.
+
+    The volume is a core/v1 ``Volume`` named ``analytics-output`` of
+    ``persistentVolumeClaim: {claimName: <claim>}``; the mount (a core/v1
+    ``VolumeMount``, read-write) puts the claim's root at the parent directory of
+    :func:`analytics_output` (``/opt/spark/work-dir/analytics`` by default), so
+    the job writes to ``<claim>/<job name>``. Raises
+    :class:`~rocket_operator.spec.SpecError` for an output path that
+    :func:`~rocket_operator.spec.output_mount` refuses (parse_spec already did).
+    """
+    if job.output_volume_claim is None:
+        return None
+    volume = {"name": ANALYTICS_OUTPUT_VOLUME, "persistentVolumeClaim": {"claimName": job.output_volume_claim}}
+    mount = {"name": ANALYTICS_OUTPUT_VOLUME, "mountPath": output_mount(analytics_output(job))}
+    return volume, mount
 
 
 def _spark_pod(resources: SparkPodResources, labels: Mapping[str, str], *, executor: bool,
@@ -510,7 +536,13 @@ def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpe
     One-off jobs are retried twice on failure (60 s apart); the runs of a
     scheduled job never are (the next run is the retry). Driver and executor
     pods carry the job's labels; the driver runs as ``spec.analytics.serviceAccount``
-    (it creates the executor pods) when one is given.
+    (it creates the executor pods) when one is given. With an ``outputVolumeClaim``
+    (:func:`analytics_output_volume`) the spec has ``volumes`` and both pods the
+    ``volumeMounts`` of that claim, and ``sparkConf`` sets
+    ``spark.sql.sources.partitionOverwriteMode=dynamic``: a run replaces the
+    date/topic Parquet partitions it wrote and keeps the others (older dates
+    the brokers no longer hold), where Spark's default would empty the whole
+    dataset first.
     """
     an = spec.analytics
     labels = {**names.base_labels(owner.name, names.COMPONENT_ANALYTICS), names.LABEL_ANALYTICS_JOB: job.name}
@@ -518,7 +550,7 @@ def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpe
     if job.schedule is None:
         restart = {"type": "OnFailure", "onFailureRetries": 2, "onFailureRetryInterval": 60,
                    "onSubmissionFailureRetries": 2, "onSubmissionFailureRetryInterval": 60}
-    return {
+    app: dict[str, Any] = {
         "type": "Python",
         "mode": "cluster",
         "image": job.image or an.image or default_image,
@@ -530,6 +562,14 @@ def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpe
         "driver": _spark_pod(job.driver, labels, executor=False, service_account=an.service_account),
         "executor": _spark_pod(job.executor, labels, executor=True, service_account=None),
     }
+    output_volume = analytics_output_volume(job)
+    if output_volume is not None:
+        volume, mount = output_volume
+        app["sparkConf"] = {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
+        app["volumes"] = [volume]
+        app["driver"]["volumeMounts"] = [dict(mount)]
+        app["executor"]["volumeMounts"] = [dict(mount)]
+    return app
 
 
 def build_analytics_application(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpec,

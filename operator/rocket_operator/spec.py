@@ -10,6 +10,7 @@ value the schema would have refused, which the operator reports in the
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,12 @@ DEFAULT_SPARK_VERSION = "4.0.1"
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+#: A DNS-1123 subdomain (the name of a PersistentVolumeClaim), at most 253 characters.
+_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: Directories of the analytics image (Spark, the ``rocket`` virtualenv, the system) that an output
+#: claim mounted at them or at one of their parents would hide.
+_IMAGE_DIRS = ("/opt/spark", "/opt/rocket", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/var", "/dev",
+               "/proc", "/sys", "/tmp")
 #: A JVM memory size as Spark takes it (``spark.driver.memory``): digits and a unit.
 _JVM_MEMORY_RE = re.compile(r"^[1-9][0-9]*[kKmMgGtT]$")
 
@@ -169,7 +176,10 @@ class AnalyticsJobSpec:
     (None = run once, as a SparkApplication; else a ScheduledSparkApplication);
     ``suspend`` and ``concurrency_policy`` apply to scheduled jobs only;
     ``image`` and ``output`` (an absolute path) None = the analytics default and
-    ``/opt/spark/work-dir/analytics/<name>``.
+    ``/opt/spark/work-dir/analytics/<name>``; ``output_volume_claim`` the
+    PersistentVolumeClaim mounted at the output's parent directory in the driver
+    and executor pods (the job's own, else ``spec.analytics.outputVolumeClaim``;
+    None = no volume, the output goes with the pods).
     """
 
     name: str
@@ -180,6 +190,7 @@ class AnalyticsJobSpec:
     concurrency_policy: str = "Forbid"
     image: str | None = None
     output: str | None = None
+    output_volume_claim: str | None = None
     driver: SparkPodResources = field(default_factory=SparkPodResources)
     executor: SparkPodResources = field(default_factory=SparkPodResources)
 
@@ -187,12 +198,15 @@ class AnalyticsJobSpec:
 @dataclass(frozen=True, slots=True)
 class AnalyticsSpec:
     """``spec.analytics``: the jobs and what they share (image, pull policy, driver service account,
-    Spark version). ``image`` None = the operator's default analytics image; ``image_pull_policy``
-    None = ``spec.imagePullPolicy``; ``service_account`` None = the namespace's default account."""
+    Spark version, output claim). ``image`` None = the operator's default analytics image;
+    ``image_pull_policy`` None = ``spec.imagePullPolicy``; ``service_account`` None = the namespace's
+    default account; ``output_volume_claim`` the jobs' default claim (each job's
+    :attr:`AnalyticsJobSpec.output_volume_claim` already has it applied)."""
 
     image: str | None = None
     image_pull_policy: str | None = None
     service_account: str | None = None
+    output_volume_claim: str | None = None
     spark_version: str = DEFAULT_SPARK_VERSION
     jobs: tuple[AnalyticsJobSpec, ...] = ()
 
@@ -291,9 +305,41 @@ def _output(obj: Mapping[str, Any], where: str) -> str | None:
     return value
 
 
+def _claim_name(obj: Mapping[str, Any], where: str) -> str | None:
+    """``outputVolumeClaim`` of ``obj``: None when absent, else a DNS-1123 subdomain (:class:`SpecError`)."""
+    value = _optional_str(obj, "outputVolumeClaim", where)
+    if value is not None and (len(value) > 253 or not _SUBDOMAIN_RE.match(value)):
+        raise SpecError(f"{where}.outputVolumeClaim must be a PersistentVolumeClaim name (a DNS-1123 subdomain: "
+                        f"lowercase letters, digits, '-' and '.', at most 253 characters), got {value!r}")
+    return value
+
+
+def output_mount(output: str, where: str = "output") -> str:
+    """The directory an output claim is mounted at for the job output path ``output``: its parent.
+
+    ``output`` is an absolute path (``/opt/spark/work-dir/analytics/nightly`` gives
+    ``/opt/spark/work-dir/analytics``). Raises :class:`SpecError` (naming ``where``) when the
+    path has ``.`` or ``..`` parts, or when its parent is ``/`` or would hide a directory the
+    analytics image needs (``/opt/spark``, ``/opt/rocket``, ``/usr``, ``/etc``, ``/tmp`` ... or one
+    of their parents).
+    """
+    parts = [p for p in output.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise SpecError(f"{where} must not have '.' or '..' parts with an outputVolumeClaim, got {output!r}")
+    mount = posixpath.dirname("/" + "/".join(parts))
+    if mount == "/" or any(d == mount or d.startswith(mount + "/") for d in _IMAGE_DIRS):
+        raise SpecError(f"{where} {output!r}: the outputVolumeClaim would be mounted at {mount!r}, "
+                        "which hides a directory of the analytics image; use a path such as "
+                        "/opt/spark/work-dir/analytics/<job name> or /data/<job name>")
+    return mount
+
+
 def _analytics(an: Mapping[str, Any]) -> AnalyticsSpec:
     """``spec.analytics``: raises :class:`SpecError` for a bad type, an unknown job, a job without
-    topics, a topic name the ``--topics`` argument cannot carry, or a name listed twice. A cron
+    topics, a topic name the ``--topics`` argument cannot carry, a name listed twice, an
+    ``outputVolumeClaim`` that is not a DNS-1123 subdomain, or, for a job with a claim, an
+    ``output`` whose last part is not the job's name (jobs sharing a claim each write under
+    ``<mount>/<job name>``) or whose parent cannot be a mount point (:func:`output_mount`). A cron
     expression is only checked for shape here (the CRD's pattern); its fields are checked when
     the job is built, so that one bad schedule does not stop the rest of the cluster."""
     pull = an.get("imagePullPolicy")
@@ -302,6 +348,7 @@ def _analytics(an: Mapping[str, Any]) -> AnalyticsSpec:
     spark_version = an.get("sparkVersion") or DEFAULT_SPARK_VERSION
     if not isinstance(spark_version, str):
         raise SpecError("spec.analytics.sparkVersion must be a string")
+    default_claim = _claim_name(an, "spec.analytics")
     jobs: list[AnalyticsJobSpec] = []
     job_names: set[str] = set()
     for i, raw in enumerate(an.get("jobs") or []):
@@ -321,18 +368,25 @@ def _analytics(an: Mapping[str, Any]) -> AnalyticsSpec:
             if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
                 raise SpecError(f"{where}.topics[{k}] must match {_TOPIC_RE.pattern}")
         schedule = _optional_str(j, "schedule", where)
+        output = _output(j, where)
+        claim = _claim_name(j, where) or default_claim
+        if claim is not None and output is not None:
+            if posixpath.basename(output.rstrip("/")) != name:
+                raise SpecError(f"{where}.output must end in /{name} (the job's name) with an outputVolumeClaim, "
+                                f"so that jobs sharing the claim do not write to one directory; got {output!r}")
+            output_mount(output, f"{where}.output")
         res = _obj(j.get("resources"), f"{where}.resources")
         jobs.append(AnalyticsJobSpec(
             name=name, job=job, topics=tuple(topics), schedule=schedule.strip() if schedule else None,
             suspend=_bool(j, "suspend", False, where),
             concurrency_policy=_enum(j, "concurrencyPolicy", "Forbid", CONCURRENCY_POLICIES, where),
-            image=_optional_str(j, "image", where), output=_output(j, where),
+            image=_optional_str(j, "image", where), output=output, output_volume_claim=claim,
             driver=_spark_pod(res.get("driver"), f"{where}.resources.driver", executor=False),
             executor=_spark_pod(res.get("executor"), f"{where}.resources.executor", executor=True),
         ))
     return AnalyticsSpec(image=_optional_str(an, "image", "spec.analytics"), image_pull_policy=pull,
                          service_account=_optional_str(an, "serviceAccount", "spec.analytics"),
-                         spark_version=spark_version, jobs=tuple(jobs))
+                         output_volume_claim=default_claim, spark_version=spark_version, jobs=tuple(jobs))
 
 
 def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:

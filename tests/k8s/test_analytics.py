@@ -84,8 +84,11 @@ def _job(**fields: Any) -> dict[str, Any]:
     ([_job(resources={"executor": {"instances": 0}})], r"spec.analytics.jobs*.resources.executor.instances"),
     ([_job(name="Nightly")], r"spec.analytics.jobs*.name"),
     ([_job(output="relative/dir")], r"spec.analytics.jobs*.output"),
+    ([_job(outputVolumeClaim="Results_1")], r"spec.analytics.jobs*.outputVolumeClaim"),
+    ([_job(outputVolumeClaim="c" * 254)], r"spec.analytics.jobs*.outputVolumeClaim"),
 ], ids=["unknown-job", "no-topics", "empty-topics", "comma-in-topic", "duplicate-name", "not-cron",
-        "four-fields", "concurrency", "k8s-memory", "no-executors", "name", "relative-output"])
+        "four-fields", "concurrency", "k8s-memory", "no-executors", "name", "relative-output", "claim-name",
+        "claim-too-long"])
 def test_crd_refuses_invalid_analytics_jobs(api: Any, namespace: str, jobs: list[dict[str, Any]],
                                             message: str) -> None:
     with pytest.raises(ApiException) as info:
@@ -93,6 +96,12 @@ def test_crd_refuses_invalid_analytics_jobs(api: Any, namespace: str, jobs: list
     assert info.value.status == 422
     pattern = re.escape(message).replace(r"\*", r"(\[\d+\])?")
     assert re.search(pattern, info.value.body), info.value.body
+
+
+def test_crd_refuses_an_invalid_analytics_output_claim(api: Any, namespace: str) -> None:
+    with pytest.raises(ApiException) as info:
+        create(api, namespace, rkc("bad", analytics={"outputVolumeClaim": "-results", "jobs": [_job()]}))
+    assert info.value.status == 422 and "spec.analytics.outputVolumeClaim" in info.value.body, info.value.body
 
 
 def test_crd_fills_analytics_defaults(api: Any, namespace: str) -> None:
@@ -139,6 +148,9 @@ def test_analytics_jobs_become_spark_applications(api: Any, namespace: str, oper
     assert t["driver"]["serviceAccount"] == "spark" and t["driver"]["cores"] == 1
     assert t["executor"]["instances"] == 2 and t["executor"]["memory"] == "2g"
     assert t["driver"]["labels"]["rocket.dev/analytics-job"] == "nightly"
+    for app_spec in (t, once["spec"]):  # no outputVolumeClaim: no volume, no mounts
+        assert "volumes" not in app_spec and "sparkConf" not in app_spec
+        assert "volumeMounts" not in app_spec["driver"] and "volumeMounts" not in app_spec["executor"]
     o = once["spec"]
     assert o["image"] == "registry.local/analytics:7" and o["mainApplicationFile"].endswith("/jobs/traffic.py")
     assert o["arguments"][:4] == ["--namesrv", nameserver, "--topics", "Orders"]
@@ -222,6 +234,58 @@ def test_analytics_jobs_become_spark_applications(api: Any, namespace: str, oper
                                                                  "rocketclusters", "an")
     wait_for(lambda: not spark_list(api, namespace, SCHEDULED) and "an-again" not in spark_list(api, namespace, APPS),
              60, what="garbage collection of the Spark objects")
+
+
+def _volume(claim: str) -> list[dict[str, Any]]:
+    return [{"name": "analytics-output", "persistentVolumeClaim": {"claimName": claim}}]
+
+
+def _mounts(path: str) -> list[dict[str, Any]]:
+    return [{"name": "analytics-output", "mountPath": path}]
+
+
+def test_output_claim_is_mounted_in_driver_and_executors(api: Any, namespace: str, operator: Any,
+                                                         spark_crds: None) -> None:
+    """spec.analytics.outputVolumeClaim (and a job's own) become spec.volumes + driver/executor volumeMounts,
+    kept by the API server (our schema of the kinds declares them); removing the claim removes them."""
+    create(api, namespace, rkc("out", broker={"groups": 1, "replicasPerGroup": 0}, analytics={
+        "outputVolumeClaim": "analytics-results",
+        "jobs": [
+            {"name": "nightly", "job": "logs", "topics": ["loghub-HDFS"], "schedule": "0 3 * * *"},
+            {"name": "once", "job": "traffic", "topics": ["Orders"], "outputVolumeClaim": "traffic.v1",
+             "output": "/data/reports/once"},
+        ]}))
+    scheduled = wait_for(lambda: spark_get(api, namespace, SCHEDULED, "out-nightly"), 30,
+                         what="the ScheduledSparkApplication")
+    once = wait_for(lambda: spark_get(api, namespace, APPS, "out-once"), 30, what="the SparkApplication")
+    assert "volumes" not in scheduled["spec"]
+    t = scheduled["spec"]["template"]
+    assert t["volumes"] == _volume("analytics-results")
+    assert t["driver"]["volumeMounts"] == t["executor"]["volumeMounts"] == _mounts("/opt/spark/work-dir/analytics")
+    assert t["arguments"][-2:] == ["--out", "/opt/spark/work-dir/analytics/nightly"]
+    assert t["sparkConf"] == {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
+    o = once["spec"]
+    assert o["volumes"] == _volume("traffic.v1")
+    assert o["driver"]["volumeMounts"] == o["executor"]["volumeMounts"] == _mounts("/data/reports")
+    assert o["arguments"][-2:] == ["--out", "/data/reports/once"]
+    # the driver/executor fields the other tests check are still there next to the mounts
+    assert o["executor"]["instances"] == 1 and o["driver"]["labels"]["rocket.dev/analytics-job"] == "once"
+
+    # the cluster-wide claim goes: the scheduled job's volume and mounts go with it, the one-off keeps its own
+    patch(api, namespace, "out", {"spec": {"analytics": {"outputVolumeClaim": None}}})
+    t = wait_for(lambda: "volumes" not in (x := spark_get(api, namespace, SCHEDULED, "out-nightly")["spec"]["template"])
+                 and x, 20, what="the volume removed from the template")
+    assert "volumeMounts" not in t["driver"] and "volumeMounts" not in t["executor"] and "sparkConf" not in t
+    assert spark_get(api, namespace, APPS, "out-once")["spec"]["volumes"] == _volume("traffic.v1")
+
+    # an output that does not end in the job's name, with a claim: the operator refuses the spec
+    patch(api, namespace, "out", {"spec": {"analytics": {"jobs": [
+        {"name": "once", "job": "traffic", "topics": ["Orders"], "outputVolumeClaim": "traffic.v1",
+         "output": "/data/reports/shared"}]}}})
+    st = wait_for(lambda: (x := status(api, namespace, "out")).get("phase") == "Invalid" and x, 20,
+                  what="phase Invalid")
+    assert "spec.analytics.jobs[0].output must end in /once" in condition(st, "Ready")["message"]
+    assert spark_get(api, namespace, APPS, "out-once")["spec"]["arguments"][-1] == "/data/reports/once"
 
 
 def test_invalid_schedule_is_reported_and_the_rest_goes_on(api: Any, namespace: str, operator: Any,

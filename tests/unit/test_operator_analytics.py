@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from rocket_operator import analytics, builders, handlers, names
+from rocket_operator import spec as spec_module
 from rocket_operator.builders import Owner
 from rocket_operator.settings import OperatorSettings
-from rocket_operator.spec import SpecError, parse_spec
+from rocket_operator.spec import SpecError, output_mount, parse_spec
 
 OWNER = Owner(namespace="prod", name="rc", uid="uid-1")
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,10 +58,71 @@ def test_analytics_defaults_match_the_crd() -> None:
      r"spec.analytics.jobs[0].concurrencyPolicy"),
     ([{"name": "x" * 41, "job": "logs", "topics": ["A"]}], r"spec.analytics.jobs[0].name"),
     ([{"name": "n", "job": "logs", "topics": ["A"], "output": "out/dir"}], r"spec.analytics.jobs[0].output"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "Results"}],
+     r"spec.analytics.jobs[0].outputVolumeClaim"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "my_claim"}],
+     r"spec.analytics.jobs[0].outputVolumeClaim"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "a" * 254}],
+     r"spec.analytics.jobs[0].outputVolumeClaim"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "-claim"}],
+     r"spec.analytics.jobs[0].outputVolumeClaim"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": 7}],
+     r"spec.analytics.jobs[0].outputVolumeClaim"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "c", "output": "/data/other"}],
+     r"spec.analytics.jobs[0].output must end in /n"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "c", "output": "/n"}],
+     r"spec.analytics.jobs[0].output"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "c", "output": "/opt/n"}],
+     r"spec.analytics.jobs[0].output"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "c", "output": "/opt/spark/n"}],
+     r"spec.analytics.jobs[0].output"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "c", "output": "/data/../tmp/n"}],
+     r"spec.analytics.jobs[0].output"),
 ])
 def test_parse_spec_refuses_bad_jobs(jobs: list[dict[str, Any]], field: str) -> None:
     with pytest.raises(SpecError, match=field.replace("[", r"\[").replace("]", r"\]")):
         parse_spec({"analytics": {"jobs": jobs}})
+
+
+def test_bad_analytics_level_claim_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"spec\.analytics\.outputVolumeClaim must be a PersistentVolumeClaim name"):
+        jobs_spec({"name": "n", "job": "logs", "topics": ["A"]}, outputVolumeClaim="UPPER")
+    # without a job the claim is still checked (the CRD's pattern would refuse it too)
+    with pytest.raises(SpecError, match=r"spec\.analytics\.outputVolumeClaim"):
+        jobs_spec(outputVolumeClaim="a..b")
+
+
+def test_output_claim_job_overrides_the_analytics_default() -> None:
+    spec = jobs_spec({"name": "a", "job": "logs", "topics": ["T"]},
+                     {"name": "b", "job": "logs", "topics": ["T"], "outputVolumeClaim": "b-results.v1"},
+                     {"name": "c", "job": "logs", "topics": ["T"], "output": "/data/reports/c"},
+                     outputVolumeClaim="shared")
+    assert spec.analytics.output_volume_claim == "shared"
+    assert [j.output_volume_claim for j in spec.analytics.jobs] == ["shared", "b-results.v1", "shared"]
+    bare = jobs_spec({"name": "a", "job": "logs", "topics": ["T"], "output": "/anywhere"})
+    assert bare.analytics.output_volume_claim is None and bare.analytics.jobs[0].output_volume_claim is None
+    for empty in ("", None):  # the same as absent
+        assert jobs_spec({"name": "a", "job": "logs", "topics": ["T"], "outputVolumeClaim": empty},
+                         outputVolumeClaim=empty).analytics.jobs[0].output_volume_claim is None
+
+
+def test_output_mount_is_the_parent_of_the_output() -> None:
+    assert output_mount("/opt/spark/work-dir/analytics/nightly") == "/opt/spark/work-dir/analytics"
+    assert output_mount("/data//reports/nightly/") == "/data/reports"
+    for bad in ("/nightly", "/opt/nightly", "/opt/spark/nightly", "/usr/nightly", "/tmp/nightly", "/a/./n"):
+        with pytest.raises(SpecError):
+            output_mount(bad)
+
+
+def test_claim_field_matches_the_crd() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    an = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["analytics"]
+    job_props = an["properties"]["jobs"]["items"]["properties"]
+    for field in (an["properties"]["outputVolumeClaim"], job_props["outputVolumeClaim"]):
+        assert field["type"] == "string" and field["maxLength"] == 253
+        assert field["pattern"] == spec_module._SUBDOMAIN_RE.pattern
+    for name in ("results", "a.b-c.d1", "0"):
+        assert jobs_spec({"name": "n", "job": "logs", "topics": ["T"], "outputVolumeClaim": name})
 
 
 # -- names -----------------------------------------------------------------------------------------
@@ -162,12 +224,49 @@ def test_manifests_use_only_fields_of_the_spark_operator_schema() -> None:
     crds = {c["spec"]["names"]["kind"]: c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
             for c in yaml.safe_load(SPARK_CRDS.read_text())["items"]}
     spec = jobs_spec({"name": "a", "job": "logs", "topics": ["T"], "schedule": "@daily"},
-                     {"name": "b", "job": "traffic", "topics": ["T"]}, serviceAccount="spark")
+                     {"name": "b", "job": "traffic", "topics": ["T"]},
+                     {"name": "c", "job": "logs", "topics": ["T"], "schedule": "@daily", "outputVolumeClaim": "out"},
+                     {"name": "d", "job": "traffic", "topics": ["T"], "outputVolumeClaim": "out"},
+                     serviceAccount="spark")
     for job in spec.analytics.jobs:
         app = builders.build_analytics_application(OWNER, spec, job)
         assert _fields(crds[app["kind"]]["properties"]["spec"], app["spec"]) == []
+        if job.output_volume_claim:  # the volume fields are declared, not pruned
+            template = app["spec"].get("template", app["spec"])
+            assert template["volumes"] and template["driver"]["volumeMounts"] and template["executor"]["volumeMounts"]
         template = app["spec"].get("template", app["spec"])
         assert template["type"] in crds["SparkApplication"]["properties"]["spec"]["properties"]["type"]["enum"]
+
+
+def test_output_claim_becomes_a_volume_mounted_in_driver_and_executors() -> None:
+    spec = jobs_spec({"name": "nightly", "job": "logs", "topics": ["T"], "schedule": "@daily"},
+                     {"name": "once", "job": "traffic", "topics": ["T"], "output": "/data/reports/once",
+                      "outputVolumeClaim": "own"},
+                     outputVolumeClaim="analytics-results")
+    nightly, once = (builders.build_analytics_application(OWNER, spec, j) for j in spec.analytics.jobs)
+    t = nightly["spec"]["template"]
+    assert "volumes" not in nightly["spec"]  # ScheduledSparkApplication: only inside the template
+    assert t["volumes"] == [{"name": "analytics-output", "persistentVolumeClaim": {"claimName": "analytics-results"}}]
+    mount = [{"name": "analytics-output", "mountPath": "/opt/spark/work-dir/analytics"}]
+    assert t["driver"]["volumeMounts"] == t["executor"]["volumeMounts"] == mount
+    assert t["arguments"][-2:] == ["--out", "/opt/spark/work-dir/analytics/nightly"]  # <mount>/<job name>
+    assert t["sparkConf"] == {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
+    s = once["spec"]
+    assert s["volumes"] == [{"name": "analytics-output", "persistentVolumeClaim": {"claimName": "own"}}]
+    assert s["driver"]["volumeMounts"] == s["executor"]["volumeMounts"] == [
+        {"name": "analytics-output", "mountPath": "/data/reports"}]
+    assert s["arguments"][-2:] == ["--out", "/data/reports/once"]
+
+
+def test_without_a_claim_there_is_no_volume() -> None:
+    spec = jobs_spec({"name": "a", "job": "logs", "topics": ["T"], "schedule": "@daily"},
+                     {"name": "b", "job": "traffic", "topics": ["T"], "output": "/anywhere"})
+    for job in spec.analytics.jobs:
+        app = builders.build_analytics_application(OWNER, spec, job)
+        t = app["spec"].get("template", app["spec"])
+        assert "volumes" not in t and "sparkConf" not in t
+        assert "volumeMounts" not in t["driver"] and "volumeMounts" not in t["executor"]
+        assert builders.analytics_output_volume(job) is None
 
 
 # -- cron --------------------------------------------------------------------------------------------
