@@ -538,11 +538,13 @@ def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpe
     pods carry the job's labels; the driver runs as ``spec.analytics.serviceAccount``
     (it creates the executor pods) when one is given. With an ``outputVolumeClaim``
     (:func:`analytics_output_volume`) the spec has ``volumes`` and both pods the
-    ``volumeMounts`` of that claim, and ``sparkConf`` sets
-    ``spark.sql.sources.partitionOverwriteMode=dynamic``: a run replaces the
-    date/topic Parquet partitions it wrote and keeps the others (older dates
-    the brokers no longer hold), where Spark's default would empty the whole
-    dataset first.
+    ``volumeMounts`` of that claim. ``sparkConf`` sets
+    ``spark.sql.sources.partitionOverwriteMode=dynamic`` for every job: a run
+    replaces the date/topic Parquet partitions it wrote and keeps the others
+    (older dates the brokers no longer hold), where Spark's default would empty
+    the whole dataset first. (Always set, never only with a claim: server-side
+    apply on Kubernetes 1.20 turns a map whose last key is removed into ``null``,
+    which the Spark operator's schema refuses.)
     """
     an = spec.analytics
     labels = {**names.base_labels(owner.name, names.COMPONENT_ANALYTICS), names.LABEL_ANALYTICS_JOB: job.name}
@@ -558,6 +560,7 @@ def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpe
         "mainApplicationFile": f"local://{ANALYTICS_JOBS_DIR}/{job.job}.py",
         "arguments": analytics_arguments(owner, job),
         "sparkVersion": an.spark_version,
+        "sparkConf": {"spark.sql.sources.partitionOverwriteMode": "dynamic"},
         "restartPolicy": restart,
         "driver": _spark_pod(job.driver, labels, executor=False, service_account=an.service_account),
         "executor": _spark_pod(job.executor, labels, executor=True, service_account=None),
@@ -565,7 +568,6 @@ def spark_application_spec(owner: Owner, spec: ClusterSpec, job: AnalyticsJobSpe
     output_volume = analytics_output_volume(job)
     if output_volume is not None:
         volume, mount = output_volume
-        app["sparkConf"] = {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
         app["volumes"] = [volume]
         app["driver"]["volumeMounts"] = [dict(mount)]
         app["executor"]["volumeMounts"] = [dict(mount)]

@@ -149,7 +149,8 @@ def test_analytics_jobs_become_spark_applications(api: Any, namespace: str, oper
     assert t["executor"]["instances"] == 2 and t["executor"]["memory"] == "2g"
     assert t["driver"]["labels"]["rocket.dev/analytics-job"] == "nightly"
     for app_spec in (t, once["spec"]):  # no outputVolumeClaim: no volume, no mounts
-        assert "volumes" not in app_spec and "sparkConf" not in app_spec
+        assert "volumes" not in app_spec
+        assert app_spec["sparkConf"] == {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
         assert "volumeMounts" not in app_spec["driver"] and "volumeMounts" not in app_spec["executor"]
     o = once["spec"]
     assert o["image"] == "registry.local/analytics:7" and o["mainApplicationFile"].endswith("/jobs/traffic.py")
@@ -275,7 +276,8 @@ def test_output_claim_is_mounted_in_driver_and_executors(api: Any, namespace: st
     patch(api, namespace, "out", {"spec": {"analytics": {"outputVolumeClaim": None}}})
     t = wait_for(lambda: "volumes" not in (x := spark_get(api, namespace, SCHEDULED, "out-nightly")["spec"]["template"])
                  and x, 20, what="the volume removed from the template")
-    assert "volumeMounts" not in t["driver"] and "volumeMounts" not in t["executor"] and "sparkConf" not in t
+    assert "volumeMounts" not in t["driver"] and "volumeMounts" not in t["executor"]
+    assert t["sparkConf"] == {"spark.sql.sources.partitionOverwriteMode": "dynamic"}  # kept: never emptied
     assert spark_get(api, namespace, APPS, "out-once")["spec"]["volumes"] == _volume("traffic.v1")
 
     # an output that does not end in the job's name, with a claim: the operator refuses the spec

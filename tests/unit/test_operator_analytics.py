@@ -264,7 +264,8 @@ def test_without_a_claim_there_is_no_volume() -> None:
     for job in spec.analytics.jobs:
         app = builders.build_analytics_application(OWNER, spec, job)
         t = app["spec"].get("template", app["spec"])
-        assert "volumes" not in t and "sparkConf" not in t
+        assert "volumes" not in t
+        assert t["sparkConf"] == {"spark.sql.sources.partitionOverwriteMode": "dynamic"}  # with or without a claim
         assert "volumeMounts" not in t["driver"] and "volumeMounts" not in t["executor"]
         assert builders.analytics_output_volume(job) is None
 
