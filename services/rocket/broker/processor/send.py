@@ -270,12 +270,7 @@ class SendMessageProcessor:
                     and not request.flag & FLAG_ONEWAY):
                 # The usual answer, written straight into its frame (no RemotingCommand, no dict).
                 first = inners[0]
-                if batch:
-                    self.broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
-                    msg_id = ",".join(m.msg_id for m in messages)
-                else:
-                    self.broker.record_put(first.topic, 1, len(first.body))
-                    msg_id = messages[0].msg_id
+                msg_id = self._record_stored(batch, inners, result)
                 frame = send_ok_frame(request.opaque, msg_id, first.queue_id, messages[0].queue_offset)
                 if frame is not None:
                     conn.answer_frame(request, ResponseCode.SUCCESS, frame, started)
@@ -302,13 +297,18 @@ class SendMessageProcessor:
             what = "the batch" if batch else "the message"
             return request.response(code, remark or f"{what} was not stored")
         first = inners[0]
-        if batch:
-            broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
-            msg_id = ",".join(m.msg_id for m in messages)
-        else:
-            broker.record_put(first.topic, 1, len(first.body))
-            msg_id = messages[0].msg_id
+        msg_id = self._record_stored(batch, inners, result)
         return self._response(request, code, remark, msg_id, first.queue_id, messages[0].queue_offset)
+
+    def _record_stored(self, batch: bool, inners: list[MessageInner], result: PutMessageResult) -> str:
+        """Count the stored ``inners`` in the broker's put statistics; the answer's msgId
+        (the stored messages' ids, comma-separated for a batch). ``result.messages`` is not empty."""
+        first = inners[0]
+        if batch:
+            self.broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
+            return ",".join(m.msg_id for m in result.messages)
+        self.broker.record_put(first.topic, 1, len(first.body))
+        return result.messages[0].msg_id
 
     @staticmethod
     def _response(request: RemotingCommand, code: int, remark: str | None, msg_id: str, queue_id: int,
