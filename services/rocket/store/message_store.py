@@ -504,7 +504,6 @@ class DefaultMessageStore:
     def _dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue]) -> None:
         """:meth:`_dispatch_record` for a run of records read from the CommitLog (recovery),
         without an object per record; the ConsumeQueues written are added to ``touched``."""
-        table = self.consume_queue_table
         delay_ms = self._delay_ms
         pack = ENTRY.pack
         last_cq: ConsumeQueue | None = None
@@ -533,10 +532,7 @@ class DefaultMessageStore:
                         assert last_cq is not None
                         last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
                     if queue_id != last_queue or topic != last_topic:
-                        qs = table.get(topic)
-                        last_cq = qs.get(queue_id) if qs is not None else None
-                        if last_cq is None:
-                            last_cq = self._cq(topic, queue_id)
+                        last_cq = self._cq(topic, queue_id)
                         last_topic, last_queue = topic, queue_id
                         touched.add(last_cq)
                     run_entries = [pack(phys, size, tags_code)]
@@ -559,10 +555,7 @@ class DefaultMessageStore:
     def _dispatch_batch(self, b: DispatchBatch, run: _IndexRun | None = None) -> None:
         """Dispatch what one put appended; with ``run``, the index entries of an ordinary batch
         are only collected there (the caller builds them with the next ones)."""
-        qs = self.consume_queue_table.get(b.topic)
-        cq = qs.get(b.queue_id) if qs is not None else None
-        if cq is None:
-            cq = self._cq(b.topic, b.queue_id)
+        cq = self._cq(b.topic, b.queue_id)
         n = len(b.phys)
         if b.sys_flags is None:
             entries = ENTRY.pack(b.phys[0], b.sizes[0], b.tags[0]) if n == 1 else b"".join(
