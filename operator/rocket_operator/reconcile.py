@@ -158,8 +158,8 @@ async def reconcile_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, old
     else:
         selector = (f"{names.LABEL_INSTANCE}={owner.name},{names.LABEL_COMPONENT}={names.COMPONENT_ANALYTICS}")
         apps, scheduled = await asyncio.gather(
-            ctx.kube.list("sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, selector),
-            ctx.kube.list("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", namespace, selector))
+            ctx.kube.list(names.SPARK_API_VERSION, names.SPARK_APPLICATION, namespace, selector),
+            ctx.kube.list(names.SPARK_API_VERSION, names.SCHEDULED_SPARK_APPLICATION, namespace, selector))
         existing = {(o["kind"], o["metadata"]["name"]): o for o in [*apps, *scheduled] if _owned_by(o, uid)}
         invalid = {j.name: f"schedule {j.schedule!r}: {err}" for j in jobs
                    if j.schedule is not None and (err := analytics.cron_error(j.schedule))}
@@ -175,12 +175,8 @@ async def reconcile_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, old
             if key in wanted or key in kept:
                 continue
             stale_kind, stale_name = key
-            if stale_kind == names.SPARK_APPLICATION:
-                await ctx.kube.delete("sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, stale_name,
-                                      uid=stale["metadata"]["uid"])
-            else:
-                await ctx.kube.delete("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", namespace,
-                                      stale_name, uid=stale["metadata"]["uid"])
+            await ctx.kube.delete(names.SPARK_API_VERSION, stale_kind, namespace, stale_name,
+                                  uid=stale["metadata"]["uid"])
             ctx.applied.pop((uid, *key), None)
             outcome.events.append(("Normal", "AnalyticsJobRemoved", f"deleted {stale_kind} {stale_name}"))
         by_name = {o["metadata"]["name"]: o for o in apps}
@@ -193,7 +189,7 @@ async def reconcile_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, old
             run_name = ((obj or {}).get("status") or {}).get("lastRunName") if is_scheduled else None
             if run_name:
                 last_run = by_name.get(run_name) or await ctx.kube.get(
-                    "sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, run_name)
+                    names.SPARK_API_VERSION, names.SPARK_APPLICATION, namespace, run_name)
             entries.append(analytics.job_status(owner.name, job, obj, last_run, invalid.get(job.name)))
         result = AnalyticsResult(entries=entries or None,
                                  condition=analytics.analytics_condition(entries, invalid) if jobs else None)
