@@ -13,12 +13,14 @@
   (the daemon waits on kopf's stop flag between passes).
 * ``on.delete`` (optional, no finalizer): forget in-memory state. Children go
   by garbage collection through their owner references.
-* ``on.event`` of SparkApplications and ScheduledSparkApplications labelled as
-  a cluster's analytics jobs (and the runs the Spark operator makes of them):
-  the owning cluster's next pass is due at once, so that its
-  ``status.analytics`` follows their ``applicationState``. kopf watches these
-  kinds only while the API server serves them (it notices the Spark operator's
-  CRDs appearing); without them the operator runs as before.
+* SparkApplications and ScheduledSparkApplications of a cluster's analytics jobs
+  (and the runs the Spark operator makes of them) are watched by
+  :class:`rocket_operator.watch.SparkWatch`, in each namespace where a pass
+  found such jobs (all stop when a pass finds the kinds no longer served):
+  a change makes the owning cluster's next pass due at once,
+  so that its ``status.analytics`` follows their ``applicationState``. These
+  kinds come and go with the Spark operator's CRDs; they are not watched by
+  kopf, whose watch of a kind that stops being served ends the operator.
 
 Tests and embedders call :func:`configure` before kopf starts to replace the
 address resolver and the admin (see :mod:`rocket_operator.addresses`).
@@ -40,6 +42,7 @@ from rocket_operator.admin import ClusterAdmin, RemotingClusterAdmin
 from rocket_operator.kube import Credentials, KubeClient
 from rocket_operator.reconcile import Context, Outcome, reconcile
 from rocket_operator.settings import OperatorSettings
+from rocket_operator.watch import SparkWatch
 
 log = logging.getLogger("rocket_operator")
 
@@ -58,6 +61,7 @@ class _State:
     settings: OperatorSettings
     ctx: Context
     http: metrics.HttpServer | None
+    spark: SparkWatch
     #: uid -> monotonic time the next timer pass is due
     due: dict[str, float] = field(default_factory=dict)
     #: (namespace, name) -> uid of every RocketCluster seen by a pass
@@ -122,7 +126,8 @@ async def startup(settings: kopf.OperatorSettings, logger: Any, **kwargs: Any) -
         port = await http.start()
         logger.info("metrics and health on http://%s:%d", ours.http_host, port)
     _STATE = _State(settings=ours, ctx=Context(kube=kube, resolver=resolver, admin=admin, caps=caps,
-                                               analytics_image=ours.analytics_image), http=http)
+                                               analytics_image=ours.analytics_image), http=http,
+                    spark=SparkWatch(kube, _analytics_changed, retry_seconds=max(ours.recheck_seconds, 1.0)))
     logger.info("API server capabilities: %s", caps)
 
 
@@ -133,6 +138,7 @@ async def cleanup(**_: Any) -> None:
     st, _STATE = _STATE, None
     if st is None:
         return
+    await st.spark.close()
     if st.http is not None:
         await st.http.stop()
     await st.ctx.admin.close()
@@ -160,6 +166,10 @@ async def _pass(body: kopf.Body, namespace: str | None, name: str, uid: str, log
             if st.http is not None:
                 st.http.beat()
     metrics.RECONCILES.labels("waiting" if outcome.waiting else "converged").inc()
+    if outcome.spark_served:
+        st.spark.ensure(namespace or "")
+    elif outcome.spark_served is False:  # uninstalled: a watch may hang on until its request times out
+        await st.spark.close()
     delay = st.settings.recheck_seconds if outcome.waiting else st.settings.resync_seconds
     st.due[uid] = time.monotonic() + delay
     for type_, reason, message in outcome.events:
@@ -213,22 +223,14 @@ async def deleted(namespace: str | None, name: str, uid: str, **_: Any) -> None:
     metrics.forget_cluster(namespace or "", name)
 
 
-_ANALYTICS_LABELS = {names.LABEL_COMPONENT: names.COMPONENT_ANALYTICS, names.LABEL_MANAGED_BY: names.FIELD_MANAGER}
+def _analytics_changed(namespace: str, cluster: str) -> None:
+    """An analytics job's Spark object changed: the cluster's next pass is due now.
 
-
-@kopf.on.event(names.SPARK_GROUP, names.SPARK_VERSION, names.SPARK_PLURALS[names.SPARK_APPLICATION],
-               labels=_ANALYTICS_LABELS)
-@kopf.on.event(names.SPARK_GROUP, names.SPARK_VERSION, names.SPARK_PLURALS[names.SCHEDULED_SPARK_APPLICATION],
-               labels=_ANALYTICS_LABELS)
-async def spark_application_event(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-    """A (Scheduled)SparkApplication of an analytics job changed: its cluster's next pass is due now.
-
-    The cluster is the one named by the object's ``rocket.dev/cluster`` label in
-    its namespace; events of clusters no pass has seen yet are ignored (their
-    first pass reads every object anyway).
+    Changes of clusters no pass has seen yet are ignored (their first pass reads
+    every object anyway).
     """
     if _STATE is None:
         return
-    uid = _STATE.uids.get((namespace or "", str(labels.get(names.LABEL_CLUSTER, ""))))
+    uid = _STATE.uids.get((namespace, cluster))
     if uid is not None:
         _STATE.due[uid] = 0.0

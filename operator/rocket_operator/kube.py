@@ -17,7 +17,7 @@ import base64
 import json
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -55,6 +55,20 @@ class ApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+#: The ``items`` of a list answer (named at module level: ``KubeClient.list`` shadows ``list`` in the class).
+_Items = list[dict[str, Any]]
+
+
+def _api_error(resp: aiohttp.ClientResponse, text: str, method: str, path: str) -> ApiError:
+    """The :class:`ApiError` of a non-2xx answer whose body is ``text`` (a ``Status``, or plain text)."""
+    try:
+        status = json.loads(text)
+        reason, message = str(status.get("reason", "")), str(status.get("message", text))
+    except (ValueError, AttributeError):
+        reason, message = resp.reason or "", text
+    return ApiError(resp.status, reason, message, method, path)
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None,
@@ -169,12 +183,7 @@ class KubeClient:
             if resp.status == 404 and missing_ok:
                 return None
             if resp.status >= 300:
-                try:
-                    status = json.loads(text)
-                    reason, message = str(status.get("reason", "")), str(status.get("message", text))
-                except ValueError:
-                    reason, message = resp.reason or "", text
-                raise ApiError(resp.status, reason, message, method, path)
+                raise _api_error(resp, text, method, path)
             return json.loads(text) if text else {}
 
     # -- generic object access ----------------------------------------------------------------
@@ -203,6 +212,41 @@ class KubeClient:
         params = {"labelSelector": label_selector} if label_selector else None
         out = await self.request("GET", resource_path(api_version, kind, namespace), params=params)
         return list((out or {}).get("items") or [])
+
+    async def list_with_version(self, api_version: str, kind: str, namespace: str | None,
+                                label_selector: str | None = None) -> tuple[_Items, str]:
+        """``(items, resourceVersion)`` of a list (cluster-wide when ``namespace`` is None or empty).
+
+        The resource version is where a :meth:`watch` continues from. Raises
+        :class:`ApiError` (404 when the kind is not served).
+        """
+        params = {"labelSelector": label_selector} if label_selector else None
+        out = await self.request("GET", resource_path(api_version, kind, namespace), params=params) or {}
+        return list(out.get("items") or []), str((out.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch(self, api_version: str, kind: str, namespace: str | None, resource_version: str, *,
+                    label_selector: str | None = None, timeout_seconds: int = 300
+                    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}``) from
+        ``resource_version`` until the API server ends the stream (after ``timeout_seconds``).
+
+        An ``ERROR`` event carries a ``Status`` (410 Gone: the version is too old, list again).
+        Raises :class:`ApiError` when the watch is refused (404: the kind is no longer served);
+        ``aiohttp.ClientError`` / ``TimeoutError`` when the connection fails or stays silent
+        for a minute past ``timeout_seconds``.
+        """
+        params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": resource_version,
+                  "timeoutSeconds": str(timeout_seconds)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        path = resource_path(api_version, kind, namespace)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 60)
+        async with self._session.get(f"{path}?{urlencode(params)}", timeout=timeout) as resp:
+            if resp.status >= 300:
+                raise _api_error(resp, await resp.text(), "GET", path)
+            async for line in resp.content:  # one JSON event per line
+                if line.strip():
+                    yield json.loads(line)
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str, *,
                      uid: str | None = None, propagation: str = "Background") -> bool:

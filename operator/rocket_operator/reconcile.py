@@ -87,6 +87,8 @@ class Outcome:
     phase: str = PHASE_PENDING
     waiting: list[str] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    #: whether the pass found the Spark operator's kinds served (None: the cluster has no analytics job)
+    spark_served: bool | None = None
 
 
 def _topics_digest(spec: ClusterSpec) -> str:
@@ -149,6 +151,7 @@ async def reconcile_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, old
     namespace, uid = owner.namespace, owner.uid
     served = await ctx.kube.served_resources(names.SPARK_API_VERSION) or set()
     missing = [kind for kind, plural in names.SPARK_PLURALS.items() if plural not in served]
+    outcome.spark_served = not missing
     if missing:
         result = AnalyticsResult(condition=analytics.spark_operator_missing(missing) if jobs else None)
         if jobs:

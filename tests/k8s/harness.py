@@ -355,6 +355,10 @@ class OperatorRunner:
             if self._runner.exception is not None and not isinstance(self._runner.exception, SystemExit):
                 raise self._runner.exception
 
+    def alive(self) -> bool:
+        """kopf is running (it has not ended, by a crash or otherwise)."""
+        return self._runner is not None and self._cm is not None and not self._runner.future.done()
+
     def restart(self) -> None:
         """Stop and start again (a new kopf, in-memory state lost, like a pod restart)."""
         self.stop()

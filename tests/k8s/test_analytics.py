@@ -338,3 +338,107 @@ def test_without_the_spark_operator_the_cluster_still_reconciles(api: Any, names
     wait_for(lambda: entry(api, namespace, "nospark", "once").get("applicationState") == "RUNNING", 20,
              what="status follows the late SparkApplication")
     assert get(api, namespace, "nospark")["status"]["phase"] == "Running"
+
+
+# -- the operator's own watch of the Spark kinds ----------------------------------------------------
+
+def _app(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"type": "Python", "sparkVersion": "4.0.1", "mode": "cluster"}}
+
+
+async def test_spark_watch_follows_changes_and_ends_when_the_kinds_go(api: Any, namespace: str,
+                                                                     spark_crds: None) -> None:
+    import asyncio
+
+    import kopf
+
+    from rocket_operator.kube import Credentials, KubeClient
+    from rocket_operator.watch import SparkWatch
+
+    objects = client.CustomObjectsApi(api)
+    ours = {"app.kubernetes.io/component": "analytics", "app.kubernetes.io/managed-by": "rocket-operator"}
+    kube = KubeClient(Credentials.from_connection_info(kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())))
+    changes: list[tuple[str, str]] = []
+    # 2 s per watch request: the stream is ended by the API server and re-opened during the test
+    w = SparkWatch(kube, lambda ns, cluster: changes.append((ns, cluster)), retry_seconds=0.2, timeout_seconds=2)
+
+    async def touched(name: str, cluster: str, seconds: float = 20.0) -> None:
+        """Annotate ``name`` again and again until a change of ``cluster`` is reported."""
+        changes.clear()
+        deadline = asyncio.get_running_loop().time() + seconds
+        n = 0
+        while (namespace, cluster) not in changes:
+            assert asyncio.get_running_loop().time() < deadline, f"no change of {cluster} reported: {changes}"
+            n += 1
+            await asyncio.to_thread(objects.patch_namespaced_custom_object, *SPARK, namespace, APPS, name,
+                                    {"metadata": {"annotations": {"touch": str(n)}}})
+            await asyncio.sleep(0.3)
+
+    try:
+        await asyncio.to_thread(objects.create_namespaced_custom_object, *SPARK, namespace, APPS,
+                                _app("mine", {**ours, "rocket.dev/cluster": "c1"}))
+        await asyncio.to_thread(objects.create_namespaced_custom_object, *SPARK, namespace, APPS,
+                                _app("foreign", {"rocket.dev/cluster": "c2"}))
+        w.ensure(namespace)
+        assert w.watching() == {(namespace, "SparkApplication"), (namespace, "ScheduledSparkApplication")}
+        await touched("mine", "c1")
+        await asyncio.sleep(3.0)  # past timeoutSeconds: the watch was re-opened from the last version seen
+        await touched("mine", "c1")
+        for n in range(3):  # an object without the operator's labels is not reported
+            await asyncio.to_thread(objects.patch_namespaced_custom_object, *SPARK, namespace, APPS, "foreign",
+                                    {"metadata": {"annotations": {"touch": str(n)}}})
+        await asyncio.sleep(1.0)
+        assert (namespace, "c2") not in changes
+
+        # the Spark operator is uninstalled: both watches end by themselves, without an error
+        tasks = list(w._tasks.values())
+        await asyncio.to_thread(harness.remove_spark_crds, api)
+        for _ in range(100):
+            if not w.watching():
+                break
+            await asyncio.sleep(0.2)
+        assert not w.watching()
+        assert all(t.done() and t.exception() is None for t in tasks)
+
+        # installed again: a new ensure() watches again
+        await asyncio.to_thread(harness.install_spark_crds, api)
+        await asyncio.to_thread(objects.create_namespaced_custom_object, *SPARK, namespace, APPS,
+                                _app("mine", {**ours, "rocket.dev/cluster": "c3"}))
+        w.ensure(namespace)
+        await touched("mine", "c3")
+    finally:
+        await w.close()
+        await kube.close()
+        await asyncio.to_thread(harness.install_spark_crds, api)
+
+
+def test_operator_survives_the_spark_operator_going_away(api: Any, namespace: str, operator: Any,
+                                                        spark_crds: None) -> None:
+    from rocket_operator import handlers
+
+    create(api, namespace, rkc("gone", broker={"groups": 1, "replicasPerGroup": 0}, analytics={"jobs": [
+        {"name": "once", "job": "traffic", "topics": ["Orders"]}]}))
+    wait_for(lambda: spark_get(api, namespace, APPS, "gone-once"), 30, what="the SparkApplication")
+    wait_for(lambda: (namespace, "SparkApplication") in handlers.state().spark.watching(), 20,
+             what="the operator watching SparkApplications in the namespace")
+    try:
+        harness.remove_spark_crds(api)
+        wait_for(lambda: condition(status(api, namespace, "gone"), "AnalyticsReady").get("reason")
+                 == "SparkOperatorMissing", 30, what="AnalyticsReady SparkOperatorMissing")
+        assert (namespace, "SparkApplication") not in handlers.state().spark.watching()
+        assert operator.runner.alive()
+        # the operator still serves clusters
+        create(api, namespace, rkc("after", broker={"groups": 1, "replicasPerGroup": 0}))
+        wait_for(lambda: status(api, namespace, "after").get("phase") == "Running", 45, what="a new cluster Running")
+    finally:
+        harness.install_spark_crds(api)
+    # back: the job is created again, watched again, and its status followed again
+    wait_for(lambda: spark_get(api, namespace, APPS, "gone-once"), 30, what="the SparkApplication again")
+    wait_for(lambda: (namespace, "SparkApplication") in handlers.state().spark.watching(), 20,
+             what="watching again")
+    spark_status(api, namespace, APPS, "gone-once", {"applicationState": {"state": "RUNNING"}})
+    wait_for(lambda: entry(api, namespace, "gone", "once").get("applicationState") == "RUNNING", 20,
+             what="status follows the SparkApplication again")
+    assert operator.runner.alive()

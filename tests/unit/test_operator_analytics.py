@@ -336,15 +336,16 @@ def test_analytics_condition() -> None:
     assert missing["reason"] == "SparkOperatorMissing" and "install the Spark operator" in missing["message"]
 
 
-# -- the kopf handler ----------------------------------------------------------------------------
+# -- the watch callback ---------------------------------------------------------------------------
 
-async def test_spark_event_makes_the_owning_clusters_pass_due(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spark_change_makes_the_owning_clusters_pass_due(monkeypatch: pytest.MonkeyPatch) -> None:
     class State:
         uids = {("prod", "rc"): "uid-1"}
         due = {"uid-1": 1e12}
 
     monkeypatch.setattr(handlers, "_STATE", State())
-    await handlers.spark_application_event(namespace="prod", labels={names.LABEL_CLUSTER: "other"})
+    handlers._analytics_changed("prod", "other")
+    handlers._analytics_changed("staging", "rc")
     assert State.due["uid-1"] == 1e12
-    await handlers.spark_application_event(namespace="prod", labels={names.LABEL_CLUSTER: "rc"})
+    handlers._analytics_changed("prod", "rc")
     assert State.due["uid-1"] == 0.0
