@@ -199,7 +199,8 @@ async def _push_load(namesrv: str, topic: str, expected: int, timeout: float, re
     await asyncio.sleep(0.5)  # let every queue's first long poll reach the broker
     await asyncio.to_thread(Path(ready_path).write_text, "ready")
     try:
-        await asyncio.wait_for(done.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await done.wait()
     except TimeoutError:
         pass
     await consumer.shutdown()

@@ -60,8 +60,8 @@ class DnsAddressResolver(AddressResolver):
         host = f"{names.nameserver_headless(cluster.name)}.{cluster.namespace}.svc.{self.cluster_domain}"
         loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(host, NAMESERVER_PORT, type=socket.SOCK_STREAM), self.lookup_timeout)
+            async with asyncio.timeout(self.lookup_timeout):
+                infos = await loop.getaddrinfo(host, NAMESERVER_PORT, type=socket.SOCK_STREAM)
         except (OSError, TimeoutError):
             return []
         return sorted({f"{info[4][0]}:{NAMESERVER_PORT}" for info in infos})

@@ -588,7 +588,8 @@ async def run_demo(namesrv: str, logs: dict[str, list[str]], *, concurrency: int
             await asyncio.gather(*jobs)
             produce_s = time.perf_counter() - started
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await done.wait()
         consume_s = time.perf_counter() - started
     finally:
         await consumer.shutdown()

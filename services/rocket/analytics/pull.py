@@ -115,8 +115,12 @@ class SyncPuller:
         """Shut the consumer down (best effort) and close the loop."""
         if self.loop.is_closed():
             return
+        async def shutdown() -> None:
+            async with asyncio.timeout(5.0):
+                await self.consumer.shutdown()
+
         with contextlib.suppress(Exception):
-            self.run(asyncio.wait_for(self.consumer.shutdown(), 5.0))
+            self.run(shutdown())
         with contextlib.suppress(Exception):
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()

@@ -196,14 +196,16 @@ class ScheduleMessageService:
         """Sleep up to ``seconds``; False when the service is stopping."""
         assert self._stopping is not None
         try:
-            await asyncio.wait_for(self._stopping.wait(), timeout=max(seconds, 0.0))
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await self._stopping.wait()
         except TimeoutError:
             return True
         return False
 
     async def _wait_event(self, level: int, seconds: float) -> None:
         try:
-            await asyncio.wait_for(self._events[level].wait(), timeout=seconds)
+            async with asyncio.timeout(seconds):
+                await self._events[level].wait()
         except TimeoutError:
             pass
 

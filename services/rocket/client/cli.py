@@ -227,7 +227,8 @@ def consume(
         try:
             while not done.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(done.wait(), 0.2)
+                    async with asyncio.timeout(0.2):
+                        await done.wait()
                 if timeout is not None and time.monotonic() - last[0] > timeout:
                     break
         finally:

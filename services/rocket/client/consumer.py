@@ -682,7 +682,8 @@ class PushConsumer(_OffsetAPI):
     async def _rebalance_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_wanted.wait(), self.rebalance_interval)
+                async with asyncio.timeout(self.rebalance_interval):
+                    await self._rebalance_wanted.wait()
             self._rebalance_wanted.clear()
             try:
                 await self.rebalance()

@@ -58,8 +58,8 @@ class RemotingClient:
             host, port = parse_addr(addr)
             loop = asyncio.get_running_loop()
             try:
-                _, protocol = await asyncio.wait_for(
-                    loop.create_connection(
+                async with asyncio.timeout(self.connect_timeout):
+                    _, protocol = await loop.create_connection(
                         lambda: RemotingConnection(
                             self.processors,
                             max_frame_size=self.max_frame_size,
@@ -68,9 +68,7 @@ class RemotingClient:
                         ),
                         host,
                         port,
-                    ),
-                    self.connect_timeout,
-                )
+                    )
             except (OSError, TimeoutError) as exc:
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc
             self._connections[addr] = protocol
@@ -116,6 +114,7 @@ class RemotingClient:
             conn.close()
         for conn in conns:
             try:
-                await asyncio.wait_for(conn.wait_closed(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await conn.wait_closed()
             except TimeoutError:
                 conn.abort()

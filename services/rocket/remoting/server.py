@@ -79,7 +79,8 @@ class RemotingServer:
             conn.close()
         for conn in list(self.connections):
             try:
-                await asyncio.wait_for(conn.wait_closed(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await conn.wait_closed()
             except TimeoutError:
                 conn.abort()
         if self._server is not None:

@@ -1107,7 +1107,8 @@ class DefaultMessageStore:
         ev = self._flush_wakeup
         assert ev is not None
         try:
-            await asyncio.wait_for(ev.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await ev.wait()
         except TimeoutError:
             return False
         ev.clear()
@@ -1396,7 +1397,8 @@ class DefaultMessageStore:
         loop = asyncio.get_running_loop()
         cl = self.commit_log
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(cl.wait_idle(), 30)
+            async with asyncio.timeout(30):
+                await cl.wait_idle()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

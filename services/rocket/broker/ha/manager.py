@@ -212,7 +212,8 @@ class ReplicationManager:
         while self.role_pending and time.monotonic() < deadline:
             self._settled.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._settled.wait(), max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._settled.wait()
 
     def _mark_settled(self) -> None:
         if not self.role_pending:

@@ -210,7 +210,8 @@ class HAService:
                 await t
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
             self._server = None
 
     def drop_all(self, why: str) -> None:
@@ -390,16 +391,19 @@ class HAService:
         """Read the first bytes: an epoch handshake, or a plain 8-byte report."""
         mgr = self.manager
         idle = mgr.config.ha_housekeeping_interval / 1000.0
-        first = await asyncio.wait_for(reader.readexactly(4), idle)
+        async with asyncio.timeout(idle):
+            first = await reader.readexactly(4)
         if not is_handshake(first):
             if not mgr.is_master:
                 log.info("replication connection from %s refused: this broker is not a master", peer)
                 return None
             conn = HAConnection(peer, writer, slave_addr=peer)
-            rest = await asyncio.wait_for(reader.readexactly(4), idle)
+            async with asyncio.timeout(idle):
+                rest = await reader.readexactly(4)
             self._on_report(conn, decode_report(first + rest))
             return conn
-        hello = await asyncio.wait_for(read_handshake_body(reader), idle)
+        async with asyncio.timeout(idle):
+            hello = await read_handshake_body(reader)
         error = None
         if not mgr.is_master:
             error = f"broker {mgr.config.broker_addr} is not a master (role {mgr.config.broker_role})"
@@ -408,7 +412,8 @@ class HAService:
         if error is not None:
             writer.write(encode_handshake({"ok": False, "error": error}))
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.drain(), 2)
+                async with asyncio.timeout(2):
+                    await writer.drain()
             log.info("replication handshake from %s refused: %s", peer, error)
             return None
         store = mgr.store

@@ -119,7 +119,8 @@ class HAClient:
     async def _pause(self, seconds: float) -> None:
         self._wakeup.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()
 
     def _close(self) -> None:
         if self._writer is not None:
@@ -184,7 +185,8 @@ class HAClient:
         host, port = parse_addr(addr)
         self._set_state("connecting")
         await store.commit_log.wait_idle()  # bytes of a previous session are written: report the true end
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
+        async with asyncio.timeout(3.0):
+            reader, writer = await asyncio.open_connection(host, port)
         self._writer = writer
         self._set_state("handshaking")
         writer.write(encode_handshake({
@@ -195,7 +197,8 @@ class HAClient:
             "epochs": mgr.epoch_file.to_json(),
         }))
         await writer.drain()
-        reply = await asyncio.wait_for(read_handshake(reader), 10.0)
+        async with asyncio.timeout(10.0):
+            reply = await read_handshake(reader)
         if not reply.get("ok"):
             raise HARefusedError(str(reply.get("error") or "no reason given"))
         if reply.get("brokerName") != cfg.broker_name:
