@@ -34,10 +34,11 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
@@ -324,16 +325,19 @@ class DefaultMessageStore:
                  self.min_phy_offset, self.max_phy_offset, sum(len(q) for q in self.consume_queue_table.values()),
                  self.stats.last_recovery_seconds, "abnormal" if self.stats.last_recovery_abnormal else "normal")
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        async def guard() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("store task %s failed", name)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` as a background task until shutdown; a failure is logged with its traceback.
 
-        self._tasks.append(asyncio.get_running_loop().create_task(guard(), name=f"store-{name}"))
+        The coroutine is the task itself (not awaited inside a wrapper), so a task
+        cancelled before its first step closes it without a "never awaited" warning.
+        """
+        def failed(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.error("store task %s failed", name, exc_info=exc)
+
+        task = asyncio.get_running_loop().create_task(coro, name=f"store-{name}")
+        task.add_done_callback(failed)
+        self._tasks.append(task)
 
     def _start_blocking(self) -> None:
         root = self.root
