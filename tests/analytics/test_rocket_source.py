@@ -134,7 +134,8 @@ def test_broker_death_mid_read_fails_over_then_names_queue_and_offset(tmp_path: 
         if "broker-a-slave" not in procs:
             pytest.skip("SKIPPED fail-over part: the local cluster started no slave")
         bodies = [os.urandom(2000) for _ in range(3000)]
-        publish(state.namesrv, "dying", bodies, queue_nums=1, batch=64)
+        # one batch at a time: the queue then holds the bodies in this order (concurrent batches may interleave)
+        publish(state.namesrv, "dying", bodies, queue_nums=1, batch=64, concurrency=1)
         time.sleep(2.0)  # asynchronous replication catches up
         with SyncPuller(state.namesrv, timeout=3.0) as puller:
             (rng,) = puller.plan(["dying"], parse_offsets(None, default="earliest"),
@@ -178,7 +179,7 @@ def test_slave_without_the_topic_yet_leaves_the_read_to_the_master(tmp_path: Pat
             pytest.skip("SKIPPED: the local cluster started no slave")
         time.sleep(4.0)  # the slave's first (and, for an hour, last) copy of the master's configs is done
         bodies = [f"fresh-{i}".encode() for i in range(100)]
-        publish(state.namesrv, "fresh", bodies, queue_nums=1)
+        publish(state.namesrv, "fresh", bodies, queue_nums=1, concurrency=1)  # stored in this order
         with SyncPuller(state.namesrv, timeout=3.0) as puller:
             (rng,) = puller.plan(["fresh"], parse_offsets(None, default="earliest"),
                                  parse_offsets(None, default="latest"))
