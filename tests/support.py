@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,20 +18,95 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
+#: Every port :func:`free_port` or :func:`reserve_ports` handed out in this process. None is handed
+#: out twice: a port chosen before its server starts (or for a server that stops and restarts on
+#: it) is not free in the kernel's eyes meanwhile, so the kernel may offer it again.
+_handed_out: set[int] = set()
+
+#: Where :func:`reserve_ports` looks (minus the kernel's ephemeral range, see below).
+_RESERVED_LOW, _RESERVED_HIGH = 10000, 65000
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+    """A TCP port on 127.0.0.1 that is free right now and not handed out before by this process.
+
+    Use it for a server started at once; a port that must stay free for longer (a server that
+    is restarted on the same port) comes from :func:`reserve_ports`.
+    """
+    for _ in range(1000):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("the kernel keeps offering ports this process already handed out")
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for ``bind(0)`` and outgoing connections (``ip_local_port_range``)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("0.0.0.0", port))  # our servers listen on every address
+        except OSError:
+            return False
+    return True
+
+
+def reserve_ports(offsets: Sequence[int] = (0,)) -> int:
+    """A base port ``p`` such that every ``p + offset`` is free now and stays free of the kernel.
+
+    The ports lie outside the kernel's ephemeral range, so no outgoing connection (nor its
+    TIME_WAIT, 60 s after it closed) and no ``bind(0)`` can take one of them later, and this
+    process hands none of them out again: a server may stop and be restarted on them minutes
+    later. (A port from :func:`free_port` is in the ephemeral range: on a busy machine any
+    connection may take it once it is unbound.)
+    """
+    low, high = ephemeral_port_range()
+    lo_off, hi_off = min(offsets), max(offsets)
+    # bases whose whole block lies below, or above, the ephemeral range
+    below = range(_RESERVED_LOW - lo_off, min(low, _RESERVED_HIGH) - hi_off)
+    above = range(max(high + 1, _RESERVED_LOW) - lo_off, _RESERVED_HIGH - hi_off)
+    for _ in range(500):
+        if below or above:
+            pick = random.randrange(len(below) + len(above))
+            base = below[pick] if pick < len(below) else above[pick - len(below)]
+        else:  # the ephemeral range covers everything: the best left is a port free now
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                base = int(sock.getsockname()[1]) - lo_off
+        ports = [base + o for o in offsets]
+        if not any(p in _handed_out for p in ports) and all(_bindable(p) for p in ports):
+            _handed_out.update(ports)
+            return base
+    raise RuntimeError(f"no free ports at offsets {list(offsets)} (ephemeral range {low}-{high})")
+
+
+def _log_tail(log_path: Path | None, limit: int = 4000) -> str:
+    if log_path is None:
+        return ""
+    try:
+        return log_path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
 
 
 def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
-              proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Wait until ``host:port`` accepts connections; fail if ``proc`` exits first."""
+              proc: subprocess.Popen[bytes] | None = None, log_path: Path | None = None) -> None:
+    """Wait until ``host:port`` accepts connections; fail at once if ``proc`` exits first (with
+    its output: its stdout pipe, else the end of ``log_path``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+            out = proc.stdout.read().decode(errors="replace") if proc.stdout else _log_tail(log_path)
             raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}:\n{out}")
         with socket.socket() as sock:
             sock.settimeout(0.2)
@@ -68,7 +144,7 @@ def running(argv: Sequence[str], *, port: int | None = None, env: dict[str, str]
     proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=full_env)
     try:
         if port is not None:
-            wait_port(port, timeout=timeout, proc=proc if log_path is None else None)
+            wait_port(port, timeout=timeout, proc=proc, log_path=log_path)
         yield proc
     finally:
         terminate(proc, grace=10.0)

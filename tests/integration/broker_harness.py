@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,28 +22,18 @@ from rocket.message import (
     encode_properties,
 )
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingConnection, RequestCode
-from tests.support import free_port, rocket_command, running, wait_port
+from tests.support import free_port, reserve_ports, rocket_command, running, wait_port
 
 #: Short delay levels so retries and delayed delivery take well under a second.
 FAST_DELAY_LEVELS = "300ms 300ms 400ms " + " ".join(["400ms"] * 15)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def broker_port() -> int:
-    """A listen port whose VIP port (port - 2) and HA port (port + 1) are free too."""
-    for _ in range(200):
-        port = free_port()
-        if port > 1100 and _port_free(port - 2) and _port_free(port + 1):
-            return port
-    raise RuntimeError("no free port triple found")
+    """A listen port whose VIP port (port - 2) and HA port (port + 1) are free too, outside the
+    kernel's ephemeral range: a test may kill a broker and restart it on the same ports later,
+    and a port in that range may meanwhile be taken by any outgoing connection (or its TIME_WAIT)
+    or by a server started on a ``free_port()``."""
+    return reserve_ports((-2, 0, 1))
 
 
 @dataclass
@@ -137,7 +126,7 @@ def broker_process(
     )
     with running(argv, port=port if wait else None, log_path=log, timeout=30) as proc:
         if wait:
-            wait_port(http_port)
+            wait_port(http_port, proc=proc, log_path=log)
         yield BrokerProc(proc, port, http_port, name, store, log, all_settings)
 
 
