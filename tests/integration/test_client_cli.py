@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from rocket.local import ClusterState, find_free_base_port
-from tests.integration.client_support import shared_cluster, unique
-from tests.support import ROOT
+from tests.integration.client_support import shared_cluster
+from tests.support import ROOT, unique
 
 
 @pytest.fixture(scope="module")

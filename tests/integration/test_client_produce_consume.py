@@ -19,7 +19,8 @@ from rocket.client import (
 )
 from rocket.local import ClusterState
 from rocket.message import decode_offset_msg_id
-from tests.integration.client_support import shared_cluster, unique
+from tests.integration.client_support import shared_cluster
+from tests.support import unique
 
 
 @pytest.fixture(scope="module")

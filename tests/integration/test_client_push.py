@@ -20,7 +20,8 @@ from rocket.client import (
     build_message,
 )
 from rocket.local import ClusterState
-from tests.integration.client_support import eventually, shared_cluster, unique
+from tests.integration.client_support import shared_cluster
+from tests.support import eventually, unique
 
 FAST = {"rebalance_interval": 1.0, "persist_interval": 0.5, "heartbeat_interval": 2.0, "suspend_timeout": 2.0}
 

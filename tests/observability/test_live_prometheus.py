@@ -8,18 +8,20 @@ import time
 from tests.observability.conftest import GROUP, TOPIC, Prometheus, Target
 from tests.observability.promql import substitute
 from tests.observability.test_dashboards import ALL_EXPRESSIONS
+from tests.support import wait_for
 
 
 def wait_result(prom: Prometheus, expr: str, timeout: float = 15.0) -> list[dict]:
-    """The instant-query result of ``expr`` once non-empty (scrapes run every second)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """The instant-query result of ``expr`` once non-empty (scrapes run every second); fails
+    after ``timeout`` seconds of empty results."""
+
+    def result() -> list[dict]:
         status, body = prom.query(expr)
         assert status == 200, body
-        result = body["data"]["result"]
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.5)
+        return list(body["data"]["result"])
+
+    found: list[dict] = wait_for(result, timeout, interval=0.5, what=f"a non-empty result of {expr}")
+    return found
 
 
 def test_every_process_is_up(prometheus_scraping: Prometheus, all_targets: list[Target]):
