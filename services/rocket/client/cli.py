@@ -352,7 +352,7 @@ def _broker_document(b: Any) -> dict[str, Any]:
             "brokerAddr": b.addr, "role": b.role, "error": b.error, "runtime": dict(sorted(b.runtime.items()))}
 
 
-#: ``rocket cluster list`` columns: (header, GET_BROKER_RUNTIME_INFO key or None, justify).
+#: ``rocket cluster list`` figure columns: (header, GET_BROKER_RUNTIME_INFO key, justify).
 _CLUSTER_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("version", "brokerVersionDesc", "left"),
     ("put today", "msgPutTotalTodayNow", "right"),
