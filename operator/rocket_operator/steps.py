@@ -10,17 +10,17 @@ API and remoting calls they ask for. Every step is idempotent and none sleeps:
 a step that must wait says so in ``waiting`` and the next pass carries on from
 ``status``.
 
-=====================  ============================================================================
-:func:`observe_cluster`  the RocketCluster and its broker StatefulSets
-:func:`plan_brokers`     broker StatefulSets' size and drain records (pure, :func:`drain.plan`)
-:func:`apply_children`   server-side apply of every child; slave StatefulSets no longer wanted deleted
-:func:`run_analytics`    the analytics jobs' (Scheduled)SparkApplications; never stops the pass
-:func:`observe_members`  pods, PVCs, the NameServers' registration table (``GET_BROKER_CLUSTER_INFO``)
-:func:`own_claims`       PVC owner references (``deleteClaim.onDelete``)
-:func:`sync_groups`      per group: registration, metadata copy to new groups, spec topics
-:func:`drain_groups`     cancelled drains made writable again; each leaving group's drain advanced
-:func:`roll_brokers`     at most one broker pod deleted for a rolling restart
-=====================  ============================================================================
+=========================  ============================================================================
+:func:`observe_cluster`    the RocketCluster and its broker StatefulSets
+:func:`plan_brokers`       broker StatefulSets' size and drain records (pure, :func:`drain.plan`)
+:func:`apply_children`     server-side apply of every child; slave StatefulSets no longer wanted deleted
+:func:`run_analytics`      the analytics jobs' (Scheduled)SparkApplications; never stops the pass
+:func:`observe_members`    pods, PVCs, the NameServers' registration table (``GET_BROKER_CLUSTER_INFO``)
+:func:`own_claims`         PVC owner references (``deleteClaim.onDelete``)
+:func:`sync_groups`        per group: registration, metadata copy to new groups, spec topics
+:func:`drain_groups`       cancelled drains made writable again; each leaving group's drain advanced
+:func:`roll_brokers`       at most one broker pod deleted for a rolling restart
+=========================  ============================================================================
 """
 
 from __future__ import annotations
