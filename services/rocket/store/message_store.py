@@ -1010,7 +1010,7 @@ class DefaultMessageStore:
         """Cut the log at ``offset`` (a record boundary): HA's divergent-tail repair.
 
         A broker that comes back as the slave of a new master drops every byte
-        the new master does not have (``rocket.store.epoch``): CommitLog bytes
+        the new master does not have (``rocket.store.ha.epoch``): CommitLog bytes
         from ``offset`` on are zeroed (files wholly past it deleted),
         ConsumeQueue entries and index entries of records past it removed,
         queue offsets rewound, and the checkpoint moved back first, so a crash
