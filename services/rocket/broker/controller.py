@@ -35,7 +35,6 @@ from rocket.broker.config import (
     parse_properties,
     runtime_overrides_path,
 )
-from rocket.broker.ha import ReplicationManager, apply_persisted_role
 from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
@@ -46,6 +45,7 @@ from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
 from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver, register_broker_body
+from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
@@ -116,7 +116,7 @@ class BrokerController:
         self.config = config
         self.store = DefaultMessageStore(config.store_config())
         self.metrics = BrokerMetrics()
-        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.ha``).
+        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
         self.stats = BrokerStats()
         self.consumer_manager = ConsumerManager(
@@ -498,7 +498,7 @@ class BrokerController:
 
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
-        whose WAIT property is not false is acknowledged once a slave has it (``rocket.broker.ha``)."""
+        whose WAIT property is not false is acknowledged once a slave has it (``rocket.store.ha``)."""
         req = self._store_request(inner).to_request()
         result = await self.store.put_message(req)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
