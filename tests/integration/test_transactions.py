@@ -140,6 +140,7 @@ async def test_check_goes_to_another_producer_of_the_group(cluster: tuple[str, B
         await wait_delivered(namesrv, topic, result.msg_id)
         await asyncio.sleep(1.5)
         assert ids(await delivered(namesrv, topic)) == {result.msg_id: 1}
+        assert sum(sender.checks_answered.values()) == 0  # never asked once it was gone
     finally:
         await other.shutdown()
 
