@@ -126,6 +126,8 @@ async def test_slave_does_not_check_and_the_promoted_slave_does(tmp_path: Path) 
                                  and len(_messages(slave, topic)) == 1, what="replication")
                     # the slave holds the half message (and the op of the finished one) but never checks
                     assert not slave.transaction.running and master.transaction.running
+                    assert slave.status()["transactions"]["checkServiceRunning"] is False
+                    assert slave.status()["transactions"]["halfMaxOffset"] == 2
                     assert len(_messages(slave, HALF_TOPIC)) == 2 and len(_messages(slave, OP_TOPIC)) == 1
                     await asyncio.sleep(1.5)
                     assert sum(p.checks_answered.values()) == 0
@@ -139,5 +141,7 @@ async def test_slave_does_not_check_and_the_promoted_slave_does(tmp_path: Path) 
                     got = sorted(m.msg_id for m in _messages(slave, topic))
                     assert got == sorted([done.msg_id, pending.msg_id])
                     assert p.checks_answered[LocalTransactionState.COMMIT] == 1
+                    tx = slave.status()["transactions"]
+                    assert tx["checkServiceRunning"] is True and tx["opMaxOffset"] == 2 and tx["checkRuns"] >= 1
         finally:
             await master.shutdown()

@@ -768,6 +768,7 @@ class BrokerController:
             "producerGroupsOnline": sorted(self.producer_manager.groups),
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
+            "transactions": self.transaction.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

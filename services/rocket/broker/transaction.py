@@ -459,6 +459,19 @@ class TransactionalMessageService:
             except Exception:
                 log.exception("transaction check failed")
 
+    def status(self) -> dict[str, object]:
+        """The /api/v1/status ``transactions`` document: whether checks run here, the half and op
+        queues' settled offsets (``CID_RMQ_SYS_TRANS``) and ends, and check runs so far."""
+        store = self.broker.store
+        return {
+            "checkServiceRunning": self._running,
+            "halfOffset": self.half_offset,
+            "halfMaxOffset": max(0, store.get_max_offset_in_queue(HALF_TOPIC, 0)),
+            "opOffset": self.op_offset,
+            "opMaxOffset": max(0, store.get_max_offset_in_queue(OP_TOPIC, 0)),
+            "checkRuns": self.runs,
+        }
+
     # -- store access ------------------------------------------------------------------------------
 
     def _read(self, topic: str, offset: int, count: int) -> tuple[list[MessageExt], int, int]:
@@ -607,7 +620,7 @@ class TransactionalMessageService:
     async def _write_op(self, half_offsets: list[int]) -> bool:
         inner = MessageInner(
             topic=OP_TOPIC, queue_id=0, body=op_body(half_offsets), properties={PROPERTY_TAGS: REMOVE_TAG},
-            born_timestamp=_now_ms(), born_host=self.broker.config.broker_addr,
+            born_timestamp=_now_ms(), born_host=self.broker.store.config.store_host,
         )
         self.ensure_topics()
         result = await self.broker.put_message(inner)
@@ -732,7 +745,7 @@ class TransactionalMessageService:
         body = encode_record(
             topic=topic, queue_id=queue_id, body=copy.body, properties=encode_properties(copy.properties),
             flag=copy.flag, sys_flag=copy.sys_flag, born_timestamp=copy.born_timestamp, born_host=copy.born_host,
-            store_timestamp=put.store_timestamp, store_host=broker.config.broker_addr,
+            store_timestamp=put.store_timestamp, store_host=broker.store.config.store_host,
             reconsume_times=copy.reconsume_times, queue_offset=put.queue_offset,
             physical_offset=put.physical_offset,
         )
