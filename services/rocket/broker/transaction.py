@@ -383,6 +383,8 @@ class TransactionalMessageService:
         self._lock = asyncio.Lock()
         #: During a check run: half offsets below this were passed (copied for a check, or discarded).
         self._passed = 0
+        #: Committed half offsets whose op message could not be stored yet (retried by each check run).
+        self._unwritten_ops: set[int] = set()
         self.runs = 0
 
     # -- offsets ------------------------------------------------------------------------------
@@ -418,7 +420,7 @@ class TransactionalMessageService:
         self._running = True
         try:
             scan = self.scan_ops(self.half_offset, self.op_offset, limit=None)
-            self.finished = set(scan.remove)
+            self.finished = set(scan.remove) | self._unwritten_ops
         except Exception:
             log.exception("reading the op queue failed; a duplicate END_TRANSACTION may be re-applied")
         self._wakeup = asyncio.Event()
@@ -547,6 +549,12 @@ class TransactionalMessageService:
         if broker.config.is_slave:
             return request.response(ResponseCode.SLAVE_NOT_AVAILABLE,
                                     "the broker is a slave: end transaction is forbidden")
+        if broker.ha.role_pending:
+            await broker.ha.wait_role_settled()
+        refused = "shutting down" if broker.shutting_down else broker.ha.refuse_writes()
+        if refused is not None or broker.config.is_slave:
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                    f"the broker cannot end transactions now: {refused or 'it is a slave now'}")
         what = "commit" if action == SYSFLAG_TRANSACTION_COMMIT else "rollback"
         if action not in (SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK):
             if action == SYSFLAG_TRANSACTION_NOT_TYPE:
@@ -591,9 +599,12 @@ class TransactionalMessageService:
                 broker.record_put(inner.topic, 1, len(inner.body))
             if not await self._write_op([msg.queue_offset]):
                 if action == SYSFLAG_TRANSACTION_COMMIT:
-                    ok = True  # delivered; without the op it is checked again and refused as ended
-                    log.error("op message for half offset %d not stored; the committed message may be checked "
-                              "again", msg.queue_offset)
+                    # Delivered: keep it finished, and write its op from the next check run on.
+                    ok = True
+                    self._unwritten_ops.add(msg.queue_offset)
+                    log.error("op message for half offset %d not stored; retried by the check service",
+                              msg.queue_offset)
+                    self.metrics.commits.labels(topic).inc()
                     return request.response(ResponseCode.SUCCESS)
                 return request.response(ResponseCode.SYSTEM_ERROR, "storing the op message failed")
             ok = True
@@ -641,6 +652,10 @@ class TransactionalMessageService:
         report = CheckReport()
         if store.find_consume_queue(HALF_TOPIC, 0) is None:
             return report
+        if self._unwritten_ops:
+            pending = sorted(self._unwritten_ops)
+            if await self._write_op(pending):
+                self._unwritten_ops.difference_update(pending)
         started = time.monotonic()
         run_started_ms = _now_ms()
         half_offset = self.half_offset
