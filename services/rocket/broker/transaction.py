@@ -674,7 +674,7 @@ class TransactionalMessageService:
                 break  # an END_TRANSACTION for it is being stored right now: look again next run
             msgs, nxt, max_offset = self._read(HALF_TOPIC, i, 1)
             if not msgs:
-                if i < nxt < max_offset:  # expired or removed: move on
+                if i < nxt <= max_offset:  # expired, removed or undecodable: move on
                     i = nxt
                     continue
                 break
