@@ -50,6 +50,7 @@ from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse
 from rocket.broker.stats import BrokerStats
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
+from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -134,6 +135,8 @@ class BrokerController:
         self.outer_api = BrokerOuterAPI(
             config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
         )
+        #: Transactional messages: END_TRANSACTION and the check-back service (masters only).
+        self.transaction = TransactionalMessageService(self)
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientManageProcessor(self)
@@ -187,6 +190,7 @@ class BrokerController:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             p.register(code, send.process_send)
         p.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.process_send_back)
+        p.register(RequestCode.END_TRANSACTION, self.transaction.end_transaction)
         if not vip:
             p.register(RequestCode.PULL_MESSAGE, self.pull_processor.process_request)
             p.register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.process_request)
@@ -261,6 +265,7 @@ class BrokerController:
             raise
         if cfg.is_master:
             await self.schedule.start()
+            await self.transaction.start()
         self.started = True
         log.info(
             "broker %s (cluster %s, id %d, %s) listening on %s:%d%s%s",
@@ -309,6 +314,7 @@ class BrokerController:
         if woken:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
+        await self.transaction.stop()
         await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
@@ -762,6 +768,7 @@ class BrokerController:
             "producerGroupsOnline": sorted(self.producer_manager.groups),
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
+            "transactions": self.transaction.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

@@ -461,6 +461,7 @@ class ReplicationManager:
                 self.broker.ha_master_addr = None
                 await self._persist_role()
                 await self.broker.schedule.start()
+                await self.broker.transaction.start()
                 self.role_confirmed = True
             finally:
                 self.changing_role = False
@@ -520,6 +521,7 @@ class ReplicationManager:
                 store.config.broker_role = BrokerRole.SLAVE
                 self.service.drop_all(f"{master_addr} is the master now")
                 await self.broker.schedule.stop()
+                await self.broker.transaction.stop()
                 await store.commit_log.wait_idle()
                 cfg.broker_id = await self._free_slave_id()
                 await self._persist_role()
