@@ -247,12 +247,16 @@ def run(short: bool) -> None:
           f"{ratio:.0%} — {verdict}")
 
 
+#: Loggers of replication (``rocket.store.ha``) and of the broker's role changes and metadata copy.
+_HA_LOGGERS = ("rocket.store.ha", "rocket.broker.replicas", "rocket.broker.slave_sync")
+
+
 def _print_ha_warnings(g: Group) -> None:
     """Replication warnings the brokers logged during the run (a dropped connection explains a lag spike)."""
     lines: list[str] = []
     for log in sorted((g.folder / "logs").glob("broker-*.log")):
         for line in log.read_text(errors="replace").splitlines():
-            if "rocket.broker.ha" in line and ("WARNING" in line or "ERROR" in line):
+            if any(name in line for name in _HA_LOGGERS) and ("WARNING" in line or "ERROR" in line):
                 lines.append(f"{log.stem}: {line}")
     for line in lines[:5]:
         print(f"    [{g.role}] {line}")

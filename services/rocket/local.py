@@ -23,7 +23,7 @@ Ports, from a base port P (default 9876)::
 
 A failed master is replaced by hand: ``rocket cluster failover --broker-name
 broker-a`` promotes its slave; the old master, started again, rejoins as a
-slave (``rocket.broker.ha``).
+slave (``rocket.broker.replicas``, ``rocket.store.ha``).
 
 ``python -m rocket.local demo`` (``make run``) starts a cluster in a
 temporary folder, publishes the LogHub samples — one topic per system

@@ -16,16 +16,16 @@ import pytest
 
 from rocket.broker.config import BrokerConfig
 from rocket.broker.controller import BrokerController
-from rocket.broker.ha.protocol import (
+from rocket.nameserver.config import NameServerConfig
+from rocket.nameserver.server import NameServer
+from rocket.remoting import RemotingClient, ResponseCode
+from rocket.store.api import BrokerRole
+from rocket.store.ha.protocol import (
     TransferParser,
     encode_handshake,
     encode_report,
     read_handshake,
 )
-from rocket.nameserver.config import NameServerConfig
-from rocket.nameserver.server import NameServer
-from rocket.remoting import RemotingClient, ResponseCode
-from rocket.store.api import BrokerRole
 from tests.integration.broker_harness import RawBroker, broker_port
 from tests.support import eventually
 

@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocket.broker.ha.master import SyncWaiters
-from rocket.broker.ha.protocol import (
+from rocket.nameserver.model import DataVersion, TopicConfigSerializeWrapper
+from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.store.api import PutMessageStatus
+from rocket.store.ha.master import SyncWaiters
+from rocket.store.ha.protocol import (
     HANDSHAKE_MAGIC,
     HAProtocolError,
     TransferParser,
@@ -22,9 +25,6 @@ from rocket.broker.ha.protocol import (
     is_handshake,
     read_handshake,
 )
-from rocket.nameserver.model import DataVersion, TopicConfigSerializeWrapper
-from rocket.nameserver.routeinfo import RouteInfoManager
-from rocket.store.api import PutMessageStatus
 
 
 def test_report_is_an_8_byte_big_endian_long() -> None:

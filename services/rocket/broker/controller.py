@@ -35,7 +35,6 @@ from rocket.broker.config import (
     parse_properties,
     runtime_overrides_path,
 )
-from rocket.broker.ha import ReplicationManager, apply_persisted_role
 from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
@@ -46,10 +45,12 @@ from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
 from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver, register_broker_body
+from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
+from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -116,7 +117,7 @@ class BrokerController:
         self.config = config
         self.store = DefaultMessageStore(config.store_config())
         self.metrics = BrokerMetrics()
-        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.ha``).
+        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
         self.stats = BrokerStats()
         self.consumer_manager = ConsumerManager(
@@ -134,6 +135,8 @@ class BrokerController:
         self.outer_api = BrokerOuterAPI(
             config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
         )
+        #: Transactional messages: END_TRANSACTION and the check-back service (masters only).
+        self.transaction = TransactionalMessageService(self)
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientManageProcessor(self)
@@ -187,6 +190,7 @@ class BrokerController:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             p.register(code, send.process_send)
         p.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.process_send_back)
+        p.register(RequestCode.END_TRANSACTION, self.transaction.end_transaction)
         if not vip:
             p.register(RequestCode.PULL_MESSAGE, self.pull_processor.process_request)
             p.register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.process_request)
@@ -261,6 +265,7 @@ class BrokerController:
             raise
         if cfg.is_master:
             await self.schedule.start()
+            await self.transaction.start()
         self.started = True
         log.info(
             "broker %s (cluster %s, id %d, %s) listening on %s:%d%s%s",
@@ -309,6 +314,7 @@ class BrokerController:
         if woken:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
+        await self.transaction.stop()
         await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
@@ -498,7 +504,7 @@ class BrokerController:
 
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
-        whose WAIT property is not false is acknowledged once a slave has it (``rocket.broker.ha``)."""
+        whose WAIT property is not false is acknowledged once a slave has it (``rocket.store.ha``)."""
         req = self._store_request(inner).to_request()
         result = await self.store.put_message(req)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
@@ -762,6 +768,7 @@ class BrokerController:
             "producerGroupsOnline": sorted(self.producer_manager.groups),
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
+            "transactions": self.transaction.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

@@ -234,7 +234,7 @@ async def _ha_status(request: web.Request) -> web.Response:
 
 
 async def _change_role(request: web.Request) -> web.Response:
-    from rocket.broker.ha import RoleChangeError
+    from rocket.broker.replicas import RoleChangeError
 
     broker = _broker(request)
     try:

@@ -319,7 +319,7 @@ class Admin:
                                        RequestCode(code).name)
         return out
 
-    # -- replication (rocket.broker.ha) -------------------------------------------------
+    # -- replication (rocket.store.ha) --------------------------------------------------
 
     async def broker_ha_status(self, addr: str) -> dict[str, Any]:
         """GET_BROKER_HA_STATUS (907) of the broker at ``addr``: role, epochs, slaves, lag."""

@@ -251,6 +251,7 @@ class Producer:
         if self._own_client:
             self.client.heartbeat_body = self._heartbeat_body
             self.client.start()
+            self.client.spawn(self.client.poll_namesrv_interval, self._refresh_template_routes)
         self.client.route_listeners.append(self._on_route)
         self._started = True
         return self
@@ -333,6 +334,15 @@ class Producer:
                                      default_queue_nums=self.default_topic_queue_nums)
         self._publish[topic] = info
         return info
+
+    async def _refresh_template_routes(self) -> None:
+        """Look up again the topics still sent through the TBW102 template (with the route poll,
+        as Java polls every topic it publishes to): once the broker registered the new topic its
+        own route is used, and heartbeats follow its brokers (a new master after a failover)."""
+        for topic, info in list(self._publish.items()):
+            if info.from_template:
+                with contextlib.suppress(Exception):
+                    await self._load_publish_info(topic, info)
 
     def _refresh_later(self, topic: str) -> None:
         async def refresh() -> None:

@@ -1,8 +1,9 @@
 """rocket.store: the broker's storage engine (CommitLog, ConsumeQueue, IndexFile, config stores).
 
-Start with :class:`DefaultMessageStore`; formats and recovery are described in
-the modules ``commitlog``, ``consumequeue``, ``index``, ``checkpoint`` and
-``config`` (RocketMQ 4.9.8 names throughout).
+Start with :class:`DefaultMessageStore` (the façade, ``message_store``); formats are
+described in the modules ``commitlog``, ``consumequeue``, ``index``, ``checkpoint`` and
+``config``, the services in ``reput``, ``flush``, ``retention``, ``recovery`` and
+``queue_store``, replication in ``ha`` (RocketMQ names throughout).
 """
 
 from rocket.store.api import (
