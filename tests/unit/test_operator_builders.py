@@ -273,7 +273,9 @@ def test_rollout_slaves_first_then_masters_one_at_a_time() -> None:
     pods[4] = view("s2-0", 2, 0, "new", ready=False)
     waiting = rollout.next_restart(pods, revs, expected, True)
     assert waiting.delete is None and "s2-0" in waiting.waiting
+    # slaves behind their master block it too
     pods[4] = view("s2-0", 2, 0, "new")
+    assert rollout.next_restart(pods, revs, expected, False).delete is None
     # a missing pod blocks it
     assert rollout.next_restart(pods[:-1], revs, expected, True).delete is None
     # nothing outdated: nothing to do
