@@ -62,8 +62,8 @@ class _Poll:
     """The bookkeeping shared by :func:`wait_for` and :func:`eventually`: deadline, last value or
     error, and the failure message."""
 
-    def __init__(self, timeout: float, what: str, retry_on: tuple[type[BaseException], ...]) -> None:
-        self.timeout, self.what, self.retry_on = timeout, what, retry_on
+    def __init__(self, timeout: float, what: str) -> None:
+        self.timeout, self.what = timeout, what
         self.deadline = time.monotonic() + timeout
         self.last: Any = None
 
@@ -80,7 +80,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = WAIT_TIMEOUT, *, int
     return that. An exception of a type in ``retry_on`` counts as "not yet" (any other propagates).
     Raises ``AssertionError`` naming ``what`` and the last value or error after ``timeout`` s.
     For code running on an event loop use :func:`eventually`."""
-    poll = _Poll(timeout, what, retry_on)
+    poll = _Poll(timeout, what)
     while True:
         try:
             poll.last = predicate()
@@ -98,7 +98,7 @@ async def eventually(predicate: Callable[[], Any], timeout: float = WAIT_TIMEOUT
                      what: str = "condition", retry_on: tuple[type[BaseException], ...] = ()) -> Any:
     """:func:`wait_for` for asyncio tests: ``predicate`` may be a plain function or return an
     awaitable (a coroutine function), and the loop keeps running between polls."""
-    poll = _Poll(timeout, what, retry_on)
+    poll = _Poll(timeout, what)
     while True:
         try:
             value = predicate()
