@@ -48,13 +48,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rocket.message import new_uniq_id, tags_hash_code
+from rocket.protocol import TopicConfig
 from rocket.runtime import run as run_loop
 from rocket.store import (
     DefaultMessageStore,
     FlushDiskType,
     MessageStoreConfig,
     PutMessageRequest,
-    TopicConfig,
     TopicConfigManager,
 )
 

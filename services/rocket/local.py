@@ -231,7 +231,7 @@ def _ready(info: ProcessInfo) -> bool:
 
 async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
     from rocket.client.base import MQClient
-    from rocket.client.route import ClusterInfo
+    from rocket.protocol import ClusterInfo
     from rocket.remoting import RequestCode
 
     client = MQClient(";".join(namesrv), timeout=1.0)
@@ -240,8 +240,8 @@ async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
             response = await client.invoke(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
             if response.code != 0:
                 return False
-            info = ClusterInfo.parse(response.body)
-            if not all(name in info.brokers and info.brokers[name].master_addr for name in brokers):
+            info = ClusterInfo.from_json(response.body)
+            if not all(name in info.broker_addr_table and info.broker_addr_table[name].master_addr for name in brokers):
                 return False
         return True
     except Exception:

@@ -12,13 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig
 from rocket.store import (
     ConfigCorruptError,
     ConsumerOffsetManager,
-    DataVersion,
-    SubscriptionGroupConfig,
     SubscriptionGroupManager,
-    TopicConfig,
     TopicConfigManager,
 )
 from rocket.store.checkpoint import CHECKPOINT_SIZE, Checkpoint, StoreCheckpoint
@@ -48,7 +46,7 @@ def test_subscription_group_java_json() -> None:
 
 def test_data_version_bumps() -> None:
     dv = DataVersion(timestamp=5, counter=2)
-    dv.next_version()
+    dv = dv.next_version()
     assert dv.counter == 3 and dv.timestamp >= int(time.time() * 1000) - 5000
     assert DataVersion.from_json(dv.to_json()) == dv
     assert set(dv.to_json()) == {"timestamp", "counter"}

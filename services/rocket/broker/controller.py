@@ -44,7 +44,7 @@ from rocket.broker.processor.client_manage import ClientManageProcessor, Consume
 from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
-from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver, register_broker_body
+from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver
 from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats
@@ -58,6 +58,14 @@ from rocket.message import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_NOT_TYPE,
 )
+from rocket.protocol import (
+    DataVersion,
+    RegisterBrokerBody,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    loads_lenient,
+)
 from rocket.remoting import (
     Processors,
     RemotingCommand,
@@ -65,11 +73,9 @@ from rocket.remoting import (
     RemotingError,
     RemotingServer,
     RequestCode,
-    loads_lenient,
 )
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
-from rocket.store.config import SubscriptionGroupConfig, TopicConfig
 
 log = logging.getLogger("rocket.broker")
 
@@ -344,18 +350,15 @@ class BrokerController:
         """The RegisterBrokerBody of this broker now (topic perms rewritten when not RW)."""
         perm = self.config.broker_permission
         rewrite = not (is_readable(perm) and is_writeable(perm))
-        table: dict[str, Any] = {}
-        for name, tc in self.store.topic_configs.all().items():
-            obj = dict(tc.to_json())
-            if rewrite:
-                obj["perm"] = perm
-            table[name] = obj
-        dv = self.store.topic_configs.data_version
-        version = {
-            "timestamp": max(int(dv.timestamp), self._perm_changed_at),
-            "counter": int(dv.counter) + self._perm_changes,
+        table = {
+            name: dataclasses.replace(tc, perm=perm) if rewrite else tc
+            for name, tc in self.store.topic_configs.all().items()
         }
-        return register_broker_body(table, version)
+        dv = self.store.topic_configs.data_version
+        version = DataVersion(
+            timestamp=max(dv.timestamp, self._perm_changed_at), counter=dv.counter + self._perm_changes
+        )
+        return RegisterBrokerBody(TopicConfigSerializeWrapper(table, version)).encode()
 
     async def _register_once(self) -> None:
         results = await self.outer_api.register_broker_all(self._identity(), self.registration_body())

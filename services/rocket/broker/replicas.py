@@ -56,13 +56,13 @@ import orjson
 from rocket.broker.config import BrokerConfig
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
+from rocket.protocol import loads_lenient
 from rocket.remoting import (
     RemotingCommand,
     RemotingConnection,
     RemotingError,
     RequestCode,
     ResponseCode,
-    loads_lenient,
 )
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.ha.epoch import EPOCH_FILE_NAME, EpochFile
@@ -74,8 +74,8 @@ if TYPE_CHECKING:
     from rocket.broker.metrics import BrokerMetrics
     from rocket.broker.registration import BrokerOuterAPI, RegisterResult
     from rocket.broker.schedule import ScheduleMessageService
+    from rocket.protocol import TopicConfig
     from rocket.store import DefaultMessageStore
-    from rocket.store.config import TopicConfig
 
 log = logging.getLogger("rocket.broker.replicas")
 

@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
-from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from rocket.broker.schedule import ScheduleMessageService
@@ -175,4 +175,4 @@ def _replace_table(mgr: Any, table: dict[str, Any], version: Any) -> None:
     if gone:
         mgr.delete_many(gone)
     if master_version is not None:
-        mgr.data_version = master_version.copy()
+        mgr.data_version = master_version

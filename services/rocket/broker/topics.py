@@ -20,11 +20,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rocket.message import MAX_TOPIC_LENGTH
-from rocket.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rocket.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
     from rocket.broker.config import BrokerConfig
-    from rocket.store.config import TopicConfig, TopicConfigManager
+    from rocket.protocol import TopicConfig
+    from rocket.store.config import TopicConfigManager
 
 log = logging.getLogger("rocket.broker")
 

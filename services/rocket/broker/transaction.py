@@ -88,8 +88,8 @@ from rocket.message import (
     encode_properties,
     encode_record,
 )
+from rocket.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from rocket.remoting import HeaderFieldError, RemotingCommand, RemotingConnection, RemotingError, RequestCode
-from rocket.remoting.codes import PERM_READ, PERM_WRITE, ResponseCode
 from rocket.store.api import GetMessageStatus, PutMessageStatus
 
 if TYPE_CHECKING:

@@ -300,14 +300,14 @@ def topic_list(
     ``-o json|yaml`` ``{"topics": [{"topic", "queueDatas"?}]}`` (README.md, "Output for scripts").
     """
     from rocket.client import Admin, TopicRouteError
-    from rocket.client.route import QueueData
+    from rocket.protocol import QueueData
 
     with_routes = routes or output is OutputFormat.WIDE
 
     async def main() -> list[tuple[str, list[QueueData] | None]]:
         async with Admin(resolve_namesrv(namesrv)) as admin:
             info = await admin.cluster_info()
-            hidden = set(info.brokers) | set(info.clusters)
+            hidden = set(info.broker_addr_table) | set(info.cluster_addr_table)
             names = [t for t in await admin.topic_list()
                      if all_topics or (t not in hidden and not t.startswith(SYSTEM_TOPIC_PREFIXES))]
             rows: list[tuple[str, list[QueueData] | None]] = []

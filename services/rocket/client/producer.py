@@ -41,14 +41,7 @@ from typing import Any
 
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient
 from rocket.client.errors import MQClientError, NotStartedError, SendFailedError, TopicRouteError
-from rocket.client.route import (
-    AUTO_CREATE_TOPIC,
-    RETRY_GROUP_TOPIC_PREFIX,
-    FaultTracker,
-    MessageQueue,
-    PublishInfo,
-    TopicRouteData,
-)
+from rocket.client.route import AUTO_CREATE_TOPIC, RETRY_GROUP_TOPIC_PREFIX, FaultTracker, PublishInfo
 from rocket.message import (
     COMPRESS_OVER,
     MAX_MESSAGE_SIZE,
@@ -67,6 +60,7 @@ from rocket.message import (
     java_string_hash,
     new_uniq_id,
 )
+from rocket.protocol import MessageQueue, TopicRouteData
 from rocket.remoting import (
     RemotingCommand,
     RemotingCommandError,

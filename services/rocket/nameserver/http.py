@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from rocket.nameserver.processor import no_route_remark
-from rocket.remoting.codes import ResponseCode
+from rocket.protocol.codes import ResponseCode
 
 if TYPE_CHECKING:
     from rocket.nameserver.server import NameServer

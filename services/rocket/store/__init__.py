@@ -21,10 +21,7 @@ from rocket.store.api import (
 )
 from rocket.store.config import (
     ConsumerOffsetManager,
-    DataVersion,
-    SubscriptionGroupConfig,
     SubscriptionGroupManager,
-    TopicConfig,
     TopicConfigManager,
 )
 from rocket.store.message_store import DefaultMessageStore, StoreStats
@@ -34,7 +31,6 @@ __all__ = [
     "BrokerRole",
     "ConfigCorruptError",
     "ConsumerOffsetManager",
-    "DataVersion",
     "DefaultMessageStore",
     "FlushDiskType",
     "GetMessageResult",
@@ -45,8 +41,6 @@ __all__ = [
     "PutMessageStatus",
     "StoreError",
     "StoreStats",
-    "SubscriptionGroupConfig",
     "SubscriptionGroupManager",
-    "TopicConfig",
     "TopicConfigManager",
 ]

@@ -33,13 +33,12 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import orjson
 
-from rocket.remoting import loads_lenient
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
 from rocket.store.api import ConfigCorruptError, StoreError
 from rocket.store.files import write_file_atomically
 
@@ -50,139 +49,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _as_bool(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1")
-    return bool(v)
-
-
 def _as_obj(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
     if isinstance(obj, (str, bytes)):
         obj = loads_lenient(obj)
     if not isinstance(obj, Mapping):
         raise ValueError("not a JSON object")
     return obj
-
-
-@dataclass(slots=True)
-class DataVersion:
-    """``DataVersion``: when the table last changed (ms) and how many changes so far."""
-
-    timestamp: int = field(default_factory=_now_ms)
-    counter: int = 0
-
-    def next_version(self) -> None:
-        """Bump for a change: timestamp = now, counter + 1."""
-        self.timestamp = _now_ms()
-        self.counter += 1
-
-    def to_json(self) -> dict[str, int]:
-        """``{"timestamp": ..., "counter": ...}``."""
-        return {"timestamp": self.timestamp, "counter": self.counter}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> DataVersion:
-        """Parse; raises ``ValueError`` for a malformed object."""
-        o = _as_obj(obj)
-        return cls(int(o.get("timestamp", 0)), int(o.get("counter", 0)))
-
-    def copy(self) -> DataVersion:
-        """An independent copy."""
-        return DataVersion(self.timestamp, self.counter)
-
-
-@dataclass(slots=True)
-class TopicConfig:
-    """``TopicConfig``: queue counts, permission (6 = read + write), filter type, flags."""
-
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = 6
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        """Java field names (A10.3)."""
-        return {
-            "topicName": self.topic_name,
-            "readQueueNums": self.read_queue_nums,
-            "writeQueueNums": self.write_queue_nums,
-            "perm": self.perm,
-            "topicFilterType": self.topic_filter_type,
-            "topicSysFlag": self.topic_sys_flag,
-            "order": self.order,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> TopicConfig:
-        """Parse Java JSON (numbers may arrive as strings). Raises ``ValueError``/``KeyError``."""
-        o = _as_obj(obj)
-        return cls(
-            topic_name=str(o["topicName"]),
-            read_queue_nums=int(o.get("readQueueNums", 16)),
-            write_queue_nums=int(o.get("writeQueueNums", 16)),
-            perm=int(o.get("perm", 6)),
-            topic_filter_type=str(o.get("topicFilterType", "SINGLE_TAG")),
-            topic_sys_flag=int(o.get("topicSysFlag", 0)),
-            order=_as_bool(o.get("order", False)),
-        )
-
-    @property
-    def name(self) -> str:
-        """The table key."""
-        return self.topic_name
-
-
-@dataclass(slots=True)
-class SubscriptionGroupConfig:
-    """``SubscriptionGroupConfig`` (B3)."""
-
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        """Java field names."""
-        return {
-            "groupName": self.group_name,
-            "consumeEnable": self.consume_enable,
-            "consumeFromMinEnable": self.consume_from_min_enable,
-            "consumeBroadcastEnable": self.consume_broadcast_enable,
-            "retryQueueNums": self.retry_queue_nums,
-            "retryMaxTimes": self.retry_max_times,
-            "brokerId": self.broker_id,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> SubscriptionGroupConfig:
-        """Parse Java JSON. Raises ``ValueError``/``KeyError``."""
-        o = _as_obj(obj)
-        return cls(
-            group_name=str(o["groupName"]),
-            consume_enable=_as_bool(o.get("consumeEnable", True)),
-            consume_from_min_enable=_as_bool(o.get("consumeFromMinEnable", True)),
-            consume_broadcast_enable=_as_bool(o.get("consumeBroadcastEnable", True)),
-            retry_queue_nums=int(o.get("retryQueueNums", 1)),
-            retry_max_times=int(o.get("retryMaxTimes", 16)),
-            broker_id=int(o.get("brokerId", 0)),
-            which_broker_when_consume_slowly=int(o.get("whichBrokerWhenConsumeSlowly", 1)),
-            notify_consumer_ids_changed_enable=_as_bool(o.get("notifyConsumerIdsChangedEnable", True)),
-        )
-
-    @property
-    def name(self) -> str:
-        """The table key."""
-        return self.group_name
 
 
 # -- SQLite-backed tables ---------------------------------------------------------------------
@@ -411,8 +283,13 @@ class _ConfigManager(Generic[T]):
     def __init__(self, path: Path) -> None:
         self.store = ConfigTable(path)
         self._table: dict[str, T] = {}
-        self.data_version = DataVersion()
+        self.data_version = DataVersion(timestamp=_now_ms())
         self._loaded = False
+
+    @staticmethod
+    def _name(cfg: T) -> str:
+        """The table key of ``cfg``."""
+        raise NotImplementedError
 
     def load(self) -> None:
         """Read the table (blocking). Raises :class:`ConfigCorruptError`."""
@@ -449,19 +326,21 @@ class _ConfigManager(Generic[T]):
     def put(self, cfg: T) -> None:
         """Create or replace; bumps the data version; persisted in the background."""
         self._check()
-        self._table[cfg.name] = cfg
-        self.data_version.next_version()
-        self.store.stage(cfg.name, cfg.to_json(), self.data_version.to_json())
+        name = self._name(cfg)
+        self._table[name] = cfg
+        self.data_version = self.data_version.next_version()
+        self.store.stage(name, cfg.to_json(), self.data_version.to_json())
 
     def put_many(self, cfgs: Iterable[T]) -> None:
         """Create or replace several with one version bump and one transaction."""
         self._check()
         items = []
         for cfg in cfgs:
-            self._table[cfg.name] = cfg
-            items.append((cfg.name, cfg.to_json()))
+            name = self._name(cfg)
+            self._table[name] = cfg
+            items.append((name, cfg.to_json()))
         if items:
-            self.data_version.next_version()
+            self.data_version = self.data_version.next_version()
             self.store.stage_many(items, self.data_version.to_json())
 
     def delete(self, name: str) -> bool:
@@ -469,7 +348,7 @@ class _ConfigManager(Generic[T]):
         self._check()
         if self._table.pop(name, None) is None:
             return False
-        self.data_version.next_version()
+        self.data_version = self.data_version.next_version()
         self.store.stage(name, _DELETE, self.data_version.to_json())
         return True
 
@@ -478,7 +357,7 @@ class _ConfigManager(Generic[T]):
         self._check()
         gone = [n for n in names if self._table.pop(n, None) is not None]
         if gone:
-            self.data_version.next_version()
+            self.data_version = self.data_version.next_version()
             self.store.stage_many([(n, _DELETE) for n in gone], self.data_version.to_json())
         return len(gone)
 
@@ -504,12 +383,20 @@ class TopicConfigManager(_ConfigManager[TopicConfig]):
     _kind = TopicConfig
     _wrapper_key = "topicConfigTable"
 
+    @staticmethod
+    def _name(cfg: TopicConfig) -> str:
+        return cfg.topic_name
+
 
 class SubscriptionGroupManager(_ConfigManager[SubscriptionGroupConfig]):
     """Subscription group configs (``SubscriptionGroupManager``); file ``config/subscriptionGroup.db``."""
 
     _kind = SubscriptionGroupConfig
     _wrapper_key = "subscriptionGroupTable"
+
+    @staticmethod
+    def _name(cfg: SubscriptionGroupConfig) -> str:
+        return cfg.group_name
 
 
 # -- consumer offsets ------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
-from rocket.broker.locks import MessageQueue
 from rocket.broker.topics import is_system_topic, validate_topic
-from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode, loads_lenient
+from rocket.protocol import MessageQueue, loads_lenient
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
     from rocket.broker.controller import BrokerController

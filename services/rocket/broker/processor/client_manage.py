@@ -17,8 +17,8 @@ import orjson
 from rocket.broker.client_manager import ClientChannelInfo
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
 from rocket.broker.topics import retry_topic
+from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
     from rocket.broker.controller import BrokerController

@@ -63,14 +63,14 @@ from rocket.message import (
     decode_properties,
     encode_properties,
 )
+from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting.connection import ANSWER_LATER
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from rocket.broker.controller import BrokerController
-    from rocket.store.config import TopicConfig
+    from rocket.protocol import TopicConfig
 
 log = logging.getLogger("rocket.broker.send")
 
