@@ -47,6 +47,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rocket.broker.metadata import TopicConfigManager
 from rocket.message import new_uniq_id, tags_hash_code
 from rocket.protocol import TopicConfig
 from rocket.runtime import run as run_loop
@@ -55,7 +56,6 @@ from rocket.store import (
     FlushDiskType,
     MessageStoreConfig,
     PutMessageRequest,
-    TopicConfigManager,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

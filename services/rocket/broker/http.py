@@ -139,7 +139,7 @@ def _topic_json(broker: BrokerController, tc: Any) -> dict[str, Any]:
 
 async def _topics(request: web.Request) -> web.Response:
     broker = _broker(request)
-    configs = broker.store.topic_configs.all()
+    configs = broker.metadata.topic_configs.all()
     return web.json_response({"topics": [_topic_json(broker, configs[name]) for name in sorted(configs)]})
 
 
@@ -224,7 +224,7 @@ async def _groups(request: web.Request) -> web.Response:
 async def _group(request: web.Request) -> web.Response:
     broker = _broker(request)
     group = request.match_info["group"]
-    if group not in broker.consumer_groups() and broker.store.subscription_groups.get(group) is None:
+    if group not in broker.consumer_groups() and broker.metadata.subscription_groups.get(group) is None:
         return _error(404, f"consumer group {group} is unknown to this broker")
     return web.json_response(_group_json(broker, group))
 

@@ -24,8 +24,8 @@ from rocket.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
     from rocket.broker.config import BrokerConfig
+    from rocket.broker.metadata import TopicConfigManager
     from rocket.protocol import TopicConfig
-    from rocket.store.config import TopicConfigManager
 
 log = logging.getLogger("rocket.broker")
 

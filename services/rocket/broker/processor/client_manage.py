@@ -84,7 +84,7 @@ class ClientManageProcessor:
         if producer_group:
             broker.producer_manager.unregister_producer(producer_group, conn)
         if consumer_group:
-            group_config = broker.store.subscription_groups.get(consumer_group)
+            group_config = broker.metadata.subscription_groups.get(consumer_group)
             notify = True if group_config is None else bool(group_config.notify_consumer_ids_changed_enable)
             broker.consumer_manager.unregister_consumer(consumer_group, conn, notify=notify)
         return request.response(ResponseCode.SUCCESS)
@@ -125,7 +125,7 @@ class ConsumerManageProcessor:
         topic = request.require("topic")
         queue_id = request.require_int("queueId")
         offset = request.require_int("commitOffset")
-        self.broker.store.consumer_offsets.commit(group, topic, queue_id, offset)
+        self.broker.metadata.consumer_offsets.commit(group, topic, queue_id, offset)
         return request.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -134,7 +134,7 @@ class ConsumerManageProcessor:
         group = request.require("consumerGroup")
         topic = request.require("topic")
         queue_id = request.require_int("queueId")
-        offset = store.consumer_offsets.query(group, topic, queue_id)
+        offset = self.broker.metadata.consumer_offsets.query(group, topic, queue_id)
         if offset is not None and offset >= 0:
             return request.response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
         if store.get_min_offset_in_queue(topic, queue_id) <= 0:

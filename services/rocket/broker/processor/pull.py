@@ -202,7 +202,7 @@ class PullMessageProcessor:
             elif code == ResponseCode.PULL_OFFSET_MOVED:
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave=false, as Java
         if allow_suspend and header.has_commit_offset and not cfg.is_slave and header.commit_offset >= 0:
-            broker.store.consumer_offsets.commit(
+            broker.metadata.consumer_offsets.commit(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         if (

@@ -415,7 +415,7 @@ class SendMessageProcessor:
         if not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group_config = self.broker.store.subscription_groups.get(group)
+        group_config = self.broker.metadata.subscription_groups.get(group)
         if group_config is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"

@@ -1,24 +1,19 @@
-"""Broker config stores: topics, subscription groups, consumer offsets (B3, A10.3).
+"""Durable config tables of a broker: SQLite (WAL) rows written from a dedicated thread.
 
-* :class:`TopicConfigManager` and :class:`SubscriptionGroupManager` keep their
-  table in memory and persist every change incrementally to SQLite (WAL) from
-  a dedicated thread: one row per topic/group, a batch of changes per
-  transaction. Creating 10,000 topics one at a time costs 10,000 dict updates
-  on the caller's side and a few transactions on the writer's. Calls are
-  synchronous and never block on the disk; :meth:`ConfigTable.flush` (or
-  ``await wait_persisted()``) waits for durability.
-* :class:`ConsumerOffsetManager` keeps ``topic@group → {queueId: offset}``
-  and writes ``config/consumerOffset.json`` atomically (temp file, fsync,
-  rename, the previous copy kept as ``.bak``), every
-  ``flush_consumer_offset_interval`` and at shutdown.
+* :class:`ConfigTable`: a ``name → JSON object`` table plus a DataVersion in one
+  SQLite file, changed incrementally: one row per topic/group, a batch of
+  changes per transaction. Callers never block on the disk;
+  :meth:`ConfigTable.flush` (or ``await wait_persisted()``) waits for durability.
+* :class:`ConfigManager`: an in-memory table of configs plus its
+  :class:`~rocket.protocol.DataVersion`, persisted through a ConfigTable (the
+  base of :class:`~rocket.broker.metadata.topic.TopicConfigManager` and
+  :class:`~rocket.broker.metadata.subscription.SubscriptionGroupManager`).
 
 Every file is checked at start-up; a corrupt or truncated one is logged
 (which file, what is wrong), set aside as ``<name>.corrupt-<ms>``, and the
 last good copy (``.bak``) is used. With no good copy at all
 :class:`~rocket.store.api.ConfigCorruptError` is raised, rather than silently
-starting empty.
-
-JSON shapes are RocketMQ 4.9.8's (fastjson field names).
+starting empty. JSON shapes are RocketMQ 4.9.8's (fastjson field names).
 """
 
 from __future__ import annotations
@@ -38,23 +33,15 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig
 from rocket.store.api import ConfigCorruptError, StoreError
-from rocket.store.files import write_file_atomically
 
-log = logging.getLogger("rocket.store.config")
+log = logging.getLogger("rocket.broker.metadata")
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Wall-clock milliseconds."""
     return int(time.time() * 1000)
-
-
-def _as_obj(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
-    if isinstance(obj, (str, bytes)):
-        obj = loads_lenient(obj)
-    if not isinstance(obj, Mapping):
-        raise ValueError("not a JSON object")
-    return obj
 
 
 # -- SQLite-backed tables ---------------------------------------------------------------------
@@ -66,8 +53,10 @@ _SCHEMA = (
 _DELETE = object()
 
 
-def _set_aside(path: Path) -> Path:
-    aside = path.with_name(f"{path.name}.corrupt-{_now_ms()}")
+def set_aside(path: Path) -> Path:
+    """Rename a corrupt ``path`` (and its SQLite ``-wal``/``-shm`` files) to ``<name>.corrupt-<ms>``;
+    returns the new path."""
+    aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
     os.replace(path, aside)
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
@@ -139,7 +128,7 @@ class ConfigTable:
             problem = f"{self.path}: corrupt or truncated ({exc})"
             if not self.bak.exists():
                 raise ConfigCorruptError(f"{problem}, and there is no last good copy {self.bak}") from None
-            aside = _set_aside(self.path)
+            aside = set_aside(self.path)
             log.error("%s; set aside as %s, using the last good copy %s", problem, aside.name, self.bak)
             shutil.copyfile(self.bak, self.path)
             try:
@@ -274,7 +263,7 @@ class ConfigTable:
 T = TypeVar("T", TopicConfig, SubscriptionGroupConfig)
 
 
-class _ConfigManager(Generic[T]):
+class ConfigManager(Generic[T]):
     """In-memory table + DataVersion persisted through a :class:`ConfigTable`."""
 
     _kind: type[T]
@@ -283,7 +272,7 @@ class _ConfigManager(Generic[T]):
     def __init__(self, path: Path) -> None:
         self.store = ConfigTable(path)
         self._table: dict[str, T] = {}
-        self.data_version = DataVersion(timestamp=_now_ms())
+        self.data_version = DataVersion(timestamp=now_ms())
         self._loaded = False
 
     @staticmethod
@@ -375,141 +364,3 @@ class _ConfigManager(Generic[T]):
     async def wait_persisted(self) -> None:
         """Await until every change so far is persisted."""
         await self.store.wait_persisted()
-
-
-class TopicConfigManager(_ConfigManager[TopicConfig]):
-    """Topic configs (``TopicConfigManager``); file ``config/topics.db``."""
-
-    _kind = TopicConfig
-    _wrapper_key = "topicConfigTable"
-
-    @staticmethod
-    def _name(cfg: TopicConfig) -> str:
-        return cfg.topic_name
-
-
-class SubscriptionGroupManager(_ConfigManager[SubscriptionGroupConfig]):
-    """Subscription group configs (``SubscriptionGroupManager``); file ``config/subscriptionGroup.db``."""
-
-    _kind = SubscriptionGroupConfig
-    _wrapper_key = "subscriptionGroupTable"
-
-    @staticmethod
-    def _name(cfg: SubscriptionGroupConfig) -> str:
-        return cfg.group_name
-
-
-# -- consumer offsets ------------------------------------------------------------------------------
-
-
-class ConsumerOffsetManager:
-    """Committed consumer offsets (``ConsumerOffsetManager``), ``topic@group → {queueId: offset}``.
-
-    In memory; :meth:`persist` writes ``config/consumerOffset.json``
-    (standard JSON, string queue ids) atomically with a ``.bak``.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.bak = path.with_name(path.name + ".bak")
-        self.table: dict[str, dict[int, int]] = {}
-        self._version = 0
-        self._persisted_version = 0
-
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Store ``offset`` for the group's queue."""
-        k = f"{topic}@{group}"
-        q = self.table.get(k)
-        if q is None:
-            q = self.table[k] = {}
-        if q.get(queue_id) != offset:
-            q[queue_id] = offset
-            self._version += 1
-
-    def query(self, group: str, topic: str, queue_id: int) -> int | None:
-        """The committed offset, or None."""
-        q = self.table.get(f"{topic}@{group}")
-        return None if q is None else q.get(queue_id)
-
-    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
-        """A copy of the group's offsets on ``topic``."""
-        return dict(self.table.get(f"{topic}@{group}", {}))
-
-    def remove_group(self, group: str) -> int:
-        """Forget the group on every topic; returns how many topic entries went."""
-        gone = [k for k in self.table if k.rpartition("@")[2] == group]
-        for k in gone:
-            del self.table[k]
-        if gone:
-            self._version += 1
-        return len(gone)
-
-    def remove_topic(self, topic: str) -> int:
-        """Forget every group's offsets on ``topic``."""
-        gone = [k for k in self.table if k.rpartition("@")[0] == topic]
-        for k in gone:
-            del self.table[k]
-        if gone:
-            self._version += 1
-        return len(gone)
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"offsetTable": {"topic@group": {"0": 12}}}`` (standard JSON)."""
-        return {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}}
-
-    def replace_all(self, obj: Mapping[str, Any] | str | bytes) -> None:
-        """Take over a whole table (a slave copying its master's). Raises ``ValueError``."""
-        self.table = self._parse(obj)
-        self._version += 1
-
-    @staticmethod
-    def _parse(obj: Mapping[str, Any] | str | bytes) -> dict[str, dict[int, int]]:
-        o = _as_obj(obj)
-        raw = o.get("offsetTable")
-        if not isinstance(raw, Mapping):
-            raise ValueError('no "offsetTable" object')
-        table: dict[str, dict[int, int]] = {}
-        for k, v in raw.items():
-            if not isinstance(v, Mapping) or "@" not in str(k):
-                raise ValueError(f"entry {k!r} is not topic@group -> {{queueId: offset}}")
-            table[str(k)] = {int(q): int(off) for q, off in v.items()}
-        return table
-
-    @property
-    def dirty(self) -> bool:
-        """Changed since the last persist."""
-        return self._version != self._persisted_version
-
-    def load(self) -> None:
-        """Read the file (blocking); falls back to ``.bak``. Raises :class:`ConfigCorruptError`."""
-        if not self.path.exists() and not self.bak.exists():
-            return
-        problems = []
-        for candidate in (self.path, self.bak):
-            if not candidate.exists():
-                continue
-            try:
-                self.table = self._parse(candidate.read_bytes())
-            except (ValueError, TypeError) as exc:
-                problems.append(f"{candidate}: corrupt or truncated ({exc})")
-                continue
-            if problems:
-                aside = _set_aside(self.path)
-                log.error("%s; set aside as %s, using the last good copy %s", problems[0], aside.name, candidate)
-            return
-        raise ConfigCorruptError("; ".join(problems) or f"{self.path}: unreadable")
-
-    def snapshot(self) -> tuple[int, bytes]:
-        """On the loop: ``(version, JSON bytes)`` to hand to :meth:`write`."""
-        return self._version, orjson.dumps(self.to_json())
-
-    def write(self, version: int, data: bytes) -> None:
-        """Blocking: write a snapshot atomically (keeping ``.bak``) and mark it persisted."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(self.path, data, keep_bak=True)
-        self._persisted_version = max(self._persisted_version, version)
-
-    def persist(self) -> None:
-        """Blocking: write the current table when it changed."""
-        if self.dirty or not self.path.exists():
-            self.write(*self.snapshot())
