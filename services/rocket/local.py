@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import random
 import shutil
@@ -54,6 +53,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rocket.percentiles import percentile
 
 DEFAULT_DIR = Path("data/local")
 DEFAULT_BASE_PORT = 9876
@@ -514,14 +515,6 @@ def loghub_logs(folder: Path | None = None) -> dict[str, list[str]]:
         if lines:
             logs[system] = lines
     return logs
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q`` (0..100) percentile of already sorted values (nearest rank); 0 when empty."""
-    if not sorted_values:
-        return 0.0
-    rank = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values) / 100 - 1e-9) - 1))
-    return float(sorted_values[rank])
 
 
 async def run_demo(namesrv: str, logs: dict[str, list[str]], *, concurrency: int = 64,

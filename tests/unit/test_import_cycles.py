@@ -22,12 +22,11 @@ SERVICES = Path(__file__).resolve().parents[2] / "services"
 PACKAGE = "rocket"
 
 #: Cycles that remain outside the store/replication/client layers (another change handles the
-#: broker's request processors and the NameServer's HTTP side). Sorted module names per cycle.
+#: broker's request processors). Sorted module names per cycle.
 KNOWN_CYCLES = [
     ["rocket.broker.controller", "rocket.broker.http", "rocket.broker.processor.admin",
      "rocket.broker.processor.client_manage", "rocket.broker.processor.pull", "rocket.broker.processor.query",
      "rocket.broker.processor.send", "rocket.broker.transaction"],
-    ["rocket.nameserver.http", "rocket.nameserver.server"],
 ]
 
 
