@@ -48,7 +48,7 @@ from rocket.broker.processor.send import SendMessageProcessor
 from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver
 from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
-from rocket.broker.stats import BrokerStats
+from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
 from rocket.broker.transaction import TransactionalMessageService
@@ -84,22 +84,6 @@ log = logging.getLogger("rocket.broker")
 SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
 #: Lag rows are only computed this often for /metrics (seconds).
 _READY_WINDOW = 120.0
-
-
-@dataclasses.dataclass(slots=True)
-class ConsumeStatRow:
-    """One queue of a group's consume stats (GET_CONSUME_STATS, /api/v1, metrics)."""
-
-    topic: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-    last_timestamp: int
-
-    @property
-    def lag(self) -> int:
-        """Messages not consumed yet."""
-        return max(0, self.broker_offset - self.consumer_offset)
 
 
 def _now_ms() -> int:

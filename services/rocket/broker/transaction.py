@@ -93,7 +93,7 @@ from rocket.remoting import HeaderFieldError, RemotingCommand, RemotingConnectio
 from rocket.store.api import GetMessageStatus, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import TransactionBroker
 
 log = logging.getLogger("rocket.broker.transaction")
 
@@ -372,7 +372,7 @@ class TransactionalMessageService:
     offset that have an op (rebuilt from the op queue by :meth:`start`).
     """
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: TransactionBroker) -> None:
         self.broker = broker
         self.metrics = TransactionMetrics(broker.metrics.registry)
         #: Half queue offsets (>= the settled offset) already committed or rolled back.

@@ -29,7 +29,7 @@ from rocket.protocol import MessageQueue, loads_lenient
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import AdminBroker
 
 log = logging.getLogger("rocket.broker.admin")
 
@@ -50,7 +50,7 @@ def _json_bytes(value: Any) -> bytes:
 class AdminBrokerProcessor:
     """Administrative requests of tools, slaves and orderly consumers."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: AdminBroker) -> None:
         self.broker = broker
 
     def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:

@@ -21,7 +21,7 @@ from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import ClientManageBroker
 
 log = logging.getLogger("rocket.broker")
 
@@ -32,7 +32,7 @@ QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer b
 class ClientManageProcessor:
     """Heartbeats and unregistration of producers and consumers."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: ClientManageBroker) -> None:
         self.broker = broker
 
     def heartbeat(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -108,7 +108,7 @@ class ClientManageProcessor:
 class ConsumerManageProcessor:
     """Consumer group membership and consumer offsets."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: ClientManageBroker) -> None:
         self.broker = broker
 
     def get_consumer_list_by_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -42,7 +42,7 @@ from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.store.api import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import PullBroker
 
 MASTER_ID = 0
 #: A stored record's physical offset field (A9.1): int64 at byte 28.
@@ -67,7 +67,7 @@ def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
 class PullMessageProcessor:
     """Serves pulls from the store; parks empty long-polling pulls."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: PullBroker) -> None:
         self.broker = broker
         #: Pull requests being handled (parked ones included).
         self.active = 0

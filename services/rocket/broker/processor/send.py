@@ -69,7 +69,7 @@ from rocket.remoting.connection import ANSWER_LATER
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import SendBroker
     from rocket.protocol import TopicConfig
 
 log = logging.getLogger("rocket.broker.send")
@@ -176,7 +176,7 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> t
 class SendMessageProcessor:
     """Stores messages from producers and consumers' send-backs."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: SendBroker) -> None:
         self.broker = broker
 
     # -- entry points ------------------------------------------------------------------
