@@ -36,8 +36,7 @@ import orjson
 
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import TopicRouteError
-from rocket.client.route import retry_topic
-from rocket.protocol import MASTER_ID, ClusterInfo, MessageQueue, TopicRouteData, loads_lenient
+from rocket.protocol import MASTER_ID, ClusterInfo, MessageQueue, TopicRouteData, loads_lenient, retry_topic
 from rocket.remoting import (
     PERM_READ,
     PERM_WRITE,

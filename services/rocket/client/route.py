@@ -3,8 +3,7 @@
 Routes themselves (:class:`~rocket.protocol.TopicRouteData` and its parts) are
 wire models in :mod:`rocket.protocol.route`; this module adds what a client
 keeps per topic: :class:`PublishInfo` (its write queues and a round-robin
-index) and :class:`FaultTracker` (brokers that failed a send recently), plus
-the client-side topic-name constants of ``MixAll``.
+index) and :class:`FaultTracker` (brokers that failed a send recently).
 
 The module has no I/O; :mod:`rocket.client.base` fetches routes.
 """
@@ -17,19 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocket.protocol import MessageQueue, TopicRouteData
-
-#: The auto-create template topic (``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``).
-AUTO_CREATE_TOPIC = "TBW102"
-#: Prefix of a consumer group's retry topic (``MixAll.RETRY_GROUP_TOPIC_PREFIX``).
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-#: Prefix of a consumer group's dead-letter topic (``MixAll.DLQ_GROUP_TOPIC_PREFIX``).
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-
-
-def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``: where a consumer group's failed messages go for another try."""
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
 
 # -- the producer's queue selection ------------------------------------------------------
 

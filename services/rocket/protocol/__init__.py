@@ -36,14 +36,26 @@ from rocket.protocol.codes import (
 from rocket.protocol.register import RegisterBrokerBody
 from rocket.protocol.route import MASTER_ID, BrokerData, ClusterInfo, MessageQueue, QueueData, TopicRouteData
 from rocket.protocol.subscription import SubscriptionGroupConfig
-from rocket.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from rocket.protocol.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    DataVersion,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    dlq_topic,
+    retry_topic,
+)
 
 __all__ = [
+    "AUTO_CREATE_TOPIC_KEY_TOPIC",
+    "DLQ_GROUP_TOPIC_PREFIX",
     "MASTER_ID",
     "PERM_INHERIT",
     "PERM_PRIORITY",
     "PERM_READ",
     "PERM_WRITE",
+    "RETRY_GROUP_TOPIC_PREFIX",
     "BodyError",
     "BrokerData",
     "ClusterInfo",
@@ -59,10 +71,12 @@ __all__ = [
     "TopicConfigSerializeWrapper",
     "TopicRouteData",
     "crc32_masked",
+    "dlq_topic",
     "dumps",
     "kv_table_body",
     "loads_lenient",
     "parse_kv_table",
     "parse_topic_list",
+    "retry_topic",
     "topic_list_body",
 ]

@@ -6,7 +6,9 @@
 * :class:`TopicConfig` (``org.apache.rocketmq.common.TopicConfig``): one topic
   of one broker: queue counts, permission, filter type, flags.
 * :class:`TopicConfigSerializeWrapper`: a broker's whole topic table plus its
-  version: the body of GET_ALL_TOPIC_CONFIG and part of REGISTER_BROKER.
+  version: the body of GET_ALL_TOPIC_CONFIG and part of REGISTER_BROKER;
+* the topic names both sides derive: the ``TBW102`` template, ``%RETRY%<group>``,
+  ``%DLQ%<group>``.
 
 Fields use Python names; ``to_json`` writes the Java field names in fastjson's
 (alphabetical) order, and ``from_json`` reads them liberally
@@ -26,6 +28,22 @@ from rocket.protocol.codes import PERM_READ, PERM_WRITE
 
 #: Queue counts of a topic created without explicit ones (``TopicConfig.defaultReadQueueNums``).
 DEFAULT_QUEUE_NUMS = 16
+#: The auto-create template topic (``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``).
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+#: Prefix of a consumer group's retry topic (``MixAll.RETRY_GROUP_TOPIC_PREFIX``).
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+#: Prefix of a consumer group's dead-letter topic (``MixAll.DLQ_GROUP_TOPIC_PREFIX``).
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``: where a consumer group's failed messages go for another try (``MixAll.getRetryTopic``)."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``: where a group's messages go after too many retries (``MixAll.getDLQTopic``)."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 def now_ms() -> int:

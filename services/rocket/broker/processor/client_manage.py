@@ -16,7 +16,7 @@ import orjson
 
 from rocket.broker.client_manager import ClientChannelInfo
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
-from rocket.broker.topics import retry_topic
+from rocket.protocol import retry_topic
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 

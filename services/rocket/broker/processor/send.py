@@ -39,14 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import MessageInner
-from rocket.broker.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_GROUP_TOPIC_PREFIX,
-    dlq_topic,
-    is_writeable,
-    retry_topic,
-    validate_topic,
-)
+from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
 from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
@@ -63,6 +56,7 @@ from rocket.message import (
     decode_properties,
     encode_properties,
 )
+from rocket.protocol import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.remoting.connection import ANSWER_LATER
