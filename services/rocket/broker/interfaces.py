@@ -121,8 +121,8 @@ class HalfMessageSink(Protocol):
         ...
 
 
-class BrokerCore(Protocol):
-    """Members every broker part below shares: settings, store, topics, subscription groups."""
+class BrokerBase(Protocol):
+    """Members most parts share: settings, store, metadata, topics."""
 
     @property
     def config(self) -> BrokerConfig:
@@ -144,44 +144,41 @@ class BrokerCore(Protocol):
         """Topic creation and lookup."""
         ...
 
+
+class BrokerCore(BrokerBase, Protocol):
+    """:class:`BrokerBase` plus subscription-group lookup (every request processor below)."""
+
     def find_subscription_group(self, group: str, auto_create: bool = True) -> SubscriptionGroupConfig | None:
         """A group's config, created with defaults when allowed."""
         ...
 
 
-class ClientManageBroker(BrokerCore, Protocol):
-    """What :class:`~rocket.broker.processor.client_manage.ClientManageProcessor` and
-    ``ConsumerManageProcessor`` use."""
+class HasConsumers(Protocol):
+    """Consumer groups, their subscriptions and connections."""
 
     @property
     def consumer_manager(self) -> ConsumerManager:
-        """Consumer groups and their connections."""
+        """The consumer groups."""
         ...
+
+
+class HasProducers(Protocol):
+    """Producer groups and their connections."""
 
     @property
     def producer_manager(self) -> ProducerManager:
-        """Producer groups and their connections."""
+        """The producer groups."""
         ...
 
 
-class PullBroker(BrokerCore, Protocol):
-    """What :class:`~rocket.broker.processor.pull.PullMessageProcessor` uses."""
+class HasReplication(Protocol):
+    """Replication state and Prometheus metrics: parts that serve clients see both."""
 
     shutting_down: bool
 
     @property
-    def consumer_manager(self) -> ConsumerManager:
-        """Consumer groups and their subscriptions."""
-        ...
-
-    @property
     def ha(self) -> ReplicationView:
-        """Replication state (slave reads, suggested broker)."""
-        ...
-
-    @property
-    def hold_service(self) -> PullRequestHoldService:
-        """Long polling."""
+        """What the replication manager tells."""
         ...
 
     @property
@@ -189,48 +186,12 @@ class PullBroker(BrokerCore, Protocol):
         """Prometheus metrics."""
         ...
 
-    def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
-        """Count messages handed to a consumer group."""
-        ...
 
-
-class SendBroker(BrokerCore, Protocol):
-    """What :class:`~rocket.broker.processor.send.SendMessageProcessor` uses."""
-
-    shutting_down: bool
-    in_flight_sends: int
-    in_flight_send_bytes: int
-
-    @property
-    def ha(self) -> ReplicationView:
-        """Replication state (role changes refuse or delay sends)."""
-        ...
-
-    @property
-    def metrics(self) -> BrokerMetrics:
-        """Prometheus metrics."""
-        ...
-
-    @property
-    def schedule(self) -> ScheduleMessageService:
-        """Delay levels."""
-        ...
-
-    @property
-    def transaction(self) -> HalfMessageSink:
-        """Transactional half messages."""
-        ...
+class Puts(Protocol):
+    """Storing messages through the broker (replication waits, counters)."""
 
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (and wait for replication as the role requires)."""
-        ...
-
-    async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
-        """Store a batch."""
-        ...
-
-    def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
-        """The fast path: a result now, a future, or None to take the slow path."""
         ...
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
@@ -238,25 +199,8 @@ class SendBroker(BrokerCore, Protocol):
         ...
 
 
-class AdminBroker(BrokerCore, Protocol):
-    """What :class:`~rocket.broker.processor.admin.AdminBrokerProcessor` uses."""
-
-    config_version: dict[str, int]
-
-    @property
-    def consumer_manager(self) -> ConsumerManager:
-        """Consumer groups and their connections."""
-        ...
-
-    @property
-    def lock_manager(self) -> RebalanceLockManager:
-        """Queue locks of orderly consumers."""
-        ...
-
-    @property
-    def schedule(self) -> ScheduleMessageService:
-        """Delay levels and their offsets."""
-        ...
+class TopicAdmin(Protocol):
+    """Topic and group administration shared by admin requests and the HTTP API."""
 
     def consume_stats(self, group: str, topic: str | None = None) -> tuple[list[ConsumeStatRow], float]:
         """Per-queue offsets and lag of a group, and its consume TPS."""
@@ -271,13 +215,72 @@ class AdminBroker(BrokerCore, Protocol):
         """A TopicConfig with the broker's defaults."""
         ...
 
+    async def register_broker_all(self) -> None:
+        """Register with every NameServer now."""
+        ...
+
+
+class ClientManageBroker(BrokerCore, HasConsumers, HasProducers, Protocol):
+    """What :class:`~rocket.broker.processor.client_manage.ClientManageProcessor` and
+    ``ConsumerManageProcessor`` use."""
+
+
+class PullBroker(BrokerCore, HasConsumers, HasReplication, Protocol):
+    """What :class:`~rocket.broker.processor.pull.PullMessageProcessor` uses."""
+
+    @property
+    def hold_service(self) -> PullRequestHoldService:
+        """Long polling."""
+        ...
+
+    def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
+        """Count messages handed to a consumer group."""
+        ...
+
+
+class SendBroker(BrokerCore, HasReplication, Puts, Protocol):
+    """What :class:`~rocket.broker.processor.send.SendMessageProcessor` uses."""
+
+    in_flight_sends: int
+    in_flight_send_bytes: int
+
+    @property
+    def schedule(self) -> ScheduleMessageService:
+        """Delay levels."""
+        ...
+
+    @property
+    def transaction(self) -> HalfMessageSink:
+        """Transactional half messages."""
+        ...
+
+    async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
+        """Store a batch."""
+        ...
+
+    def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """The fast path: a result now, a future, or None to take the slow path."""
+        ...
+
+
+class AdminBroker(BrokerCore, HasConsumers, TopicAdmin, Protocol):
+    """What :class:`~rocket.broker.processor.admin.AdminBrokerProcessor` uses."""
+
+    config_version: dict[str, int]
+
+    @property
+    def lock_manager(self) -> RebalanceLockManager:
+        """Queue locks of orderly consumers."""
+        ...
+
+    @property
+    def schedule(self) -> ScheduleMessageService:
+        """Delay levels and their offsets."""
+        ...
+
     @staticmethod
     def subscription_group_from_json(body: bytes) -> SubscriptionGroupConfig:
         """Parse an UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body."""
-        ...
-
-    async def register_broker_all(self) -> None:
-        """Register with every NameServer now."""
         ...
 
     def runtime_info(self) -> dict[str, str]:
@@ -289,17 +292,12 @@ class AdminBroker(BrokerCore, Protocol):
         ...
 
 
-class HttpBroker(BrokerCore, Protocol):
+class HttpBroker(BrokerCore, HasConsumers, HasReplication, TopicAdmin, Protocol):
     """What the broker's HTTP side (:mod:`rocket.broker.http`) uses."""
 
     @property
     def registered_namesrvs(self) -> list[str]:
         """NameServers that accepted a registration recently."""
-        ...
-
-    @property
-    def metrics(self) -> BrokerMetrics:
-        """Prometheus metrics."""
         ...
 
     def readiness(self) -> tuple[bool, list[str]]:
@@ -310,20 +308,6 @@ class HttpBroker(BrokerCore, Protocol):
         """The /api/v1/status document."""
         ...
 
-    @property
-    def consumer_manager(self) -> ConsumerManager:
-        """Consumer groups and their connections."""
-        ...
-
-    @property
-    def ha(self) -> ReplicationView:
-        """Replication status and promotion."""
-        ...
-
-    def consume_stats(self, group: str, topic: str | None = None) -> tuple[list[ConsumeStatRow], float]:
-        """Per-queue offsets and lag of a group, and its consume TPS."""
-        ...
-
     def consumer_groups(self) -> list[str]:
         """Known consumer groups."""
         ...
@@ -332,64 +316,8 @@ class HttpBroker(BrokerCore, Protocol):
         """Create or update a topic and register."""
         ...
 
-    async def delete_topic(self, topic: str) -> None:
-        """Delete a topic."""
-        ...
 
-    @staticmethod
-    def new_topic_config(topic: str, **fields: Any) -> TopicConfig:
-        """A TopicConfig with the broker's defaults."""
-        ...
-
-    async def register_broker_all(self) -> None:
-        """Register with every NameServer now."""
-        ...
-
-
-class TransactionBroker(Protocol):
-    """What :class:`~rocket.broker.transaction.TransactionalMessageService` uses."""
-
-    shutting_down: bool
-
-    @property
-    def config(self) -> BrokerConfig:
-        """The broker's settings (``transactionCheckInterval`` and friends, the role)."""
-        ...
-
-    @property
-    def store(self) -> DefaultMessageStore:
-        """The message store (half and op messages)."""
-        ...
-
-    @property
-    def metadata(self) -> BrokerMetadata:
-        """Consumer offsets (the check service's progress)."""
-        ...
-
-    @property
-    def topics(self) -> TopicManager:
-        """Topic creation (the half and op topics)."""
-        ...
-
-    @property
-    def ha(self) -> ReplicationView:
-        """Replication state (commits wait for a settling role; refused while writes are)."""
-        ...
-
-    @property
-    def metrics(self) -> BrokerMetrics:
-        """Prometheus metrics (the service registers its own)."""
-        ...
-
-    @property
-    def producer_manager(self) -> ProducerManager:
-        """Producer groups and their connections (where check-backs go)."""
-        ...
-
-    async def put_message(self, inner: MessageInner) -> PutMessageResult:
-        """Store one message."""
-        ...
-
-    def record_put(self, topic: str, count: int, nbytes: int) -> None:
-        """Count stored messages."""
-        ...
+class TransactionBroker(BrokerBase, HasProducers, HasReplication, Puts, Protocol):
+    """What :class:`~rocket.broker.transaction.TransactionalMessageService` uses: the store (half and
+    op messages), consumer offsets (its progress), the half and op topics, the role, and the
+    producer groups to check back with."""
