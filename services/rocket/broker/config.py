@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocket.remoting.codes import PERM_READ, PERM_WRITE
+from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
 
 log = logging.getLogger("rocket.broker")

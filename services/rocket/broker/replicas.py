@@ -56,13 +56,13 @@ import orjson
 from rocket.broker.config import BrokerConfig
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
+from rocket.protocol import loads_lenient
 from rocket.remoting import (
     RemotingCommand,
     RemotingConnection,
     RemotingError,
     RequestCode,
     ResponseCode,
-    loads_lenient,
 )
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.ha.epoch import EPOCH_FILE_NAME, EpochFile
@@ -71,11 +71,12 @@ from rocket.store.ha.metrics import HACollector, HAMetrics, HASnapshot, SlaveRow
 from rocket.store.ha.slave import HAClient
 
 if TYPE_CHECKING:
+    from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.metrics import BrokerMetrics
     from rocket.broker.registration import BrokerOuterAPI, RegisterResult
     from rocket.broker.schedule import ScheduleMessageService
+    from rocket.protocol import TopicConfig
     from rocket.store import DefaultMessageStore
-    from rocket.store.config import TopicConfig
 
 log = logging.getLogger("rocket.broker.replicas")
 
@@ -132,10 +133,11 @@ class MasterOnlyService(Protocol):
 
 class ReplicationBroker(Protocol):
     """The broker as the :class:`ReplicationManager` sees it (``BrokerController`` satisfies it):
-    its settings, store, metrics, delayed delivery, NameServer client and registration."""
+    its settings, store, metadata, metrics, master-only services, NameServer client and registration."""
 
     config: BrokerConfig
     store: DefaultMessageStore
+    metadata: BrokerMetadata
     metrics: BrokerMetrics
     schedule: ScheduleMessageService
     #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
@@ -501,7 +503,7 @@ class ReplicationManager:
         after the last config copy) a config (:meth:`replicated_topic_config`). Without it the
         new master would re-create them from TBW102."""
         store = self.store
-        configs = store.topic_configs
+        configs = self.broker.metadata.topic_configs
         made = []
         for topic in store.topics():
             if configs.get(topic) is None:

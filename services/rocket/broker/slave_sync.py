@@ -20,12 +20,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
-from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
+    from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.schedule import ScheduleMessageService
-    from rocket.store import DefaultMessageStore
 
 log = logging.getLogger("rocket.broker.slave_sync")
 
@@ -33,10 +33,10 @@ FIRST_DELAY = 3.0
 
 
 class SlaveSyncBroker(Protocol):
-    """What the copy writes into: the broker's store (topic, subscription-group and consumer-offset
+    """What the copy writes into: the broker's metadata (topic, subscription-group and consumer-offset
     tables) and its delayed delivery (delay offsets). ``BrokerController`` satisfies it."""
 
-    store: DefaultMessageStore
+    metadata: BrokerMetadata
     schedule: ScheduleMessageService
 
 
@@ -134,7 +134,7 @@ class SlaveSynchronize:
         table = obj.get("topicConfigTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no topicConfigTable in GET_ALL_TOPIC_CONFIG's answer")
-        mgr = self.broker.store.topic_configs
+        mgr = self.broker.metadata.topic_configs
         _replace_table(mgr, {str(k): TopicConfig.from_json(v) for k, v in table.items()}, obj.get("dataVersion"))
 
     async def _apply_groups(self, body: bytes) -> None:
@@ -142,12 +142,12 @@ class SlaveSynchronize:
         table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no subscriptionGroupTable in GET_ALL_SUBSCRIPTIONGROUP_CONFIG's answer")
-        mgr = self.broker.store.subscription_groups
+        mgr = self.broker.metadata.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
 
     async def _apply_offsets(self, body: bytes) -> None:
-        self.broker.store.consumer_offsets.replace_all(body)
+        self.broker.metadata.consumer_offsets.replace_all(body)
 
     async def _apply_delay_offsets(self, body: bytes) -> None:
         obj = loads_lenient(body)
@@ -175,4 +175,4 @@ def _replace_table(mgr: Any, table: dict[str, Any], version: Any) -> None:
     if gone:
         mgr.delete_many(gone)
     if master_version is not None:
-        mgr.data_version = master_version.copy()
+        mgr.data_version = master_version

@@ -88,12 +88,12 @@ from rocket.message import (
     encode_properties,
     encode_record,
 )
+from rocket.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from rocket.remoting import HeaderFieldError, RemotingCommand, RemotingConnection, RemotingError, RequestCode
-from rocket.remoting.codes import PERM_READ, PERM_WRITE, ResponseCode
 from rocket.store.api import GetMessageStatus, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import TransactionBroker
 
 log = logging.getLogger("rocket.broker.transaction")
 
@@ -372,7 +372,7 @@ class TransactionalMessageService:
     offset that have an op (rebuilt from the op queue by :meth:`start`).
     """
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: TransactionBroker) -> None:
         self.broker = broker
         self.metrics = TransactionMetrics(broker.metrics.registry)
         #: Half queue offsets (>= the settled offset) already committed or rolled back.
@@ -391,7 +391,7 @@ class TransactionalMessageService:
 
     def _offset(self, topic: str) -> int:
         store = self.broker.store
-        offset = store.consumer_offsets.query(CHECK_GROUP, topic, 0)
+        offset = self.broker.metadata.consumer_offsets.query(CHECK_GROUP, topic, 0)
         if offset is None or offset < 0:
             offset = max(0, store.get_min_offset_in_queue(topic, 0))
         return offset
@@ -710,9 +710,9 @@ class TransactionalMessageService:
             i += 1
         new_op = scan.next_op_offset(op_offset)
         if i != half_offset:
-            store.consumer_offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, i)
+            self.broker.metadata.consumer_offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, i)
         if new_op != op_offset:
-            store.consumer_offsets.commit(CHECK_GROUP, OP_TOPIC, 0, new_op)
+            self.broker.metadata.consumer_offsets.commit(CHECK_GROUP, OP_TOPIC, 0, new_op)
         self.finished = {o for o in self.finished if o >= i} | set(scan.remove)
         self._passed = 0
         report.half_offset, report.op_offset = i, new_op

@@ -64,7 +64,6 @@ from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from rocket.client.producer import CLIENT_INNER_PRODUCER_GROUP, Producer
-from rocket.client.route import MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, retry_topic
 from rocket.client.subscription import (
     ConsumeFrom,
     MessageModel,
@@ -83,6 +82,7 @@ from rocket.message import (
     decode_records,
     decompress_body,
 )
+from rocket.protocol import MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, retry_topic
 from rocket.remoting import (
     RemotingCommand,
     RemotingCommandError,

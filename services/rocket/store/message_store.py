@@ -9,7 +9,7 @@ on one asyncio loop. Files under ``store_path_root_dir``::
     checkpoint                               4 KiB, checkpoint.py
     abort                                    present while running: its presence at start = crash
     lock                                     flock'd while running: a second store on the same path fails
-    config/topics.db, subscriptionGroup.db, consumerOffset.json   (config.py)
+    config/                                  the broker's metadata (rocket.broker.metadata), not the store's
 
 The work is done by named services, each in a module of its own (RocketMQ's names):
 
@@ -25,8 +25,7 @@ The work is done by named services, each in a module of its own (RocketMQ's name
 
 This class owns their lifecycle (lock, load, recover, background tasks, shutdown), the put
 and get paths, the queries, and what replication asks of the store (read and append
-CommitLog bytes, truncate a divergent tail). The consumer-offset persister is its own
-background task.
+CommitLog bytes, truncate a divergent tail).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ import errno
 import fcntl
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -64,7 +62,6 @@ from rocket.store.api import (
 )
 from rocket.store.checkpoint import Checkpoint, StoreCheckpoint
 from rocket.store.commitlog import CommitLog
-from rocket.store.config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from rocket.store.consumequeue import ENTRY, ConsumeQueue
 from rocket.store.flush import FlushCommitLogService, FlushConsumeQueueService
 from rocket.store.index import MAX_MSGS_NUM_BATCH, IndexFile, IndexService
@@ -110,10 +107,6 @@ class DefaultMessageStore:
         self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num,
                                           self._now_ms)
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
-        config_dir = root / "config"
-        self.topic_configs = TopicConfigManager(config_dir / "topics.db")
-        self.subscription_groups = SubscriptionGroupManager(config_dir / "subscriptionGroup.db")
-        self.consumer_offsets = ConsumerOffsetManager(config_dir / "consumerOffset.json")
         self.stats = StoreStats(commit_log=self.commit_log.stats)
         self.reput_service = ReputMessageService(self.commit_log, self.consume_queues, self.index_service, delay_ms)
         self.flush_commit_log_service = FlushCommitLogService(config, self.commit_log)
@@ -128,6 +121,8 @@ class DefaultMessageStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
         self._started = False
+        #: The last :meth:`shutdown` left everything flushed and deleted ``abort``.
+        self.last_shutdown_clean = False
         self._lock_fd: int | None = None
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -245,7 +240,6 @@ class DefaultMessageStore:
             self._spawn(self.flush_commit_log_service.run_async_flush(), "flush-commitlog")
         self._spawn(self.flush_consume_queue_service.run(), "flush-consumequeue")
         self._spawn(self.clean_commit_log_service.run(), "clean")
-        self._spawn(self._offset_persist_service(), "persist-consumer-offsets")
         log.info("store %s started: CommitLog %d..%d, %d queues, recovery %.3f s (%s)", self.root,
                  self.min_phy_offset, self.max_phy_offset, self.consume_queues.count(),
                  self.stats.last_recovery_seconds, "abnormal" if self.stats.last_recovery_abnormal else "normal")
@@ -281,14 +275,6 @@ class DefaultMessageStore:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         abort = root / "abort"
         abnormal = abort.exists()
-        self.topic_configs.load()
-        self.subscription_groups.load()
-        self.consumer_offsets.load()
-        for table in (self.topic_configs.store, self.subscription_groups.store):
-            try:
-                table.backup()  # the last good copy, for a corrupt file next time
-            except (OSError, sqlite3.Error) as exc:
-                log.error("cannot back up %s to %s: %s", table.path, table.bak, exc)
         StoreRecovery(root, self.commit_log, self.consume_queues, self.index_service, self.checkpoint,
                       self.reput_service, self.stats, check_crc=self.config.check_crc_on_recover).recover(abnormal)
         abort.touch()
@@ -717,23 +703,6 @@ class DefaultMessageStore:
         assert self._loop is not None
         return await self.clean_commit_log_service.clean_once()
 
-    async def persist_consumer_offsets(self) -> None:
-        """Write ``consumerOffset.json`` now if it changed (IO thread)."""
-        assert self._loop is not None
-        co = self.consumer_offsets
-        if not co.dirty and co.path.exists():
-            return
-        version, data = co.snapshot()
-        try:
-            await self._loop.run_in_executor(self._io, co.write, version, data)
-        except OSError as exc:
-            log.error("cannot persist %s: %s", co.path, exc)
-
-    async def _offset_persist_service(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.flush_consumer_offset_interval)
-            await self.persist_consumer_offsets()
-
     # -- runtime info ----------------------------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
@@ -767,8 +736,8 @@ class DefaultMessageStore:
     # -- shutdown ----------------------------------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
-        """Stop tasks, flush everything, write the checkpoint, persist configs and offsets,
-        delete ``abort``, unlock. Idempotent."""
+        """Stop tasks, flush everything, write the checkpoint, delete ``abort`` (a clean shutdown:
+        :attr:`last_shutdown_clean`), unlock. Idempotent."""
         if not self._started:
             return
         self._running = False
@@ -798,17 +767,10 @@ class DefaultMessageStore:
             clean = False
         if self.reput_from_offset < cl.committed or self.index_service.pending_min_phys() >= 0:
             clean = False
-        await self.persist_consumer_offsets()
+        self.last_shutdown_clean = clean
         await loop.run_in_executor(self._io, self._close_blocking, clean)
 
     def _close_blocking(self, clean: bool) -> None:
-        for table in (self.topic_configs.store, self.subscription_groups.store):
-            try:
-                if clean:
-                    table.backup()
-                table.close()
-            except Exception as exc:
-                log.error("closing %s: %s", table.path, exc)
         self.commit_log.close()
         self.consume_queues.close()
         self.index_service.close()

@@ -2,8 +2,8 @@
 remoting protocol.
 
 Source of every number: Apache RocketMQ 4.9.8 ``RequestCode``, ``ResponseCode``,
-``RemotingSysResponseCode`` and ``LanguageCode`` (restated in
-``shared/reference/rocketmq-protocol.md`` A1-A5).
+``RemotingSysResponseCode``, ``LanguageCode``, ``SerializeType``, ``RemotingCommand``
+(flag bits), ``MQVersion`` and ``PermName``.
 """
 
 from __future__ import annotations
