@@ -75,7 +75,7 @@ class BrokerConfig:
     listen_port: int = 10911
     #: VIP ("fast") listener port; 0 = ``listen_port - 2``.
     fast_listen_port: int = 0
-    #: Serve the VIP listener (everything except PULL_MESSAGE, quirk Q8).
+    #: Serve the VIP listener (everything except PULL_MESSAGE, as in ``BrokerController``).
     vip_channel_enable: bool = True
     #: Replication listener port; 0 = ``listen_port + 1``.
     ha_listen_port: int = 0
@@ -114,7 +114,7 @@ class BrokerConfig:
     #: (``accessMessageInMemoryMaxRatio``).
     slave_read_lag_bytes: int = 0
     #: ``host:port`` of the master's replication listener; empty = the address a
-    #: NameServer returns on registration (B7).
+    #: NameServer returns on registration (``HAService``).
     ha_master_address: str = ""
     #: A slave reports its offset at least this often (ms); a master sends an empty
     #: transfer after this long without data.

@@ -1,7 +1,7 @@
 """NameServer settings: defaults, config files, overrides.
 
 Defaults follow RocketMQ 4.9.8 (``NamesrvConfig``/``NettyServerConfig``,
-``shared/reference/rocketmq-protocol.md`` A6 and B8): remoting port 9876,
+``NamesrvController``, ``RouteInfoManager``): remoting port 9876,
 scan every 10 s, evict after 120 s of silence. The HTTP port (9877) is ours.
 
 A config file is TOML (``.toml``) or JSON (anything else) holding a flat

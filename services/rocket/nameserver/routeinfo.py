@@ -1,6 +1,6 @@
 """The NameServer's route table (``RouteInfoManager`` in RocketMQ 4.9.8).
 
-Five tables, as in Java (``shared/reference/rocketmq-protocol.md`` A6):
+Five tables, as in Java:
 
 * ``topic_queue_table``: topic -> brokerName -> :class:`QueueData`
 * ``broker_addr_table``: brokerName -> :class:`BrokerData` (brokerId -> addr)
@@ -44,7 +44,7 @@ from rocket.protocol.codes import PERM_WRITE
 
 log = logging.getLogger("rocket.nameserver")
 
-#: Seconds of silence after which a broker is evicted (``BROKER_CHANNEL_EXPIRED_TIME``, A6, B8).
+#: Seconds of silence after which a broker is evicted (``BROKER_CHANNEL_EXPIRED_TIME``).
 DEFAULT_BROKER_TIMEOUT = 120.0
 
 
@@ -74,7 +74,7 @@ class RegisterBrokerResult:
     """Outcome of a registration (``RegisterBrokerResult.java``).
 
     ``ha_server_addr``/``master_addr`` are set only for a slave whose master
-    is registered and live (the slave replicates from there, A6, B7).
+    is registered and live (the slave replicates from there, ``HAService``).
     ``queue_data_updated`` tells whether the topic table was (re)applied.
     ``master_epoch`` is set (with ``master_addr``/``ha_server_addr``) when a
     master registering with an epoch was *not* registered because another
@@ -158,7 +158,7 @@ class RouteInfoManager:
         channel: Any = None,
         epoch: int | None = None,
     ) -> RegisterBrokerResult:
-        """Apply one REGISTER_BROKER (A6), atomically.
+        """Apply one REGISTER_BROKER (``RouteInfoManager.registerBroker``), atomically.
 
         Replication epochs (RocketCluster extension, ``rocket.broker.ha``): a
         master registering with ``epoch`` while another *live* address holds
@@ -283,7 +283,7 @@ class RouteInfoManager:
             live.last_update = self.clock()
 
     def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
-        """Apply one UNREGISTER_BROKER (A6): drop the address everywhere.
+        """Apply one UNREGISTER_BROKER (``unregisterBroker``): drop the address everywhere.
 
         Removes ``broker_addr`` from the live table and from the group's
         ``brokerAddrs`` (the entry ``broker_id`` if it still maps to this

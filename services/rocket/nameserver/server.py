@@ -5,7 +5,7 @@ Ties :class:`~rocket.nameserver.routeinfo.RouteInfoManager` (the route table),
 handlers), a :class:`~rocket.remoting.RemotingServer` and an aiohttp site
 together, the way ``NamesrvController`` does in RocketMQ 4.9.8.
 
-Housekeeping (``shared/reference/rocketmq-protocol.md`` A6): every
+Housekeeping (``RouteInfoManager.scanNotActiveBroker``): every
 ``scan_interval`` seconds brokers silent for ``broker_timeout`` seconds are
 evicted and their connections closed; a broker whose connection closes is
 removed at once.

@@ -1,4 +1,4 @@
-"""ConsumeQueue (B2): the per-(topic, queueId) index of CommitLog positions.
+"""ConsumeQueue (RocketMQ's ``ConsumeQueue``): the per-(topic, queueId) index of CommitLog positions.
 
 Layout: ``<root>/consumequeue/<topic>/<queueId>/<20-digit byte position>``,
 files of ``mapped_file_size_consume_queue`` bytes (a multiple of 20), each a

@@ -1,4 +1,4 @@
-"""IndexFile (B4): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
+"""IndexFile (``IndexService``): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
 
 Layout of ``<root>/index/<yyyyMMddHHmmssSSS>`` (RocketMQ 4.9.8 ``IndexFile``),
 big-endian::
