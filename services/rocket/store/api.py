@@ -32,6 +32,10 @@ class BrokerRole(enum.StrEnum):
 class MessageStoreConfig:
     """Store settings; every size is in bytes and every interval in seconds.
 
+    These are the Python API's units. In broker configuration the same settings take RocketMQ's
+    keys and units (``flushIntervalCommitLog`` in milliseconds, ``fileReservedTime`` in hours):
+    the table is in :mod:`rocket.broker.config`, which converts.
+
     Defaults are RocketMQ's: 1 GiB CommitLog segments, 300,000-entry
     (6,000,000-byte) ConsumeQueue files, 500 ms async flush once 4 pages are
     dirty, 5 s sync-flush timeout, 72 h retention deleted at 04 o'clock, and
