@@ -298,25 +298,14 @@ class BrokerConfig:
             port = getattr(self, name)
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{_java_name(name)} must be within 0..65535, got {port}")
-        if self.default_topic_queue_nums <= 0:
-            raise ConfigError("defaultTopicQueueNums must be > 0")
-        if self.max_in_flight_sends <= 0:
-            raise ConfigError("maxInFlightSends must be > 0")
-        if self.max_in_flight_send_bytes <= 0:
-            raise ConfigError("maxInFlightSendBytes must be > 0")
-        if self.max_message_size <= 0:
-            raise ConfigError("maxMessageSize must be > 0")
         if self.promoted_broker_role is BrokerRole.SLAVE:
             raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
-        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
-                     "transaction_check_interval", "transaction_check_max"):
+        for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
-        if self.slave_read_lag_bytes < 0:
-            raise ConfigError("slaveReadLagBytes must be >= 0")
-        if self.transaction_time_out < 0:
-            raise ConfigError("transactionTimeOut must be >= 0")
+        for name in ("slave_read_lag_bytes", "transaction_time_out"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_java_name(name)} must be >= 0")
         from rocket.broker.schedule import parse_delay_levels
 
         try:
@@ -336,6 +325,14 @@ class BrokerConfig:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+#: Settings that must be > 0 (:meth:`BrokerConfig.validate`).
+_POSITIVE_FIELDS = (
+    "default_topic_queue_nums", "max_in_flight_sends", "max_in_flight_send_bytes", "max_message_size",
+    "ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+    "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
+    "transaction_check_interval", "transaction_check_max",
+)
 
 #: Store intervals whose key is in milliseconds (RocketMQ's ``MessageStoreConfig``) while the
 #: store keeps seconds: normalised key -> RocketMQ's name.

@@ -74,7 +74,7 @@ class SendMessageRequestHeader:
     batch: bool
 
     @classmethod
-    def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:
+    def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:  # noqa: C901 - hot: per send, bench_broker
         """Read the header of a send request.
 
         Code 10 is read with the long names, 310/320 with the short ones; a

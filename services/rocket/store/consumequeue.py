@@ -290,6 +290,8 @@ class ConsumeQueue:
             data = os.pread(f.fd, CQ_UNIT, i * CQ_UNIT)
             if len(data) < CQ_UNIT:
                 return False
+            phys: int
+            size: int
             phys, size, _ = ENTRY.unpack(data)
             return phys >= 0 and size > 0
 

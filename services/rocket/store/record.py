@@ -84,7 +84,7 @@ def _units(text: str) -> bytes | memoryview:
 def fast_java_hash(text: str) -> int:
     """Java ``String.hashCode`` (signed 32-bit over UTF-16 units), without a per-character loop."""
     units = _units(text)
-    h = sum(map(operator.mul, units, _powers(len(units)))) & _U32
+    h: int = sum(map(operator.mul, units, _powers(len(units)))) & _U32
     return h - 0x100000000 if h & 0x80000000 else h
 
 

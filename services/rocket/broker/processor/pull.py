@@ -135,7 +135,7 @@ class PullMessageProcessor:
         (phys,) = _PHYS.unpack_from(result.records[0], _PHYS_AT)
         return bool(self.broker.store.max_phy_offset - phys > limit)
 
-    def process(
+    def process(  # noqa: C901 - hot: per pull, RocketMQ's checks in order, bench_broker consume
         self, request: RemotingCommand, conn: RemotingConnection, *, allow_suspend: bool
     ) -> tuple[RemotingCommand, PullRequest | None]:
         """Run one pull synchronously: the response, or a parked request to wait for."""
