@@ -90,7 +90,7 @@ def test_broker_ids_are_handed_out_in_order_and_reapplying_with_the_same_check_c
 
 
 def test_two_brokers_claiming_one_id_concurrently_only_the_first_committed_wins(setup):
-    mgr, live, _ = setup
+    mgr, _, _ = setup
     first = mgr.apply_broker_id(CLUSTER, GROUP, 1, "127.0.0.1:1;1")
     second = mgr.apply_broker_id(CLUSTER, GROUP, 1, "127.0.0.1:2;2")  # decided on the same state
     assert commit(mgr, first).code == 0
