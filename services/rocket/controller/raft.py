@@ -190,10 +190,14 @@ class RaftNode:
 
     @property
     def leader(self) -> Peer | None:
-        """The peer this node believes leads (None while there is no leader)."""
+        """The peer this node believes leads (None while there is none, or it is unreachable)."""
         obj = self._syncobj
         node = obj._getLeader() if obj is not None else None
-        if node is None:
+        if obj is None or node is None:
+            return None
+        # pysyncobj keeps naming a dead leader while it is connected to nobody (it cannot even
+        # stand for election then): a leader we have no connection to is no leader.
+        if node != obj.selfNode and not obj.isNodeConnected(node):
             return None
         return self._peers_by_raft.get(getattr(node, "id", str(node)))
 
