@@ -9,9 +9,11 @@ driven frame by frame (tests/compat/test_mqadmin_controller.py uses Apache's own
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import socket
 import struct
+import subprocess
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +25,7 @@ import pytest
 from rocket.remoting import RemotingClient
 from rocket.remoting.codes import RequestCode, ResponseCode
 from tests.integration.controller_support import (
+    SECRET,
     ControllerCluster,
     RawBroker,
     metadata,
@@ -30,6 +33,7 @@ from tests.integration.controller_support import (
     sync_state_body,
     wait_leader,
 )
+from tests.support import reserve_ports, rocket_command, running
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -265,3 +269,34 @@ async def test_the_raft_port_runs_no_pickle_and_takes_no_command_from_an_unauthe
     assert not marker.exists(), "an unauthenticated pickle was loaded on the Raft port"
     assert await wait_leader(client, cluster.addrs)
     assert {a: await replica_info(client, a, "survives-leader") for a in cluster.addrs} == before
+
+
+def test_a_controller_without_a_secret_refuses_to_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ROCKET_CONTROLLER_SECRET"}
+    for extra in ([], ["--secret-file", str(tmp_path / "missing")]):
+        done = subprocess.run(rocket_command("controller", "--controller-peers", "127.0.0.1:1/2", "--port", "1",
+                                             "--data-dir", str(tmp_path / "d"), *extra),
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "secret" in done.stderr
+    assert not (tmp_path / "d").exists()
+
+
+async def test_a_nameserver_can_run_the_controller_on_its_own_port(tmp_path: Path) -> None:
+    port = reserve_ports([0, 2])
+    addr = f"127.0.0.1:{port}"
+    argv = rocket_command("nameserver", "--host", "127.0.0.1", "--port", str(port), "--http-port", "0",
+                          "--enable-controller-in-namesrv", "--controller-peers", f"{addr}/{port + 2}",
+                          "--controller-data-dir", str(tmp_path / "ctl"))
+    with running(argv, port=port, env={"ROCKET_CONTROLLER_SECRET": SECRET}, log_path=tmp_path / "ns.log"):
+        client = RemotingClient()
+        try:
+            leader, _ = await wait_leader(client, [addr])
+            assert leader == addr
+            resp = await request(client, addr, RequestCode.CONTROLLER_APPLY_BROKER_ID, clusterName=CLUSTER,
+                                 brokerName="in-namesrv", appliedBrokerId=1, registerCheckCode="127.0.0.1:5;5")
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            resp = await request(client, addr, RequestCode.GET_BROKER_CLUSTER_INFO)  # still a NameServer
+            assert resp.code == ResponseCode.SUCCESS and b"brokerAddrTable" in resp.body
+        finally:
+            await client.close()
