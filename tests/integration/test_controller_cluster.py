@@ -266,6 +266,17 @@ async def test_the_raft_port_runs_no_pickle_and_takes_no_command_from_an_unauthe
                 except TimeoutError:
                     pytest.fail(f"the Raft port {port} kept a connection open after an unauthenticated frame")
                 assert data == b"", f"the Raft port {port} answered an unauthenticated frame: {data[:60]!r}"
+    # a frame announcing 1 GiB is cut off at once instead of being buffered
+    with socket.create_connection(("127.0.0.1", cluster.ports[0] + 2), timeout=5) as sock:
+        sock.settimeout(5)
+        sock.sendall(struct.pack("i", 1 << 30) + b"\0" * 65536)
+        try:
+            for _ in range(64):  # up to 4 MiB more: the server must close long before 1 GiB
+                sock.sendall(b"\0" * 65536)
+            data = sock.recv(1)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        assert data == b""
     assert not marker.exists(), "an unauthenticated pickle was loaded on the Raft port"
     assert await wait_leader(client, cluster.addrs)
     assert {a: await replica_info(client, a, "survives-leader") for a in cluster.addrs} == before

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any
 
 import orjson
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.tcp_connection import TcpConnection
 
 from rocket.controller.config import ControllerConfig, Peer
 from rocket.controller.state import ReplicasInfoManager
@@ -50,6 +52,41 @@ log = logging.getLogger("rocket.controller.raft")
 _LEADER = 2
 #: Snapshot format version (the dump holds ``{"version": 1, "groups": ...}``).
 SNAPSHOT_VERSION = 1
+
+
+#: Most bytes a Raft connection may buffer (one frame or several). pysyncobj's own frames stay far
+#: below (append batches and snapshot chunks are 64 KiB); an unauthenticated peer announcing or
+#: streaming more is cut off instead of growing the buffer without bound.
+MAX_RAFT_BUFFER = 16 * 1024 * 1024
+
+
+def _bound_read_buffers() -> None:
+    """Make pysyncobj's TCP connections drop a peer whose buffered input exceeds
+    :data:`MAX_RAFT_BUFFER` or whose frame announces more (pysyncobj itself buffers any amount
+    before it can check the frame's HMAC). Idempotent; logs and does nothing when pysyncobj's
+    internals are not the expected ones."""
+    read = getattr(TcpConnection, "_TcpConnection__processRead", None)
+    if read is None or getattr(read, "_rocket_bounded", False):
+        if read is None:
+            log.warning("pysyncobj's TcpConnection changed: Raft read buffers are not bounded")
+        return
+
+    def bounded_read(self: TcpConnection) -> bool:
+        more = read(self)
+        buffer = getattr(self, "_TcpConnection__readBuffer", b"")
+        if len(buffer) >= 4:
+            (length,) = struct.unpack("i", bytes(buffer[:4]))
+            if len(buffer) > MAX_RAFT_BUFFER or not 0 <= length <= MAX_RAFT_BUFFER:
+                log.warning("Raft connection dropped: frame of %d bytes announced, %d buffered", length, len(buffer))
+                self.disconnect()
+                return False
+        return more
+
+    bounded_read._rocket_bounded = True  # type: ignore[attr-defined]
+    setattr(TcpConnection, "_TcpConnection__processRead", bounded_read)  # noqa: B010 - a name-mangled attribute
+
+
+_bound_read_buffers()
 
 
 class NotLeaderError(Exception):
