@@ -17,7 +17,7 @@ def _root() -> None:
 
 def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
                        secret_file: Path | None, port: int, host: str | None, unclean: bool | None,
-                       heartbeat_timeout_ms: int | None, log_level: str | None) -> Any:
+                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None) -> Any:
     """Build and check a ControllerConfig from the command line (raises ConfigError)."""
     from rocket.controller.config import DEFAULT_RAFT_PORT, ControllerConfig, parse_peers, read_secret
 
@@ -27,7 +27,7 @@ def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | No
         secret=read_secret(secret_file),
         data_dir=str(data_dir or Path("controller-data")),
         port=port,
-    ).with_overrides(host=host, enable_elect_unclean_master=unclean,
+    ).with_overrides(host=host, http_port=http_port, enable_elect_unclean_master=unclean,
                      controller_heart_beat_timeout_mills=heartbeat_timeout_ms, log_level=log_level)
     cfg.resolve_self(port)
     cfg.validate()
@@ -108,6 +108,8 @@ def controller(
     self_addr: str | None = typer.Option(None, "--self-addr", help="This controller's entry in the peers "
                                          "(default: the one whose port is --port)."),
     host: str | None = typer.Option(None, "--host", help="Address to listen on (default 0.0.0.0)."),
+    http_port: int | None = typer.Option(None, "--http-port", help="HTTP probes, /metrics and /api/v1/controller "
+                                         "(default: off)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Raft journal and snapshots (default "
                                           "./controller-data)."),
     secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
@@ -125,7 +127,8 @@ def controller(
     try:
         cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
                                  data_dir=data_dir, secret_file=secret_file, port=port, host=host,
-                                 unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level)
+                                 unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
+                                 http_port=http_port)
     except ConfigError as exc:
         typer.echo(f"rocket controller: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -23,7 +23,8 @@ SECRET = "test-controller-secret-0123456789"
 
 
 class ControllerCluster:
-    """``n`` controller processes: remoting ports ``base + 10*i``, Raft ports ``base + 10*i + 2``.
+    """``n`` controller processes: remoting ports ``base + 10*i``, Raft ports ``base + 10*i + 2``,
+    HTTP ports ``base + 10*i + 4``.
 
     Each keeps its data in ``root/c<i>`` and logs in ``root/c<i>.log``; ``kill(i)`` is kill -9,
     ``start(i)`` (re)starts one on the same ports and data.
@@ -32,17 +33,19 @@ class ControllerCluster:
     def __init__(self, root: Path, n: int = 3, *, extra: Iterable[str] = ()) -> None:
         self.root = root
         self.n = n
-        offsets = [10 * i + k for i in range(n) for k in (0, 2)]
+        offsets = [10 * i + k for i in range(n) for k in (0, 2, 4)]
         self.base = reserve_ports(offsets)
         self.ports = [self.base + 10 * i for i in range(n)]
         self.addrs = [f"127.0.0.1:{p}" for p in self.ports]
+        self.http_ports = [p + 4 for p in self.ports]
         self.peers = ",".join(f"127.0.0.1:{p}/{p + 2}" for p in self.ports)
         self.extra = list(extra)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
 
     def argv(self, i: int) -> list[str]:
         return rocket_command("controller", "--controller-peers", self.peers, "--port", str(self.ports[i]),
-                              "--host", "127.0.0.1", "--data-dir", str(self.root / f"c{i}"), *self.extra)
+                              "--host", "127.0.0.1", "--data-dir", str(self.root / f"c{i}"),
+                              "--http-port", str(self.http_ports[i]), *self.extra)
 
     def start(self, i: int) -> None:
         if self.procs[i] is not None and self.procs[i].poll() is None:  # type: ignore[union-attr]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import re
 import socket
 import struct
 import subprocess
@@ -19,6 +20,7 @@ import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 
@@ -143,6 +145,32 @@ async def test_a_dead_master_is_replaced_by_the_best_in_sync_replica_and_the_gro
     finally:
         for b in brokers:
             await b.crash()
+
+
+async def test_http_status_and_metrics_show_the_groups_and_elections(cluster: ControllerCluster,
+                                                                     client: RemotingClient) -> None:
+    leader, _ = await wait_leader(client, cluster.addrs)
+    http = cluster.http_ports[cluster.addrs.index(leader)]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{http}/readyz") as resp:
+            assert resp.status == 200 and (await resp.json())["isLeader"] is True
+        async with session.get(f"http://127.0.0.1:{http}/api/v1/controller") as resp:
+            status = await resp.json()
+        async with session.get(f"http://127.0.0.1:{http}/metrics") as resp:
+            metrics = await resp.text()
+    assert status["isLeader"] and status["leader"]["address"] == leader
+    # the previous test ended with every broker of broker-fo gone: the last master (2) died with
+    # nobody left to elect, so the group has no master, a new master epoch, and keeps its set
+    group = next(g for g in status["brokerGroups"] if g["brokerName"] == "broker-fo")
+    assert (group["masterBrokerId"], group["masterEpoch"], group["syncStateSet"]) == (None, 4, [2])
+    assert [(b["brokerId"], b["inSync"], b["alive"]) for b in group["brokers"]] == [
+        (1, False, False), (2, True, False), (3, False, False)]
+    assert "rocketmq_controller_role 1.0" in metrics
+    labels = 'broker_set="broker-fo",cluster="DefaultCluster"'
+    assert f"rocketmq_controller_master_epoch{{{labels}}} 4.0" in metrics
+    assert f"rocketmq_controller_has_master{{{labels}}} 0.0" in metrics
+    assert re.search(r'rocketmq_controller_election_total\{' + labels + r',election_result="new_master_elected"\} '
+                     r'[1-9]\.0', metrics), metrics
 
 
 async def test_kill_9_of_the_leader_elects_a_new_one_that_keeps_the_state(cluster: ControllerCluster,

@@ -119,6 +119,8 @@ class ControllerConfig:
     data_dir: str = "controller-data"
     host: str = "0.0.0.0"
     port: int = DEFAULT_PORT
+    #: HTTP probes, metrics and status (None: no HTTP server; 0 picks a port).
+    http_port: int | None = None
     raft_bind_host: str | None = None
     controller_group: str = "RocketController"
     enable_elect_unclean_master: bool = False
@@ -167,8 +169,10 @@ class ControllerConfig:
         if not self.peers:
             raise ConfigError("no controller peers")
         self.self_peer  # noqa: B018 - validates
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port {self.port} out of range")
+        for name in ("port", "http_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ConfigError(f"{name} {value} out of range")
         if len(self.secret) < MIN_SECRET_LENGTH:
             raise ConfigError("no controller secret (or shorter than 16 characters)")
         for name in ("scan_not_active_broker_interval", "scan_inactive_master_interval",

@@ -45,6 +45,13 @@ from rocket.remoting.command import HeaderFieldError
 
 log = logging.getLogger("rocket.controller")
 
+#: ELECT_MASTER answers -> RocketMQ's ``election_result`` label values.
+_ELECTION_RESULTS: dict[int, str] = {
+    ResponseCode.SUCCESS: "new_master_elected",
+    ResponseCode.CONTROLLER_MASTER_STILL_EXIST: "keep_current_master",
+    ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE: "no_master_elected",
+    ResponseCode.CONTROLLER_ELECT_MASTER_FAILED: "no_master_elected",
+}
 #: Response codes after which a controller-triggered election is tried again.
 _RETRY_ELECTION = {ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH, ResponseCode.SYSTEM_ERROR}
 
@@ -84,6 +91,8 @@ class ControllerManager:
         self._started_at = time.monotonic()
         self._running = False
         self.elections: list[dict[str, Any]] = []  # the last elections this controller committed (bounded)
+        #: (clusterName, brokerName, election_result) -> count, RocketMQ's ``election_total`` metric.
+        self.election_counts: dict[tuple[str, str, str], int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -196,6 +205,7 @@ class ControllerManager:
         broker_id = _opt_int(request, "brokerId")
         designate = request.get_bool("designateElect", False)
         result = await self._commit(lambda: self.replicas.elect_master(broker_name, broker_id, designate, self.policy))
+        self._count_election(broker_name, result.code)
         if result.code == ResponseCode.SUCCESS:
             self._elected(broker_name, result, "broker" if not designate else "admin")
         return self._respond(request, result)
@@ -335,6 +345,7 @@ class ControllerManager:
     async def _elect(self, broker_name: str, reason: str) -> None:
         for attempt in range(self.config.elect_master_max_retry_count):
             result = await self._commit(lambda: self.replicas.elect_master(broker_name, None, False, self.policy))
+            self._count_election(broker_name, result.code)
             if result.code == ResponseCode.SUCCESS:
                 self._elected(broker_name, result, f"controller ({reason})")
                 return
@@ -343,6 +354,43 @@ class ControllerManager:
             if result.code not in _RETRY_ELECTION:
                 return
             await asyncio.sleep(0.2)
+
+    def _count_election(self, broker_name: str, code: int) -> None:
+        label = _ELECTION_RESULTS.get(code)
+        if label is None:
+            return
+        with self.raft.lock:
+            group = self.replicas.groups.get(broker_name)
+            cluster = group.cluster_name if group else ""
+        key = (cluster, broker_name, label)
+        self.election_counts[key] = self.election_counts.get(key, 0) + 1
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able picture of this controller: its Raft view, every broker group (master,
+        epochs, SyncStateSet, each broker's address, liveness and sync) and the last elections.
+        For ``GET /api/v1/controller`` and the operator's ``status.brokerGroups[]``."""
+        leader = self.raft.leader
+        raft = self.raft.status()
+        groups = []
+        with self.raft.lock:
+            for name, g in sorted(self.replicas.groups.items()):
+                groups.append({
+                    "clusterName": g.cluster_name, "brokerName": name, "masterBrokerId": g.master_broker_id,
+                    "masterAddress": g.address(g.master_broker_id), "masterEpoch": g.master_epoch,
+                    "syncStateSet": sorted(g.sync_state_set), "syncStateSetEpoch": g.sync_state_set_epoch,
+                    "brokers": [{"brokerId": bid, "address": addr, "alive": self._alive(g.cluster_name, name, bid),
+                                 "inSync": bid in g.sync_state_set} for bid, addr in g.broker_addrs().items()],
+                })
+        return {
+            "self": {"id": self.config.self_peer.id, "address": self.config.self_address},
+            "isLeader": self.raft.is_leader,
+            "leader": {"id": leader.id, "address": leader.address} if leader else None,
+            "peers": [{"id": p.id, "address": p.address, "raftAddress": p.raft_address} for p in self.config.peers],
+            "raft": {k: raft.get(k) for k in ("raft_term", "commit_idx", "last_applied", "log_len", "state")
+                     if k in raft},
+            "brokerGroups": groups,
+            "elections": list(self.elections[-20:]),
+        }
 
     def _elected(self, broker_name: str, result: ControllerResult, by: str) -> None:
         header = result.header

@@ -25,6 +25,7 @@ from pathlib import Path
 from aiohttp import web
 
 from rocket.controller.config import ControllerConfig
+from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
 from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.http import build_app
@@ -78,6 +79,7 @@ class NameServer:
             self.controller = ControllerManager(controller)
             self.controller.register(processors)
             self.remoting.on_connection_closed.append(self.controller.connection_closed)
+            self.metrics.registry.register(ControllerCollector(self.controller))
         self._http_runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self.http_port: int | None = None
@@ -109,7 +111,10 @@ class NameServer:
                 await self.controller.stop()
             raise
         if cfg.http_port is not None:
-            runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+            app = build_app(self)
+            if self.controller is not None:
+                add_controller_routes(app, self.controller)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, cfg.http_host or cfg.host, cfg.http_port, reuse_address=True)
             try:
