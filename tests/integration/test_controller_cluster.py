@@ -24,7 +24,8 @@ import aiohttp
 import orjson
 import pytest
 
-from rocket.remoting import RemotingClient
+from rocket.controller.client import ControllerClient
+from rocket.remoting import RemotingClient, RemotingCommandError
 from rocket.remoting.codes import RequestCode, ResponseCode
 from tests.integration.controller_support import (
     SECRET,
@@ -190,6 +191,30 @@ async def test_kill_9_of_the_leader_elects_a_new_one_that_keeps_the_state(cluste
     resp = await request(client, new_leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, clusterName=CLUSTER,
                          brokerName="survives-leader")
     assert resp.code == 0 and resp.ext_fields["nextBrokerId"] == "2"  # the committed id is remembered
+
+
+async def test_controller_client_registers_a_broker_and_follows_the_leader(cluster: ControllerCluster,
+                                                                           client: RemotingClient) -> None:
+    await wait_leader(client, cluster.addrs)
+    cc = ControllerClient(reversed(cluster.addrs))
+    try:
+        bid = await cc.get_next_broker_id(CLUSTER, "broker-cc")
+        await cc.apply_broker_id(CLUSTER, "broker-cc", bid, "127.0.0.1:40001;1")
+        info = await cc.register_broker(CLUSTER, "broker-cc", bid, "127.0.0.1:40001")
+        assert (bid, info.master_broker_id, info.sync_state_set) == (1, None, frozenset())
+        info = await cc.elect_master(CLUSTER, "broker-cc", bid)
+        assert (info.master_broker_id, info.master_address, info.master_epoch) == (1, "127.0.0.1:40001", 1)
+        with pytest.raises(RemotingCommandError) as err:  # a stale SyncStateSet epoch is fenced
+            await cc.alter_sync_state_set("broker-cc", 1, 1, [1, 2], 0)
+        assert err.value.code == ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH
+        old_leader = cc.leader_addr
+        assert old_leader is not None
+        cluster.kill(cluster.addrs.index(old_leader))
+        info = await cc.get_replica_info("broker-cc")  # redirected to the new leader
+        assert cc.leader_addr not in (None, old_leader)
+        assert (info.master_broker_id, info.master_epoch, info.sync_state_set_epoch) == (1, 1, 1)
+    finally:
+        await cc.close()
 
 
 async def test_without_a_majority_nothing_is_written_or_elected_but_reads_answer_and_a_restart_recovers(

@@ -6,7 +6,10 @@ inside a NameServer (``rocket nameserver --enable-controller-in-namesrv``: the c
 requests are then served on the NameServer's port). Modules: :mod:`~rocket.controller.state`
 (the replicated state machine and the elect policy, pure), :mod:`~rocket.controller.raft`
 (pysyncobj), :mod:`~rocket.controller.heartbeat` (who is alive), :mod:`~rocket.controller.manager`
-(request handlers, elections, notifications), :mod:`~rocket.controller.server` (the process).
+(request handlers, elections, notifications), :mod:`~rocket.controller.server` (the process),
+:mod:`~rocket.controller.http` (probes, metrics, status) and :mod:`~rocket.controller.client`
+(:class:`ControllerClient`, what a controller-mode broker or a tool calls: leader discovery,
+redirects, the requests below).
 
 The wire protocol is RocketMQ 5's (``RequestCode`` 904 and 1001-1013, ``ResponseCode`` 2000-2014,
 JSON headers and fastjson bodies with Apache's field names), so Apache's own controller-mode
@@ -76,6 +79,7 @@ it succeeds only for an alive member of the SyncStateSet (any alive replica with
 ``enableElectUncleanMaster``); the controller then notifies the group as in step 6.
 """
 
+from rocket.controller.client import ControllerClient, NoControllerLeaderError, ReplicaInfo
 from rocket.controller.config import ConfigError, ControllerConfig, Peer, parse_peers, read_secret
 from rocket.controller.manager import ControllerManager
 from rocket.controller.server import ControllerServer, serve
@@ -84,11 +88,14 @@ from rocket.controller.state import BrokerGroup, DefaultElectPolicy, ReplicasInf
 __all__ = [
     "BrokerGroup",
     "ConfigError",
+    "ControllerClient",
     "ControllerConfig",
     "ControllerManager",
     "ControllerServer",
     "DefaultElectPolicy",
+    "NoControllerLeaderError",
     "Peer",
+    "ReplicaInfo",
     "ReplicasInfoManager",
     "parse_peers",
     "read_secret",
