@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from rocket.controller.config import ConfigError, ControllerConfig, parse_peers, parse_properties, read_secret
+from rocket.controller.heartbeat import BrokerHeartbeatManager
 from rocket.controller.state import (
     BrokerLiveInfo,
     ControllerResult,
@@ -344,3 +345,24 @@ def test_controller_config_properties_update_and_black_list():
     with pytest.raises(ConfigError, match="not an integer"):
         cfg.update_from_properties({"scanInactiveMasterInterval": "soon", "enableElectUncleanMaster": "false"})
     assert cfg.enable_elect_unclean_master is True  # nothing applied from a refused update
+
+
+def test_heartbeat_table_expires_brokers_and_keeps_their_best_figures():
+    now = [100.0]
+    hb = BrokerHeartbeatManager(default_timeout_ms=10_000, clock=lambda: now[0])
+    gone: list[tuple[str, str, int]] = []
+    hb.listeners.append(lambda *key: gone.append(key))
+    conn_a, conn_b = object(), object()
+    hb.on_heartbeat(CLUSTER, GROUP, "a:1", 1, timeout_ms=2000, channel=conn_a, epoch=2, max_offset=500)
+    hb.on_heartbeat(CLUSTER, GROUP, "b:1", 2, channel=conn_b, epoch=1, max_offset=900)  # default timeout 10 s
+    # a late heartbeat with older figures does not roll them back; a newer epoch replaces them
+    hb.on_heartbeat(CLUSTER, GROUP, "a:1", 1, timeout_ms=2000, channel=conn_a, epoch=1, max_offset=9999)
+    assert hb.live_info(CLUSTER, GROUP, 1) == BrokerLiveInfo(1, 2, 500, 2**31 - 1)
+    hb.on_heartbeat(CLUSTER, GROUP, "a:1", 1, timeout_ms=2000, channel=conn_a, epoch=3, max_offset=10)
+    assert hb.live_info(CLUSTER, GROUP, 1) == BrokerLiveInfo(1, 3, 10, 2**31 - 1)
+    now[0] += 2.5
+    assert not hb.is_active(CLUSTER, GROUP, 1) and hb.is_active(CLUSTER, GROUP, 2)
+    assert hb.scan_not_active() == [(CLUSTER, GROUP, 1)] and gone == [(CLUSTER, GROUP, 1)]
+    assert hb.on_channel_closed(conn_a) == []  # already gone
+    assert hb.on_channel_closed(conn_b) == [(CLUSTER, GROUP, 2)]
+    assert gone[-1] == (CLUSTER, GROUP, 2) and hb.active_brokers() == []

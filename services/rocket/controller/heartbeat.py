@@ -106,16 +106,17 @@ class BrokerHeartbeatManager:
         return live.address if live else None
 
     def scan_not_active(self) -> list[BrokerKey]:
-        """Drop brokers whose heartbeats stopped, close their channels, tell the listeners; returns them."""
+        """Drop brokers whose heartbeats stopped and tell the listeners; returns them.
+
+        Unlike RocketMQ, the broker's connection is left open: inside a NameServer it is also the
+        broker's registration connection, whose close removes its routes at once. A heartbeat
+        arriving later on it makes the broker alive again."""
         now = self._clock()
         expired = [k for k, v in self._table.items() if now - v.last_update > v.timeout_ms / 1000.0]
         for key in expired:
             live = self._table.pop(key)
             log.warning("broker %s (%s, id %d) at %s: no heartbeat for %d ms", key[1], key[0], key[2],
                         live.address, live.timeout_ms)
-            close = getattr(live.channel, "close", None)
-            if callable(close):
-                close()
             self._notify(key)
         return expired
 
