@@ -366,3 +366,19 @@ def test_heartbeat_table_expires_brokers_and_keeps_their_best_figures():
     assert hb.on_channel_closed(conn_a) == []  # already gone
     assert hb.on_channel_closed(conn_b) == [(CLUSTER, GROUP, 2)]
     assert gone[-1] == (CLUSTER, GROUP, 2) and hb.active_brokers() == []
+
+
+def test_the_number_of_groups_and_ids_per_group_is_bounded(setup, monkeypatch):
+    import rocket.controller.state as state
+
+    mgr, _, _ = setup
+    monkeypatch.setattr(state, "MAX_BROKER_GROUPS", 2)
+    monkeypatch.setattr(state, "MAX_BROKERS_PER_GROUP", 2)
+    for name in ("g1", "g2"):
+        assert commit(mgr, mgr.apply_broker_id(CLUSTER, name, 1, f"{name}:1;1")).code == 0
+    res = mgr.apply_broker_id(CLUSTER, "g3", 1, "g3:1;1")
+    assert res.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID and "broker groups" in (res.remark or "")
+    assert commit(mgr, mgr.apply_broker_id(CLUSTER, "g1", 2, "g1:2;1")).code == 0
+    res = mgr.apply_broker_id(CLUSTER, "g1", 3, "g1:3;1")
+    assert res.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID and "broker ids" in (res.remark or "")
+    assert commit(mgr, mgr.apply_broker_id(CLUSTER, "g1", 2, "g1:2;1")).code == 0  # re-applying still works

@@ -36,6 +36,11 @@ from rocket.remoting.codes import ResponseCode
 #: ``MixAll.FIRST_BROKER_CONTROLLER_ID``: the first broker id a group hands out.
 FIRST_BROKER_CONTROLLER_ID = 1
 
+#: Most broker groups, and broker ids per group, the controller keeps (memory stays bounded
+#: whoever sends APPLY_BROKER_ID; RocketMQ has no such limits).
+MAX_BROKER_GROUPS = 10_000
+MAX_BROKERS_PER_GROUP = 64
+
 #: ``(clusterName, brokerName, brokerId) -> bool``: is the broker alive (heartbeats) on this controller.
 AlivePredicate = Callable[[str, str, int], bool]
 
@@ -355,12 +360,18 @@ class ReplicasInfoManager:
     def _check_apply_broker_id(self, broker_name: str, broker_id: int, check_code: str) -> tuple[int, str | None]:
         group = self.groups.get(broker_name)
         if group is None:
+            if len(self.groups) >= MAX_BROKER_GROUPS:
+                return (ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                        f"the controller holds {MAX_BROKER_GROUPS} broker groups already; clean some first")
             if broker_id == FIRST_BROKER_CONTROLLER_ID:
                 return ResponseCode.SUCCESS, None
             return (ResponseCode.CONTROLLER_BROKER_ID_INVALID,
                     f"Broker-set: {broker_name} hasn't been registered in controller, but broker try to apply "
                     f"brokerId: {broker_id}")
         entry = group.brokers.get(broker_id)
+        if entry is None and len(group.brokers) >= MAX_BROKERS_PER_GROUP:
+            return (ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                    f"broker-set {broker_name} has {MAX_BROKERS_PER_GROUP} broker ids already; clean some first")
         if entry is None or entry[1] == check_code:
             return ResponseCode.SUCCESS, None
         return (ResponseCode.CONTROLLER_BROKER_ID_INVALID,
@@ -569,6 +580,8 @@ _APPLIERS: dict[str, Callable[[ReplicasInfoManager, Mapping[str, Any]], tuple[in
 
 __all__ = [
     "FIRST_BROKER_CONTROLLER_ID",
+    "MAX_BROKERS_PER_GROUP",
+    "MAX_BROKER_GROUPS",
     "AlivePredicate",
     "BrokerGroup",
     "BrokerLiveInfo",
