@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,10 +183,137 @@ def broker(
         raise typer.Exit(1) from None
 
 
-# produce, consume, topic, cluster, group and local (rocket/client/cli.py)
+# produce, consume, topic, cluster and group (rocket/client/cli.py); they find a running local
+# cluster's NameServers through rocket.local, which the client itself does not import
+from rocket.client.cli import console, err_console  # noqa: E402
 from rocket.client.cli import register as _register_client_commands  # noqa: E402
+from rocket.client.output import OutputFormat, new_table, output_option, print_document  # noqa: E402
 
-_register_client_commands(app)
+
+def _local_namesrv() -> str | None:
+    from rocket.local import DEFAULT_DIR, namesrv_from_state
+
+    return namesrv_from_state(DEFAULT_DIR)
+
+
+_register_client_commands(app, _local_namesrv)
+
+
+# -- rocket local up|down|status (rocket/local.py) -----------------------------------------------
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups of master + slave).",
+                        no_args_is_help=True)
+
+
+@local_app.command("up")
+def local_up(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    base_port: int = typer.Option(9876, "--base-port", "-p", help="First NameServer port; the others follow."),
+    brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
+    slaves: bool = typer.Option(True, "--slaves/--no-slaves", help="A slave per broker group (replication)."),
+    flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
+    foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
+) -> None:
+    """Start 2 NameServers and broker-a/broker-b as local processes."""
+    from rocket.local import LocalCluster, LocalClusterError, print_state
+
+    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves)
+    try:
+        state = cluster.start(detach=not foreground, timeout=timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted; stopped")
+        raise typer.Exit(130) from None
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    if foreground:
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    print_state(state)
+    if not foreground:
+        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
+        return
+    console.print("running in the foreground; Ctrl-C stops the cluster")
+    try:
+        while not stop:
+            if any(p.poll() is not None for p in cluster.procs.values()):
+                err_console.print("[red]a cluster process exited; stopping the others[/red]")
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopping ...")
+    cluster.stop()
+
+
+@local_app.command("down")
+def local_down(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    timeout: float = typer.Option(20.0, "--timeout", help="Seconds to wait before SIGKILL."),
+) -> None:
+    """Stop the local cluster (SIGTERM, wait, SIGKILL after --timeout)."""
+    from rocket.local import LocalClusterError, down
+
+    try:
+        stopped = down(data_dir, timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (already stopped)'}")
+
+
+@local_app.command("status")
+def local_status(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Show the local cluster's processes; exit code 1 unless all are running and ready.
+
+    ``-o json|yaml``: ``{"dataDir", "namesrv", "processes": [{"name", "kind", "addr", "httpPort", "pid",
+    "running", "ready", "log"}]}`` (README.md, "Output for scripts"); ``-o wide`` adds kind and log file.
+    """
+    from rocket.local import LocalClusterError, status
+
+    try:
+        state, rows = status(data_dir)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    if output.machine:
+        print_document({"dataDir": str(state.data_dir), "namesrv": state.namesrv, "processes": [
+            {"name": r.name, "kind": r.kind, "addr": r.addr, "httpPort": r.http_port, "pid": r.pid,
+             "running": r.running, "ready": r.ready, "log": r.log} for r in rows]}, output)
+    else:
+        wide = output is OutputFormat.WIDE
+        columns: list[tuple[str, Any]] = [("process", "left"), ("address", "left"), ("http", "right"),
+                                          ("pid", "right"), ("state", "left")]
+        if wide:
+            columns += [("kind", "left"), ("log", "left")]
+        table = new_table(columns, title=f"local cluster in {state.data_dir}")
+        for r in rows:
+            st = ("[green]ready[/green]" if r.ready else
+                  ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]"))
+            row = [r.name, r.addr, str(r.http_port), str(r.pid), st]
+            if wide:
+                row += [r.kind, r.log]
+            table.add_row(*row)
+        console.print(table)
+        console.print(f"NameServers: {state.namesrv}", highlight=False)
+    if not all(r.ready for r in rows):
+        raise typer.Exit(1)
+
+
+app.add_typer(local_app, name="local")
 
 # rocket analytics logs|traffic|accuracy (rocket/analytics/cli.py)
 from rocket.analytics.cli import analytics_app  # noqa: E402

@@ -30,10 +30,10 @@ from pathlib import Path
 import orjson
 import pytest
 from bench.compare import java
-
 from rocket.nameserver.model import ClusterInfo
+
+from rocket.protocol.codes import RequestCode
 from rocket.remoting import RemotingClient, RemotingCommand
-from rocket.remoting.codes import RequestCode
 from tests.support import reserve_ports, rocket_command, terminate, wait_port
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]

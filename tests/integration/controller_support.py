@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
+from rocket.protocol.codes import RequestCode
 from rocket.remoting import Processors, RemotingClient, RemotingCommand, RemotingServer
-from rocket.remoting.codes import RequestCode
 from tests.support import reserve_ports, rocket_command, terminate, wait_port
 
 SECRET = "test-controller-secret-0123456789"

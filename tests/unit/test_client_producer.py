@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from rocket.client import Producer, SendFailedError, SendStatus, build_message
-from rocket.client.route import MessageQueue
 from rocket.message import COMPRESS_OVER, SYSFLAG_COMPRESSED, decode_batch, decode_properties
+from rocket.protocol import MessageQueue
 from rocket.remoting import RemotingCommand, RemotingConnection, RemotingServer, RequestCode, ResponseCode
 
 

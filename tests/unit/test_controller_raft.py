@@ -13,7 +13,7 @@ import pytest
 from rocket.controller.config import ControllerConfig, parse_peers
 from rocket.controller.raft import NotLeaderError, RaftNode
 from rocket.controller.state import ReplicasInfoManager
-from rocket.remoting.codes import ResponseCode
+from rocket.protocol.codes import ResponseCode
 from tests.support import reserve_ports
 
 pytestmark = pytest.mark.timeout(60)

@@ -17,9 +17,9 @@ from rocket.controller.state import (
     ControllerResult,
     DefaultElectPolicy,
     ReplicasInfoManager,
-    parse_sync_state_set,
 )
-from rocket.remoting.codes import ResponseCode
+from rocket.protocol.codes import ResponseCode
+from rocket.protocol.controller import parse_sync_state_set
 
 CLUSTER, GROUP = "DefaultCluster", "broker-a"
 

@@ -1,4 +1,4 @@
-"""Epoch file and consistent-point logic (rocket.store.epoch) and the slave's reconcile helper."""
+"""Epoch file and consistent-point logic (rocket.store.ha.epoch) and the slave's reconcile helper."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rocket.broker.ha.slave import common_epoch
-from rocket.store.epoch import (
+from rocket.store.ha.epoch import (
     EpochEntry,
     EpochFile,
     EpochFileError,
@@ -16,6 +15,7 @@ from rocket.store.epoch import (
     entries_from_json,
     find_consistent_point,
 )
+from rocket.store.ha.slave import common_epoch
 
 
 def E(*pairs: tuple[int, int]) -> list[EpochEntry]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rocket.protocol import loads_lenient
 from rocket.remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -20,7 +21,6 @@ from rocket.remoting import (
     SerializeType,
     decode,
     encode,
-    loads_lenient,
 )
 
 

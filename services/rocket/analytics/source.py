@@ -253,7 +253,7 @@ class RocketStreamReader(DataSourceStreamReader):
 
 
 def _mq(topic: str, broker: str, qid: int) -> Any:
-    from rocket.client.route import MessageQueue
+    from rocket.protocol import MessageQueue
 
     return MessageQueue(topic, broker, qid)
 

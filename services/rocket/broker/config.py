@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocket.remoting.codes import PERM_READ, PERM_WRITE
+from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
 
 log = logging.getLogger("rocket.broker")
@@ -145,6 +145,14 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     #: Answer sends of transactional half messages with NO_PERMISSION (16).
     reject_transaction_message: bool = False
+    #: Age (ms since the half message was born) after which an unfinished transaction is checked
+    #: back with its producer group (``transactionTimeOut``; RocketMQ: 6 s).
+    transaction_time_out: int = field(default=6_000, metadata=_java("transactionTimeOut"))
+    #: Check-backs of one transaction before its half message is discarded to
+    #: TRANS_CHECK_MAX_TIME_TOPIC (``transactionCheckMax``; RocketMQ: 15).
+    transaction_check_max: int = 15
+    #: Period of the transaction check-back scan in ms (``transactionCheckInterval``; RocketMQ 4.9.8: 60 s).
+    transaction_check_interval: int = 60_000
     #: maxNum used for QUERY_MESSAGE by unique key.
     default_query_max_num: int = 32
     #: Upper bound on QUERY_MESSAGE's maxNum.
@@ -270,11 +278,14 @@ class BrokerConfig:
         if self.promoted_broker_role is BrokerRole.SLAVE:
             raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval"):
+                     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
+                     "transaction_check_interval", "transaction_check_max"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
         if self.slave_read_lag_bytes < 0:
             raise ConfigError("slaveReadLagBytes must be >= 0")
+        if self.transaction_time_out < 0:
+            raise ConfigError("transactionTimeOut must be >= 0")
         from rocket.broker.schedule import parse_delay_levels
 
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocket.broker.filter import SubscriptionData, SubscriptionParseError
-from rocket.remoting import loads_lenient
+from rocket.protocol import loads_lenient
 
 #: Java enum constants in ordinal order (the C++ client sends ordinals).
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")

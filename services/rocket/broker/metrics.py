@@ -9,7 +9,11 @@ Counted as they happen (prefix ``rocketmq_broker_``):
 * ``requests_total`` {request_code, response_code};
 * ``send_rejected_total`` {reason}: sends answered SYSTEM_BUSY (overload);
 * ``flush_latency_seconds``: CommitLog fdatasync time, sampled from the store
-  (at most one observation per 0.5 s, the latest flush's duration).
+  (at most one observation per 0.5 s, the latest flush's duration);
+* ``transaction_half_messages_total``/``_commits_total``/``_rollbacks_total``/
+  ``_discarded_total`` {topic}, ``transaction_checks_total`` {topic, result} and
+  ``transaction_end_refused_total``: registered on this registry by
+  :class:`rocket.broker.transaction.TransactionMetrics`.
 
 Read at scrape time from the broker (:class:`BrokerCollector`):
 

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from rocket.client.errors import NameServerUnavailableError, TopicRouteError
-from rocket.client.route import MASTER_ID, BrokerData, TopicRouteData
+from rocket.protocol import MASTER_ID, BrokerData, TopicRouteData
 from rocket.remoting import (
     RemotingClient,
     RemotingCommand,
@@ -231,7 +231,7 @@ class MQClient:
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise TopicRouteError(topic, response.remark or "")
         check_response(response, f"route of {topic}")
-        route = TopicRouteData.parse(response.body)
+        route = TopicRouteData.from_json(response.body)
         if cache:
             self._store_route(topic, route)
         return route

@@ -25,7 +25,7 @@ from typing import Protocol
 import orjson
 
 from rocket.client.base import MQClient, check_response, ext
-from rocket.client.route import MessageQueue
+from rocket.protocol import MessageQueue
 from rocket.remoting import RemotingConnectError, RequestCode, ResponseCode
 
 log = logging.getLogger("rocket.client.offsets")

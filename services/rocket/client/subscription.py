@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket.client.route import MessageQueue
 from rocket.message import java_string_hash
+from rocket.protocol import MessageQueue
 
 SUB_ALL = "*"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from rocket.controller.state import parse_sync_state_set, sync_state_set_body
+from rocket.protocol.codes import RequestCode, ResponseCode
+from rocket.protocol.controller import parse_sync_state_set, sync_state_set_body
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingCommandError, RemotingError
-from rocket.remoting.codes import RequestCode, ResponseCode
 
 
 class NoControllerLeaderError(RemotingError):

@@ -38,9 +38,10 @@ import orjson
 from rocket.controller.config import ConfigError, ControllerConfig, parse_properties
 from rocket.controller.heartbeat import BrokerHeartbeatManager
 from rocket.controller.raft import CommitTimeoutError, NotLeaderError, RaftNode
-from rocket.controller.state import ControllerResult, DefaultElectPolicy, ReplicasInfoManager, parse_sync_state_set
+from rocket.controller.state import ControllerResult, DefaultElectPolicy, ReplicasInfoManager
+from rocket.protocol.codes import RequestCode, ResponseCode
+from rocket.protocol.controller import parse_sync_state_set, sync_state_set_body
 from rocket.remoting import Processors, RemotingClient, RemotingCommand, RemotingConnection, RemotingError
-from rocket.remoting.codes import RequestCode, ResponseCode
 from rocket.remoting.command import HeaderFieldError
 
 log = logging.getLogger("rocket.controller")
@@ -413,8 +414,7 @@ class ControllerManager:
                 return
             fields = {"masterAddress": group.address(group.master_broker_id), "masterEpoch": group.master_epoch,
                       "syncStateSetEpoch": group.sync_state_set_epoch, "masterBrokerId": group.master_broker_id}
-            body = orjson.dumps({"syncStateSet": sorted(group.sync_state_set),
-                                 "syncStateSetEpoch": group.sync_state_set_epoch})
+            body = sync_state_set_body(group.sync_state_set, group.sync_state_set_epoch)
             targets = [addr for bid, addr in group.broker_addrs().items()
                        if self._alive(group.cluster_name, broker_name, bid)]
             epoch = group.master_epoch

@@ -44,7 +44,7 @@ from pysyncobj.tcp_connection import TcpConnection
 
 from rocket.controller.config import ControllerConfig, Peer
 from rocket.controller.state import ReplicasInfoManager
-from rocket.remoting.codes import ResponseCode
+from rocket.protocol.codes import ResponseCode
 
 log = logging.getLogger("rocket.controller.raft")
 

@@ -31,7 +31,13 @@ from typing import Any
 
 import orjson
 
-from rocket.remoting.codes import ResponseCode
+from rocket.protocol.codes import ResponseCode
+from rocket.protocol.controller import (
+    broker_member_group,
+    elect_master_body,
+    parse_sync_state_set,
+    sync_state_set_body,
+)
 
 #: ``MixAll.FIRST_BROKER_CONTROLLER_ID``: the first broker id a group hands out.
 FIRST_BROKER_CONTROLLER_ID = 1
@@ -143,29 +149,9 @@ def _s(value: object) -> str | None:
     return str(value)
 
 
-def sync_state_set_body(ids: Iterable[int], epoch: int) -> bytes:
-    """The ``SyncStateSet`` body: ``{"syncStateSet": [ids], "syncStateSetEpoch": n}``."""
-    return orjson.dumps({"syncStateSet": sorted(ids), "syncStateSetEpoch": epoch})
-
-
-def parse_sync_state_set(body: bytes) -> tuple[set[int], int]:
-    """Parse a ``SyncStateSet`` body into ``(ids, epoch)``. Raises ``ValueError`` when malformed."""
-    try:
-        obj = orjson.loads(body)
-        ids = {int(x) for x in obj.get("syncStateSet") or []}
-        epoch = int(obj.get("syncStateSetEpoch", 0))
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
-        raise ValueError(f"bad SyncStateSet body: {exc}") from None
-    return ids, epoch
-
-
 def member_group_json(group: BrokerGroup) -> dict[str, Any]:
-    """``BrokerMemberGroup``: ``{"cluster", "brokerName", "brokerAddrs": {id: address}}``."""
-    return {
-        "cluster": group.cluster_name,
-        "brokerName": group.broker_name,
-        "brokerAddrs": {str(k): v for k, v in group.broker_addrs().items()},
-    }
+    """The group's ``BrokerMemberGroup``."""
+    return broker_member_group(group.cluster_name, group.broker_name, group.broker_addrs())
 
 
 class DefaultElectPolicy:
@@ -316,7 +302,7 @@ class ReplicasInfoManager:
         if new_master is not None and new_master == old_master:
             result.header.update(masterBrokerId=_s(old_master), masterAddress=group.address(old_master),
                                  masterEpoch=_s(group.master_epoch), syncStateSetEpoch=_s(group.sync_state_set_epoch))
-            result.body = orjson.dumps({"brokerMemberGroup": None, "syncStateSet": sorted(group.sync_state_set)})
+            result.body = elect_master_body(None, group.sync_state_set)
             return result.fail(ResponseCode.CONTROLLER_MASTER_STILL_EXIST,
                                f"The old master {old_master} is still alive, not need to elect new master for broker "
                                f"{broker_name}")
@@ -326,7 +312,7 @@ class ReplicasInfoManager:
             result.header.update(masterBrokerId=_s(new_master), masterAddress=group.address(new_master),
                                  masterEpoch=_s(group.master_epoch + 1),
                                  syncStateSetEpoch=_s(group.sync_state_set_epoch + 1))
-            result.body = orjson.dumps({"brokerMemberGroup": member_group_json(group), "syncStateSet": [new_master]})
+            result.body = elect_master_body(member_group_json(group), [new_master])
             result.events.append(event)
             return result
         if broker_id is None:

@@ -8,7 +8,7 @@ Errors: every function raises :class:`RemotingCommandError` when the
 NameServer answers with a code other than SUCCESS (e.g. ``code`` 17 for an
 unknown topic in :func:`get_route`), ``RemotingConnectError`` /
 ``RemotingTimeoutError`` when it cannot be reached in time, and
-:class:`~rocket.nameserver.model.BodyError` for a body that does not parse.
+:class:`~rocket.protocol.BodyError` for a body that does not parse.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rocket.nameserver.model import (
+from rocket.protocol import (
     ClusterInfo,
     DataVersion,
     RegisterBrokerBody,
@@ -28,8 +28,8 @@ from rocket.nameserver.model import (
     parse_kv_table,
     parse_topic_list,
 )
+from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting.client import RemotingClient
-from rocket.remoting.codes import RequestCode, ResponseCode
 from rocket.remoting.command import RemotingCommand, RemotingCommandError
 
 #: Timeout of REGISTER_BROKER in Java brokers (``registerBrokerTimeoutMills``), seconds.
@@ -94,7 +94,7 @@ async def register_broker(
         wrapper = topic_configs
     else:
         wrapper = TopicConfigSerializeWrapper(
-            {tc.topicName: tc for tc in topic_configs}, data_version or DataVersion()
+            {tc.topic_name: tc for tc in topic_configs}, data_version or DataVersion()
         )
     body = RegisterBrokerBody(wrapper, list(filter_server_list or [])).encode(compressed)
     ext = {

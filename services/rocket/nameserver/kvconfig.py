@@ -21,6 +21,9 @@ import orjson
 
 log = logging.getLogger("rocket.nameserver")
 
+#: KV namespace holding per-topic order configs (``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``).
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
 
 class KVConfigManager:
     """Namespace -> key -> value, all strings.

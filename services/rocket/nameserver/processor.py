@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from rocket.nameserver.kvconfig import KVConfigManager
-from rocket.nameserver.model import (
-    NAMESPACE_ORDER_TOPIC_CONFIG,
+from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol import (
     BodyError,
     DataVersion,
     RegisterBrokerBody,
@@ -27,8 +27,7 @@ from rocket.nameserver.model import (
     kv_table_body,
     topic_list_body,
 )
-from rocket.nameserver.routeinfo import RouteInfoManager
-from rocket.remoting.codes import RequestCode, ResponseCode
+from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 
@@ -162,8 +161,8 @@ class DefaultRequestProcessor:
             broker_name,
             broker_id,
             ha_server_addr,
-            body.topicConfigSerializeWrapper,
-            body.filterServerList,
+            body.topic_config_serialize_wrapper,
+            body.filter_server_list,
             conn,
             epoch=epoch,
         )

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket.nameserver.model import (
+from rocket.protocol import (
     MASTER_ID,
     BrokerData,
     ClusterInfo,
@@ -40,7 +40,7 @@ from rocket.nameserver.model import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from rocket.remoting.codes import PERM_WRITE
+from rocket.protocol.codes import PERM_WRITE
 
 log = logging.getLogger("rocket.nameserver")
 
@@ -179,7 +179,7 @@ class RouteInfoManager:
         result = RegisterBrokerResult()
         if broker_id == MASTER_ID and epoch is not None:
             current = self.broker_addr_table.get(broker_name)
-            holder = current.brokerAddrs.get(MASTER_ID) if current is not None else None
+            holder = current.broker_addrs.get(MASTER_ID) if current is not None else None
             live = self.broker_live_table.get(holder) if holder is not None and holder != broker_addr else None
             if live is not None and live.epoch is not None and live.epoch >= epoch:
                 log.warning("master registration of %s for %s refused: %s is live with epoch %d >= %d",
@@ -196,7 +196,7 @@ class RouteInfoManager:
             register_first = True
             broker_data = BrokerData(cluster_name, broker_name, {})
             self.broker_addr_table[broker_name] = broker_data
-        addrs = broker_data.brokerAddrs
+        addrs = broker_data.broker_addrs
         addrs_changed = False
         for other_id, other_addr in list(addrs.items()):
             if other_addr == broker_addr and other_id != broker_id:
@@ -215,15 +215,15 @@ class RouteInfoManager:
 
         if topic_config_wrapper is not None and broker_id == MASTER_ID:
             if register_first or self.is_broker_topic_config_changed(
-                broker_addr, topic_config_wrapper.dataVersion
+                broker_addr, topic_config_wrapper.data_version
             ):
-                for topic, tc in topic_config_wrapper.topicConfigTable.items():
+                for topic, tc in topic_config_wrapper.topic_config_table.items():
                     self._create_and_update_queue_data(
                         topic, broker_name, QueueData.from_topic_config(broker_name, tc)
                     )
                 result.queue_data_updated = True
 
-        data_version = topic_config_wrapper.dataVersion if topic_config_wrapper is not None else DataVersion()
+        data_version = topic_config_wrapper.data_version if topic_config_wrapper is not None else DataVersion()
         previous = self.broker_live_table.get(broker_addr)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
             broker_addr=broker_addr,
@@ -295,7 +295,7 @@ class RouteInfoManager:
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
             return
-        addrs = broker_data.brokerAddrs
+        addrs = broker_data.broker_addrs
         removed = False
         if addrs.get(broker_id) == broker_addr:
             del addrs[broker_id]
@@ -363,7 +363,7 @@ class RouteInfoManager:
         removed = self.broker_live_table.pop(broker_addr, None) is not None
         self.filter_server_table.pop(broker_addr, None)
         for broker_name, broker_data in list(self.broker_addr_table.items()):
-            addrs = broker_data.brokerAddrs
+            addrs = broker_data.broker_addrs
             ids = [bid for bid, addr in addrs.items() if addr == broker_addr]
             if not ids:
                 continue
@@ -456,7 +456,7 @@ class RouteInfoManager:
         filters: dict[str, list[str]] = {}
         if self.filter_server_table:
             for bd in broker_datas:
-                for addr in bd.brokerAddrs.values():
+                for addr in bd.broker_addrs.values():
                     servers = self.filter_server_table.get(addr)
                     if servers:
                         filters[addr] = list(servers)
@@ -477,8 +477,8 @@ class RouteInfoManager:
     def get_all_cluster_info(self) -> ClusterInfo:
         """A copy of the broker and cluster tables (GET_BROKER_CLUSTER_INFO)."""
         return ClusterInfo(
-            brokerAddrTable={name: bd.copy() for name, bd in self.broker_addr_table.items()},
-            clusterAddrTable={name: sorted(names) for name, names in self.cluster_addr_table.items()},
+            broker_addr_table={name: bd.copy() for name, bd in self.broker_addr_table.items()},
+            cluster_addr_table={name: sorted(names) for name, names in self.cluster_addr_table.items()},
         )
 
     # -- sizes (metrics) ----------------------------------------------------------------------

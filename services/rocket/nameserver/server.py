@@ -29,9 +29,8 @@ from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
 from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.http import build_app
-from rocket.nameserver.kvconfig import KVConfigManager
+from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocket.nameserver.metrics import NameServerMetrics
-from rocket.nameserver.model import NAMESPACE_ORDER_TOPIC_CONFIG
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.remoting.connection import Processors, RemotingConnection

@@ -15,14 +15,13 @@ header is laid out as in A3. Replies use the serialization of the request.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from rocket.remoting.codes import (
+from rocket.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     VERSION_V4_9_8,
@@ -293,33 +292,6 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 
 # -- decoding -------------------------------------------------------------------
-
-# A bare integer map key (fastjson writes ``{0:"addr"}``, quirk Q1).
-_BARE_INT_KEY = re.compile(rb'([{,]\s*)(-?\d+)(\s*:)')
-_STRING_LITERAL = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-
-
-def loads_lenient(data: bytes | str) -> Any:
-    """Parse JSON, also accepting fastjson's bare integer map keys (quirk Q1).
-
-    Raises ``ValueError`` (``orjson.JSONDecodeError``) when the text is not
-    JSON even after quoting such keys.
-    """
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    # Quote bare integer keys outside string literals only.
-    out: list[bytes] = []
-    pos = 0
-    for match in _STRING_LITERAL.finditer(raw):
-        out.append(_BARE_INT_KEY.sub(rb'\1"\2"\3', raw[pos : match.start()]))
-        out.append(match.group(0))
-        pos = match.end()
-    out.append(_BARE_INT_KEY.sub(rb'\1"\2"\3', raw[pos:]))
-    return orjson.loads(b"".join(out))
-
 
 _I32_MIN = -0x80000000
 _I32_MAX = 0x7FFFFFFF

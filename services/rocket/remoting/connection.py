@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from rocket.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
-from rocket.broker.locks import MessageQueue
 from rocket.broker.topics import is_system_topic, validate_topic
-from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode, loads_lenient
+from rocket.protocol import MessageQueue, loads_lenient
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import AdminBroker
 
 log = logging.getLogger("rocket.broker.admin")
 
@@ -50,7 +50,7 @@ def _json_bytes(value: Any) -> bytes:
 class AdminBrokerProcessor:
     """Administrative requests of tools, slaves and orderly consumers."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: AdminBroker) -> None:
         self.broker = broker
 
     def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
@@ -98,7 +98,7 @@ class AdminBrokerProcessor:
             )
         except (TypeError, ValueError) as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad topic config: {exc}")
-        broker.store.topic_configs.put(tc)
+        broker.metadata.topic_configs.put(tc)
         log.info("topic %s created/updated by %s: %d/%d queues, perm %d", topic, conn.peer, read, write, perm)
         await broker.register_broker_all()
         return request.response(ResponseCode.SUCCESS)
@@ -116,7 +116,7 @@ class AdminBrokerProcessor:
 
     def get_all_topic_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TopicConfigSerializeWrapper JSON; code 1 when there is no topic."""
-        table = self.broker.store.topic_configs
+        table = self.broker.metadata.topic_configs
         if not table.all():
             return request.response(ResponseCode.SYSTEM_ERROR, "No topic in this broker")
         return request.response(ResponseCode.SUCCESS, body=_json_bytes(table.wrapper_json()))
@@ -134,23 +134,23 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}")
         if not cfg.group_name:
             return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
-        broker.store.subscription_groups.put(cfg)
+        broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
         return request.response(ResponseCode.SUCCESS)
 
     def get_all_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"subscriptionGroupTable":{...},"dataVersion":{...}}``."""
         return request.response(
-            ResponseCode.SUCCESS, body=_json_bytes(self.broker.store.subscription_groups.wrapper_json())
+            ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.subscription_groups.wrapper_json())
         )
 
     def delete_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``groupName`` (and ``cleanOffset``: drop its offsets too)."""
         broker = self.broker
         group = request.require("groupName")
-        broker.store.subscription_groups.delete(group)
+        broker.metadata.subscription_groups.delete(group)
         if request.get_bool("cleanOffset", False):
-            broker.store.consumer_offsets.remove_group(group)
+            broker.metadata.consumer_offsets.remove_group(group)
         return request.response(ResponseCode.SUCCESS)
 
     # -- offsets ---------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class AdminBrokerProcessor:
 
     def get_all_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"offsetTable":{"topic@group":{"0":12}}}`` (slaves copy it every 10 s)."""
-        return request.response(ResponseCode.SUCCESS, body=_json_bytes(self.broker.store.consumer_offsets.to_json()))
+        return request.response(ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.consumer_offsets.to_json()))
 
     def get_all_delay_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """The delayOffset table ``{"offsetTable":{"1":3}}`` (slaves copy it)."""

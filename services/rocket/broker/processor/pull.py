@@ -42,7 +42,7 @@ from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.store.api import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import PullBroker
 
 MASTER_ID = 0
 #: A stored record's physical offset field (A9.1): int64 at byte 28.
@@ -67,7 +67,7 @@ def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
 class PullMessageProcessor:
     """Serves pulls from the store; parks empty long-polling pulls."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: PullBroker) -> None:
         self.broker = broker
         #: Pull requests being handled (parked ones included).
         self.active = 0
@@ -202,7 +202,7 @@ class PullMessageProcessor:
             elif code == ResponseCode.PULL_OFFSET_MOVED:
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave=false, as Java
         if allow_suspend and header.has_commit_offset and not cfg.is_slave and header.commit_offset >= 0:
-            broker.store.consumer_offsets.commit(
+            broker.metadata.consumer_offsets.commit(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         if (

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import QueryBroker
 
 
 class QueryMessageProcessor:
     """Looks messages up by key (IndexFile) or by physical offset."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: QueryBroker) -> None:
         self.broker = broker
 
     def query_message(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -1,10 +1,10 @@
 """Request codes, response codes, language codes and flag bits of the RocketMQ 4.x
 remoting protocol.
 
-Source of every number: Apache RocketMQ 4.9.8 ``RequestCode``, ``ResponseCode``
-(the controller codes from RocketMQ 5's),
-``RemotingSysResponseCode`` and ``LanguageCode`` (restated in
-``shared/reference/rocketmq-protocol.md`` A1-A5).
+Source of every number: Apache RocketMQ 4.9.8 ``RequestCode``, ``ResponseCode``,
+``RemotingSysResponseCode``, ``LanguageCode``, ``SerializeType``, ``RemotingCommand``
+(flag bits), ``MQVersion`` and ``PermName``; the controller codes (904, 1001-1013, 2000-2014)
+from RocketMQ 5's ``RequestCode`` and ``ResponseCode``.
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ class ResponseCode(IntEnum):
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
     #: RocketMQ 5 controller answers (``ResponseCode.java`` 2000-2016).
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
