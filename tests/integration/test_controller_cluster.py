@@ -12,6 +12,7 @@ import asyncio
 import os
 import pickle
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -191,6 +192,31 @@ async def test_kill_9_of_the_leader_elects_a_new_one_that_keeps_the_state(cluste
     resp = await request(client, new_leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, clusterName=CLUSTER,
                          brokerName="survives-leader")
     assert resp.code == 0 and resp.ext_fields["nextBrokerId"] == "2"  # the committed id is remembered
+
+
+async def test_a_leader_stopping_gracefully_elects_nobody_on_its_way_out(cluster: ControllerCluster,
+                                                                         client: RemotingClient) -> None:
+    leader, _ = await wait_leader(client, cluster.addrs)
+    broker = RawBroker(CLUSTER, "broker-sigterm", cluster.addrs)
+    try:
+        await broker.start(leader)
+        broker.start_heartbeats(timeout_ms=1500)
+        await asyncio.sleep(0.5)
+        resp = await request(client, leader, RequestCode.CONTROLLER_ELECT_MASTER, clusterName=CLUSTER,
+                             brokerName="broker-sigterm", brokerId=1)
+        assert resp.code == 0, resp.remark
+        i = cluster.addrs.index(leader)
+        proc = cluster.procs[i]
+        assert proc is not None
+        proc.send_signal(signal.SIGTERM)  # closes the broker's connection to it while still leading
+        assert proc.wait(15) == 0
+        cluster.procs[i] = None
+        new_leader, _ = await wait_leader(client, [a for a in cluster.addrs if a != leader], timeout=15)
+        await asyncio.sleep(1.0)
+        code, header, _ = await replica_info(client, new_leader, "broker-sigterm")
+        assert code == 0 and (header["masterBrokerId"], header["masterEpoch"]) == ("1", "1"), header
+    finally:
+        await broker.crash()
 
 
 async def test_controller_client_registers_a_broker_and_follows_the_leader(cluster: ControllerCluster,

@@ -124,6 +124,10 @@ class ControllerManager:
         self._spawn(self._scan_brokers_loop(), "controller-scan-brokers")
         self._spawn(self._scan_masters_loop(), "controller-scan-masters")
 
+    def quiesce(self) -> None:
+        """Start no more elections (called first when shutting down)."""
+        self._running = False
+
     async def stop(self) -> None:
         """Stop the scans and notifications, leave Raft, close outgoing connections."""
         self._running = False
@@ -331,9 +335,9 @@ class ControllerManager:
             self.trigger_election(broker_name, reason=f"master {broker_id} inactive")
 
     def trigger_election(self, broker_name: str, reason: str) -> None:
-        """Start a controller-side election for ``broker_name`` unless one is running or this
-        controller is still in its startup grace period."""
-        if broker_name in self._electing:
+        """Start a controller-side election for ``broker_name`` unless one is running, this
+        controller is still in its startup grace period, or it is stopping."""
+        if broker_name in self._electing or not self._running:
             return
         if self._in_startup_grace():
             log.info("not electing a master for %s yet (%s): heartbeats are still arriving after start",

@@ -61,8 +61,12 @@ class ControllerServer:
         self.ready = True
 
     async def stop(self) -> None:
-        """Close the ports and leave Raft."""
+        """Close the ports and leave Raft. The broker connections closed here do not count as
+        brokers dying (a stopping leader must not elect new masters on its way out)."""
         self.ready = False
+        if self.manager.connection_closed in self.remoting.on_connection_closed:
+            self.remoting.on_connection_closed.remove(self.manager.connection_closed)
+        self.manager.quiesce()
         await self.remoting.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()

@@ -135,8 +135,11 @@ class NameServer:
         served any more), so shutdown logs no per-broker removals.
         """
         self.ready = False
-        if self._connection_closed in self.remoting.on_connection_closed:
-            self.remoting.on_connection_closed.remove(self._connection_closed)
+        if self.controller is not None:
+            self.controller.quiesce()
+        for callback in (self._connection_closed, self.controller.connection_closed if self.controller else None):
+            if callback in self.remoting.on_connection_closed:  # shutting down is not brokers dying
+                self.remoting.on_connection_closed.remove(callback)
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -144,8 +147,6 @@ class NameServer:
             self._scan_task = None
         await self.remoting.stop()
         if self.controller is not None:
-            if self.controller.connection_closed in self.remoting.on_connection_closed:
-                self.remoting.on_connection_closed.remove(self.controller.connection_closed)
             await self.controller.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
