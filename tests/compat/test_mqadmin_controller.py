@@ -30,9 +30,9 @@ from pathlib import Path
 import orjson
 import pytest
 from bench.compare import java
-from rocket.nameserver.model import ClusterInfo
 
 from rocket.protocol.codes import RequestCode
+from rocket.protocol.route import ClusterInfo
 from rocket.remoting import RemotingClient, RemotingCommand
 from tests.support import reserve_ports, rocket_command, terminate, wait_port
 
@@ -107,8 +107,8 @@ def routed_master(namesrv: str) -> str | None:
     resp = asyncio.run(_controller(namesrv, RequestCode.GET_BROKER_CLUSTER_INFO))
     if resp.code != 0:
         return None
-    data = ClusterInfo.from_json(resp.body).brokerAddrTable.get(GROUP)
-    return data.brokerAddrs.get(0) if data else None
+    data = ClusterInfo.from_json(resp.body).broker_addr_table.get(GROUP)
+    return data.master_addr if data else None
 
 
 def wait_for(what: str, check, timeout: float, setup: Setup):  # type: ignore[no-untyped-def]
