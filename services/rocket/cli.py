@@ -17,6 +17,30 @@ def _root() -> None:
     """RocketCluster command line."""
 
 
+def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
+                       secret_file: Path | None, port: int, host: str | None, unclean: bool | None,
+                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None) -> Any:
+    """Build and check a ControllerConfig from the command line (raises ConfigError)."""
+    from rocket.controller.config import DEFAULT_RAFT_PORT, ControllerConfig, parse_peers, read_secret
+
+    cfg = ControllerConfig(
+        peers=parse_peers(peers, raft_port or DEFAULT_RAFT_PORT),
+        self_address=self_addr or "",
+        secret=read_secret(secret_file),
+        data_dir=str(data_dir or Path("controller-data")),
+        port=port,
+    ).with_overrides(host=host, http_port=http_port, enable_elect_unclean_master=unclean,
+                     controller_heart_beat_timeout_mills=heartbeat_timeout_ms, log_level=log_level)
+    cfg.resolve_self(port)
+    cfg.validate()
+    return cfg
+
+
+_PEERS_HELP = ("Every controller's remoting address, each optionally with '/<raft port>': "
+               "'h:9878/9880,h2:9878/9880,h3:9878/9880'.")
+_SECRET_HELP = "File holding the Raft secret (else $ROCKET_CONTROLLER_SECRET; never on the command line)."
+
+
 @app.command("nameserver")
 def nameserver(
     host: str | None = typer.Option(None, help="Address to listen on (default 0.0.0.0)."),
@@ -26,6 +50,16 @@ def nameserver(
     broker_timeout: float | None = typer.Option(None, help="Seconds of silence before eviction (default 120)."),
     log_level: str | None = typer.Option(None, help="DEBUG, INFO, WARNING or ERROR (default INFO)."),
     config: Path | None = typer.Option(None, "--config", help="TOML or JSON settings file; flags win over it."),
+    enable_controller: bool = typer.Option(False, "--enable-controller-in-namesrv",
+                                           help="Also run a controller, served on this port (RocketMQ's "
+                                           "enableControllerInNamesrv)."),
+    controller_peers: str | None = typer.Option(None, "--controller-peers", help="With the controller: every "
+                                                "NameServer's address, each with '/<raft port>'."),
+    raft_port: int | None = typer.Option(None, "--raft-port", help="Raft port of peers listed without one."),
+    self_addr: str | None = typer.Option(None, "--self-addr", help="This NameServer's entry in the peers."),
+    controller_data_dir: Path | None = typer.Option(None, "--controller-data-dir", help="Raft journal and "
+                                                    "snapshots (default ./controller-data)."),
+    secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
 ) -> None:
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
@@ -46,11 +80,65 @@ def nameserver(
     except ConfigError as exc:
         typer.echo(f"rocket nameserver: {exc}", err=True)
         raise typer.Exit(2) from None
+    controller_cfg = None
+    if enable_controller:
+        from rocket.controller.config import ConfigError as ControllerConfigError
+
+        try:
+            if not controller_peers:
+                raise ControllerConfigError("--enable-controller-in-namesrv needs --controller-peers")
+            controller_cfg = _controller_config(
+                peers=controller_peers, self_addr=self_addr, raft_port=raft_port, data_dir=controller_data_dir,
+                secret_file=secret_file, port=settings.port, host=None, unclean=None, heartbeat_timeout_ms=None,
+                log_level=None)
+        except ControllerConfigError as exc:
+            typer.echo(f"rocket nameserver: {exc}", err=True)
+            raise typer.Exit(2) from None
     setup_logging(settings.log_level)
     try:
-        run(serve(settings))
+        run(serve(settings, controller_cfg))
     except OSError as exc:
         typer.echo(f"rocket nameserver: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command("controller")
+def controller(
+    controller_peers: str = typer.Option(..., "--controller-peers", help=_PEERS_HELP),
+    port: int = typer.Option(9878, "--port", help="Remoting port for brokers and mqadmin (default 9878)."),
+    raft_port: int | None = typer.Option(None, "--raft-port", help="Raft port of peers listed without one (9880)."),
+    self_addr: str | None = typer.Option(None, "--self-addr", help="This controller's entry in the peers "
+                                         "(default: the one whose port is --port)."),
+    host: str | None = typer.Option(None, "--host", help="Address to listen on (default 0.0.0.0)."),
+    http_port: int | None = typer.Option(None, "--http-port", help="HTTP probes, /metrics and /api/v1/controller "
+                                         "(default: off)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Raft journal and snapshots (default "
+                                          "./controller-data)."),
+    secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
+    unclean: bool | None = typer.Option(None, "--enable-elect-unclean-master/--no-elect-unclean-master",
+                                        help="Elect a replica outside the SyncStateSet when none in it is alive."),
+    heartbeat_timeout_ms: int | None = typer.Option(None, "--heartbeat-timeout-ms", help="Broker heartbeat "
+                                                    "timeout when a heartbeat carries none (default 10000)."),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+) -> None:
+    """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
+    from rocket.controller.config import ConfigError
+    from rocket.controller.server import serve
+    from rocket.runtime import run, setup_logging
+
+    try:
+        cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
+                                 data_dir=data_dir, secret_file=secret_file, port=port, host=host,
+                                 unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
+                                 http_port=http_port)
+    except ConfigError as exc:
+        typer.echo(f"rocket controller: {exc}", err=True)
+        raise typer.Exit(2) from None
+    setup_logging(log_level)
+    try:
+        run(serve(cfg))
+    except OSError as exc:
+        typer.echo(f"rocket controller: {exc}", err=True)
         raise typer.Exit(1) from None
 
 

@@ -11,7 +11,9 @@ operator all use it.
 * :mod:`~rocket.protocol.subscription` :class:`SubscriptionGroupConfig`;
 * :mod:`~rocket.protocol.route` :class:`MessageQueue`, :class:`QueueData`, :class:`BrokerData`,
   :class:`TopicRouteData`, :class:`ClusterInfo`;
-* :mod:`~rocket.protocol.register` :class:`RegisterBrokerBody`.
+* :mod:`~rocket.protocol.register` :class:`RegisterBrokerBody`;
+* :mod:`~rocket.protocol.controller` the controller's bodies (``SyncStateSet``, ``BrokerMemberGroup``,
+  ``ElectMasterResponseBody``).
 """
 
 from rocket.protocol.body import (
