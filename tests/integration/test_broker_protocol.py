@@ -240,7 +240,7 @@ async def test_consumer_offsets_and_q9(rb: RawBroker) -> None:
     topic = await new_topic(rb)
     group = unique("G_off")
     fresh = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 0})
-    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # quirk Q9
+    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # ConsumerManageProcessor.queryConsumerOffset
     upd = await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
                         {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 7})
     assert upd.code == 0

@@ -6,7 +6,8 @@ Lifecycle (RocketMQ 4.9.8 ``BrokerController``):
 
 ``start()``: open and recover the store; create the system topics; load the
 delay offsets; listen on ``listenPort`` and (unless disabled) the VIP port
-``listenPort - 2``, which serves everything but PULL_MESSAGE (quirk Q8); start
+``listenPort - 2``, which serves everything but PULL_MESSAGE (RocketMQ's
+``BrokerController`` registers no pull processor on its fastRemotingServer); start
 delayed delivery (masters only), HTTP, the client-expiry scan; register with
 every NameServer, then again every ``registerNameServerPeriod`` and
 immediately after topic changes.

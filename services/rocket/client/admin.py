@@ -8,7 +8,7 @@ Usage::
         lag = await admin.consumer_lag("CID_ORDERS", "Orders")
         print(lag.total_lag)
 
-Calls (reference A6/A7): topics are created and deleted on **every master**
+Calls (as RocketMQ's ``MQAdminExt``): topics are created and deleted on **every master**
 of a cluster (GET_BROKER_CLUSTER_INFO 106, then UPDATE_AND_CREATE_TOPIC 17 /
 DELETE_TOPIC_IN_BROKER 215 on each master, then DELETE_TOPIC_IN_NAMESRV 216 on
 every NameServer); consumer lag comes from GET_CONSUME_STATS (208) or, when a
@@ -109,7 +109,7 @@ _OBJECT_KEY = re.compile(rb'([{,]\s*)(\{[^{}]*\})(\s*:)')
 
 
 def loads_object_keys(data: bytes | str) -> Any:
-    """Parse fastjson output whose map keys may be objects or bare integers (quirks Q1, Q4).
+    """Parse fastjson output whose map keys may be objects or bare integers.
 
     ``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}}`` becomes
     a dict whose key is the JSON text of the key object. Raises ``ValueError``.

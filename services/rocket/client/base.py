@@ -3,7 +3,7 @@
 :class:`MQClient` owns one :class:`~rocket.remoting.RemotingClient` (one TCP
 connection per peer), knows the NameServers (``"host:port;host:port"``), keeps
 the latest route of every topic it was asked about, refreshes those routes
-every ``poll_namesrv_interval`` seconds (30 by default, A11) and sends
+every ``poll_namesrv_interval`` seconds (30 by default, as ``MQClientInstance``) and sends
 HEART_BEAT to brokers every ``heartbeat_interval`` seconds (30).
 
 NameServers are tried in turn: the client sticks to one until it fails to

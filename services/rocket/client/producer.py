@@ -12,7 +12,7 @@ sends at once — ``await asyncio.gather(*(producer.send(m) for m in msgs))``
 or ``asyncio.create_task(producer.send(m))``. Every send travels over the one
 connection per broker, matched to its answer by ``opaque``.
 
-Behaviour (reference A7 "310/320", A11 producer):
+Behaviour (Java's ``DefaultMQProducerImpl``):
 
 * Routes come from the NameServers on first use of a topic and every 30 s
   after (and at once after a failed send). A topic without a route is sent
@@ -72,7 +72,7 @@ from rocket.remoting import (
 
 log = logging.getLogger("rocket.client.producer")
 
-#: Response codes after which a sync send is retried on another broker (A7, Java client).
+#: Response codes after which a sync send is retried on another broker (``DefaultMQProducerImpl``).
 RETRY_CODES = frozenset({1, 2, 14, 16, 17, 204, 205})
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 #: Producer group of the producer a push consumer uses internally (Java's name).
@@ -102,7 +102,7 @@ class SendResult:
     """What a send returns.
 
     ``msg_id``: the client id(s) (UNIQ_KEY; comma-joined for a batch).
-    ``offset_msg_id``: the broker id(s) (store host + CommitLog offset, A9.4).
+    ``offset_msg_id``: the broker id(s) (store host + CommitLog offset, ``MessageDecoder.createMessageId``).
     ``queue``: where it went; ``queue_offset``: its logical offset there (the
     first one for a batch).
     """
@@ -568,7 +568,7 @@ class Producer:
     async def send_to_retry(self, msg: Message, group: str, *, reconsume_times: int,
                             max_reconsume_times: int, delay_level: int) -> SendResult:
         """Re-send a message a consumer could not send back to ``%RETRY%<group>``
-        (the client-side fallback of CONSUMER_SEND_MSG_BACK, A7 "36")."""
+        (the client-side fallback of CONSUMER_SEND_MSG_BACK, as ``DefaultMQPushConsumerImpl.sendMessageBack``)."""
         self._check_started()
         topic = RETRY_GROUP_TOPIC_PREFIX + group
         props = dict(msg.properties)

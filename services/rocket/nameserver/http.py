@@ -5,9 +5,9 @@
 | ``GET /healthz`` | 200 ``{"status": "ok"}`` while the process serves |
 | ``GET /readyz`` | 200 ``{"status": "ready"}`` once the remoting port listens; 503 otherwise |
 | ``GET /metrics`` | Prometheus text format of the instance's own registry |
-| ``GET /api/v1/cluster`` | ClusterInfo JSON (A10.2, standard keys) plus ``brokerLiveTable`` |
+| ``GET /api/v1/cluster`` | ClusterInfo JSON (``ClusterInfo``, standard keys) plus ``brokerLiveTable`` |
 | ``GET /api/v1/topics`` | ``{"topicList": [...]}`` |
-| ``GET /api/v1/topics/{topic}/route`` | TopicRouteData JSON (A10.1); 404 ``{"error", "code": 17}`` if unknown |
+| ``GET /api/v1/topics/{topic}/route`` | ``TopicRouteData`` JSON; 404 ``{"error", "code": 17}`` if unknown |
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ With ``controller`` settings it also runs a controller (RocketMQ 5's
 ``enableControllerInNamesrv``), whose requests (904, 1001-1013) are served on
 the NameServer's own remoting port.
 
-Housekeeping (``shared/reference/rocketmq-protocol.md`` A6): every
+Housekeeping (``RouteInfoManager.scanNotActiveBroker``): every
 ``scan_interval`` seconds brokers silent for ``broker_timeout`` seconds are
 evicted and their connections closed; a broker whose connection closes is
 removed at once.

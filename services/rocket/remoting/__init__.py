@@ -3,7 +3,7 @@
 The codes live in :mod:`rocket.protocol.codes`; they are re-exported here because every request
 handler needs them beside :class:`RemotingCommand`.
 
-Reference: ``shared/reference/rocketmq-protocol.md`` part A.
+Formats follow RocketMQ's ``remoting`` module: ``RemotingCommand``, ``NettyRemotingAbstract``.
 """
 
 from rocket.protocol.codes import (

@@ -1,6 +1,6 @@
 """The remoting command and its frame codec (JSON and RocketMQ binary headers).
 
-Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
+Frame layout (RocketMQ's ``RemotingCommand.encode`` / ``NettyDecoder``), all big-endian::
 
     int32 length            bytes after this field = 4 + headerLen + bodyLen
     int32 headerTag         top 8 bits: serialization type (0 JSON, 1 ROCKETMQ)
@@ -9,8 +9,8 @@ Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
     the rest                the body
 
 The JSON header is an object with ``code``, ``language``, ``version``,
-``opaque``, ``flag``, optional ``remark`` and ``extFields`` (A2); the binary
-header is laid out as in A3. Replies use the serialization of the request.
+``opaque``, ``flag``, optional ``remark`` and ``extFields`` (``RemotingSerializable``);
+the binary header is laid out as in ``RocketMQSerializable``. Replies use the serialization of the request.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class RemotingCommandError(RemotingError):
 def ext_str(value: Any) -> str | None:
     """Coerce an ext-field value to the string form Java would have sent.
 
-    Other clients send numbers and booleans (A2, quirk Q2): ``True`` becomes
+    Clients other than Java's (the C++ core, ali-ons) send numbers and booleans: ``True`` becomes
     ``"true"``, ``3`` becomes ``"3"``; ``None`` stays ``None``.
     """
     if value is None:
@@ -120,7 +120,7 @@ def parse_bool(text: str) -> bool:
 class RemotingCommand:
     """One request or response.
 
-    ``ext_fields`` always holds strings (input is coerced, A2); ``body`` is raw
+    ``ext_fields`` always holds strings (input is coerced, see :func:`ext_str`); ``body`` is raw
     bytes. ``serialize_type`` is the header serialization this command was
     read with, and the one its response is written with.
     """
@@ -155,7 +155,7 @@ class RemotingCommand:
         """Build the response to this request: same ``opaque`` and serialization.
 
         ``ext_fields`` values are written as strings (the C++ client reads only
-        string-typed response fields, A2).
+        string-typed response fields).
         """
         fields: dict[str, str] = {}
         if ext_fields:

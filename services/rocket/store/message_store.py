@@ -374,7 +374,7 @@ class DefaultMessageStore:
         At most ``max_transfer_count_on_message_in_memory`` messages and
         about ``max_total_bytes`` (the first message always). ``tags_codes``
         filters by ConsumeQueue tag code (None = all). Statuses and
-        ``next_begin_offset`` follow the A7 PULL_MESSAGE table.
+        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``.
         """
         corr = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
@@ -464,7 +464,7 @@ class DefaultMessageStore:
         return -1 if cq is None else self._cq_store_ts(cq, queue_offset)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """Queue offset of the message stored at ``timestamp_ms`` (``getOffsetInQueueByTime``, A7 29).
+        """Queue offset of the message stored at ``timestamp_ms`` (``getOffsetInQueueByTime``).
 
         Binary search by store time: an exact match wins, else the nearer of
         the two neighbours (the left one on a tie); 0 for an empty queue.
@@ -501,7 +501,7 @@ class DefaultMessageStore:
         return right if abs(timestamp_ms - left_ts) > abs(timestamp_ms - right_ts) else left
 
     def read_record(self, physical_offset: int) -> bytes | None:
-        """The stored record (A9.1) at ``physical_offset``; None when there is none."""
+        """The stored record at ``physical_offset``; None when there is none."""
         return self.commit_log.read_record(physical_offset)
 
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
@@ -543,11 +543,11 @@ class DefaultMessageStore:
 
     def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset`` (at most ``max_bytes``, within one file, never past
-        the confirmed end); empty when there are none. Master side of replication (B7)."""
+        the confirmed end); empty when there are none. Master side of replication (``HAConnection``)."""
         return self.commit_log.read_raw(offset, max_bytes)
 
     async def append_commit_log_data(self, offset: int, data: bytes) -> bool:
-        """Append replicated bytes at exactly ``offset`` (slave side, B7).
+        """Append replicated bytes at exactly ``offset`` (slave side, ``HAService``'s client).
 
         False when ``offset`` is not this log's end (an empty log accepts the
         start of any file), the store is not running, or the write failed.
@@ -706,7 +706,7 @@ class DefaultMessageStore:
     # -- runtime info ----------------------------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        """``GET_BROKER_RUNTIME_INFO`` store figures, all strings (A7 28)."""
+        """``GET_BROKER_RUNTIME_INFO`` store figures, all strings (``AdminBrokerProcessor``)."""
         cl = self.commit_log
         head = cl.read(cl.min_offset, 128) if cl.record_size_at(cl.min_offset) else None
         earliest = pickup_store_timestamp(head) if head else -1

@@ -1,12 +1,12 @@
 """:class:`AdminBrokerProcessor`: topics, subscription groups, offsets, stats,
 broker config, and the queue locks of orderly consumers.
 
-Codes (reference A5/A7): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
+Codes (RocketMQ's ``RequestCode``, ``AdminBrokerProcessor``): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
 45, 200, 201, 202, 203, 207, 208, 215.
 
 Bodies keyed by MessageQueue objects (GET_CONSUME_STATS, GET_TOPIC_STATS_INFO)
-are written as standard JSON instead of fastjson's object-keyed maps (quirk
-Q4), in two forms at once:
+are written as standard JSON instead of fastjson's object-keyed maps (as
+``ConsumeStats``/``TopicStatsTable`` would be), in two forms at once:
 
 * ``offsetTable``: map keyed by the MessageQueue's compact JSON text,
   ``{"{\\"brokerName\\":\\"b\\",\\"queueId\\":0,\\"topic\\":\\"t\\"}": {...}}``;
@@ -35,7 +35,7 @@ log = logging.getLogger("rocket.broker.admin")
 
 
 def mq_key(mq: MessageQueue) -> str:
-    """The compact JSON text of a MessageQueue, used as a map key (quirk Q4)."""
+    """The compact JSON text of a MessageQueue, used as a map key."""
     return orjson.dumps(mq.to_json()).decode()
 
 
@@ -156,7 +156,8 @@ class AdminBrokerProcessor:
     # -- offsets ---------------------------------------------------------------------------------
 
     def get_max_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Ext ``offset`` = the queue's max offset (exclusive, quirk Q10); 0 for an unknown queue."""
+        """Ext ``offset`` = the queue's max offset, exclusive (``ConsumeQueue.getMaxOffsetInQueue``);
+        0 for an unknown queue."""
         topic = request.require("topic")
         queue_id = request.require_int("queueId")
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)

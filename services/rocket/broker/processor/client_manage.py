@@ -3,8 +3,7 @@ UNREGISTER_CLIENT 35, CHECK_CLIENT_CONFIG 46) and
 :class:`ConsumerManageProcessor` (GET_CONSUMER_LIST_BY_GROUP 38,
 QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET 15).
 
-Reference A7 "34", "35", "38", "14", "15"; RocketMQ 4.9.8
-``ClientManageProcessor`` and ``ConsumerManageProcessor``.
+As RocketMQ 4.9.8 ``ClientManageProcessor`` and ``ConsumerManageProcessor``.
 """
 
 from __future__ import annotations
@@ -129,7 +128,8 @@ class ConsumerManageProcessor:
         return request.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """The stored offset; 0 for a fresh group on a queue still starting at 0 (quirk Q9); else 22."""
+        """The stored offset; 0 for a fresh group on a queue still starting at 0, as
+        ``ConsumerManageProcessor.queryConsumerOffset`` does; else 22."""
         store = self.broker.store
         group = request.require("consumerGroup")
         topic = request.require("topic")

@@ -1,6 +1,6 @@
 """:class:`QueryMessageProcessor`: QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33).
 
-Reference A7 "12" and "33"; RocketMQ 4.9.8 ``QueryMessageProcessor``.
+As RocketMQ 4.9.8 ``QueryMessageProcessor``.
 """
 
 from __future__ import annotations

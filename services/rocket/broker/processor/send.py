@@ -1,7 +1,7 @@
 """:class:`SendMessageProcessor`: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310),
 SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
 
-Checks, in order (reference A7 "10", RocketMQ 4.9.8
+Checks, in order (RocketMQ 4.9.8
 ``AbstractSendMessageProcessor.msgCheck`` and ``SendMessageProcessor``), each
 answered with RocketMQ's code and a remark that says what is wrong:
 
@@ -24,7 +24,7 @@ retry topic of an unknown group              26   ``subscription group not exist
 
 A batch is recognised by code 320 **or** the batch flag ``true``/``1`` (the
 C++ client sends batches as code 10 with ``batch:"1"``; Java 4.9.8 would
-misread those, we accept them, quirk Q7).
+misread those with ``Boolean.parseBoolean``, we accept them).
 """
 
 from __future__ import annotations
