@@ -1263,10 +1263,11 @@ class DefaultMessageStore:
                 return True
         return False
 
-    async def clean_once(self) -> int:
+    async def clean_once(self, *, manual: bool = False) -> int:
         """One retention run (``CleanCommitLogService``): returns the CommitLog files deleted.
 
-        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``,
+        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``
+        (or now, when ``manual``: ``executeDeleteFilesManually``, mqadmin's deleteExpiredCommitLog),
         and the oldest files regardless of age while disk usage is above
         ``disk_max_used_space_ratio`` percent; at most 10 per run, never the
         file being written nor any not yet flushed. ConsumeQueue and index
@@ -1281,7 +1282,7 @@ class DefaultMessageStore:
         if full:
             log.warning("disk usage %.1f%% of %s above %.1f%%: deleting the oldest CommitLog files",
                         ratio * 100, self.root, cfg.disk_max_used_space_ratio)
-        if not (full or self.is_delete_time()):
+        if not (full or manual or self.is_delete_time()):
             return 0
         candidates = cl.deletable_segments()[:DELETE_FILES_BATCH_MAX]
         if not candidates:
@@ -1305,7 +1306,25 @@ class DefaultMessageStore:
         removed = cl.remove_segments(candidates)
         if not removed:
             return 0
-        min_phys = cl.min_offset
+        cq_victims, idx_victims = self._expired_queue_files()
+
+        def delete() -> None:
+            for seg in removed:
+                seg.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(seg.path)
+            self._unlink_queue_files(cq_victims, idx_victims)
+
+        await self._loop.run_in_executor(self._io, delete)
+        log.info("retention deleted %d CommitLog file(s) (%s), %d ConsumeQueue and %d index file(s); "
+                 "CommitLog now starts at %d", len(removed), "disk full" if full else "expired",
+                 len(cq_victims), len(idx_victims), cl.min_offset)
+        return len(removed)
+
+    def _expired_queue_files(self) -> tuple[list[CQFile], list[Any]]:
+        """Loop: take out the ConsumeQueue and index files that only point below the CommitLog's
+        first offset, and move queue minimum offsets past it; the caller unlinks the files."""
+        min_phys = self.commit_log.min_offset
         cq_victims: list[CQFile] = []
         for cq in self._all_cqs():
             victims = cq.expired_files(min_phys)
@@ -1316,26 +1335,29 @@ class DefaultMessageStore:
             cq.correct_min_offset(min_phys)
         idx_victims = self.index_service.expired_files(min_phys)
         self.index_service.remove(idx_victims)
+        return cq_victims, idx_victims
 
-        def delete() -> None:
-            for seg in removed:
-                seg.close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(seg.path)
-            for f in cq_victims:
-                f.close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f.path)
-            for idx in idx_victims:
-                idx.close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(idx.path)
+    @staticmethod
+    def _unlink_queue_files(cq_victims: list[CQFile], idx_victims: list[Any]) -> None:
+        for f in cq_victims:
+            f.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f.path)
+        for idx in idx_victims:
+            idx.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(idx.path)
 
-        await self._loop.run_in_executor(self._io, delete)
-        log.info("retention deleted %d CommitLog file(s) (%s), %d ConsumeQueue and %d index file(s); "
-                 "CommitLog now starts at %d", len(removed), "disk full" if full else "expired",
-                 len(cq_victims), len(idx_victims), min_phys)
-        return len(removed)
+    async def clean_expired_consume_queues(self) -> int:
+        """Remove the ConsumeQueue (and index) files whose entries all point below the CommitLog's
+        first offset (mqadmin's cleanExpiredCQ, ``cleanExpiredConsumerQueue``); returns how many
+        ConsumeQueue files went. Unlike Java, a queue keeps its offsets: its minimum offset moves
+        up, its maximum stays, so consumer offsets stay meaningful."""
+        assert self._loop is not None
+        cq_victims, idx_victims = self._expired_queue_files()
+        if cq_victims or idx_victims:
+            await self._loop.run_in_executor(self._io, self._unlink_queue_files, cq_victims, idx_victims)
+        return len(cq_victims)
 
     async def _clean_service(self) -> None:
         while True:

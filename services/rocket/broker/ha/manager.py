@@ -523,9 +523,18 @@ class ReplicationManager:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.status()))
 
     def process_epoch_cache(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``."""
-        body = {"epochs": self.epoch_file.to_json(), "maxOffset": self.store.max_phy_offset,
-                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id}
+        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``
+        plus the fields of RocketMQ 5's ``EpochEntryCache`` (``clusterName``, ``brokerName``,
+        ``brokerId``, ``epochList`` of ``{"epoch", "startOffset", "endOffset"}``), which mqadmin's
+        getBrokerEpoch prints; an entry ends where the next starts, the last at ``maxOffset``."""
+        epochs = self.epoch_file.to_json()
+        max_offset = self.store.max_phy_offset
+        starts = [int(e[1]) for e in epochs]
+        epoch_list = [{"epoch": int(e[0]), "startOffset": int(e[1]),
+                       "endOffset": starts[i + 1] if i + 1 < len(starts) else max_offset}
+                      for i, e in enumerate(epochs)]
+        body = {"epochs": epochs, "maxOffset": max_offset, "clusterName": self.config.broker_cluster_name,
+                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id, "epochList": epoch_list}
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # -- status ---------------------------------------------------------------------------------------
