@@ -8,6 +8,8 @@
  *   @produce <group> <topic> <count> <tag> <prefix>   a DefaultMQProducer of <group> (kept running
  *                                           until @stop) sends <count> messages, body and key
  *                                           "<prefix>-<i>"; prints one "SENT ..." line per message
+ *   @produce-traced ...                     the same with a producer that has message tracing on
+ *                                           (trace records go to RMQ_SYS_TRACE_TOPIC)
  *   @consume <group> <topic>                starts a DefaultMQPushConsumer (from the first offset)
  *                                           that records what it receives; prints "CLIENT <clientId>"
  *   @received <group>                       prints "MSG <topic> <queueId> <queueOffset> <msgId> <body>"
@@ -106,22 +108,18 @@ public class MQAdminShell {
             realOut.println("\u0001END " + status.replace('\n', ' '));
             realOut.flush();
         }
-        for (DefaultMQProducer p : PRODUCERS.values()) {
-            p.shutdown();
-        }
-        for (DefaultMQPushConsumer c : CONSUMERS.values()) {
-            c.shutdown();
-        }
+        // End of input: stop at once; the servers see the connections close.
         Runtime.getRuntime().halt(0);
     }
 
     static void client(String[] args, String namesrv, PrintStream out) throws Exception {
         switch (args[0]) {
-            case "@produce": {
+            case "@produce":
+            case "@produce-traced": {
                 String group = args[1];
                 DefaultMQProducer producer = PRODUCERS.get(group);
                 if (producer == null) {
-                    producer = new DefaultMQProducer(group);
+                    producer = new DefaultMQProducer(group, null, args[0].equals("@produce-traced"), null);
                     producer.setNamesrvAddr(namesrv);
                     producer.setInstanceName(group);
                     producer.setSendMsgTimeout(10000);
@@ -136,6 +134,9 @@ public class MQAdminShell {
                     out.printf("SENT %s %s %s %s %d %d%n", r.getSendStatus(), r.getMsgId(), r.getOffsetMsgId(),
                         r.getMessageQueue().getBrokerName(), r.getMessageQueue().getQueueId(), r.getQueueOffset());
                 }
+                // The first heartbeat went out before the client knew any broker; send one now, so
+                // that the brokers list this producer at once instead of after up to 30 s.
+                producer.getDefaultMQProducerImpl().getmQClientFactory().sendHeartbeatToAllBrokerWithLock();
                 break;
             }
             case "@consume": {
@@ -146,6 +147,7 @@ public class MQAdminShell {
                 consumer.setNamesrvAddr(namesrv);
                 consumer.setInstanceName(group);
                 consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+                consumer.setPersistConsumerOffsetInterval(1000);
                 consumer.subscribe(args[2], "*");
                 consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
                     for (MessageExt m : msgs) {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -40,6 +41,10 @@ def _quiet_logback(version: str) -> str:
     if version.startswith("4."):
         return "-Dlogback.statusListenerClass=ch.qos.logback.core.status.NopStatusListener"
     return java.QUIET_LOGBACK
+
+
+#: A stack trace (an exception's name at a line start, or a frame) or mqadmin's own failure words.
+_FAILURE = re.compile(r"^(([a-z][\w$]*\.)+[\w$]*(Exception|Error)\b|\s+at [\w$.]+\(|.*command failed)", re.M)
 
 
 class MQAdminError(AssertionError):
@@ -139,7 +144,7 @@ class MQAdminShell:
     def ok(self, *args: str, namesrv: bool = True, timeout: float = 90.0) -> Result:
         """:meth:`run`, raising :class:`MQAdminError` unless it ended normally without a stack trace."""
         result = self.run(*args, namesrv=namesrv, timeout=timeout)
-        if result.status != "ok" or "Exception" in result.output or "command failed" in result.output:
+        if result.status != "ok" or _FAILURE.search(result.output):
             raise MQAdminError(str(result))
         return result
 
@@ -153,7 +158,7 @@ class MQAdminShell:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
         try:
-            self.proc.wait(20)
+            self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -239,6 +239,8 @@ class BrokerController:
             (RequestCode.UPDATE_BROKER_CONFIG, a.update_broker_config),
             (RequestCode.LOCK_BATCH_MQ, a.lock_batch_mq),
             (RequestCode.UNLOCK_BATCH_MQ, a.unlock_batch_mq),
+            (RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, t.update_and_create_topic_list),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, t.update_and_create_subscription_group_list),
             (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, t.query_topic_consume_by_who),
             (RequestCode.GET_PRODUCER_CONNECTION_LIST, t.get_producer_connection_list),
             (RequestCode.GET_ALL_PRODUCER_INFO, t.get_all_producer_info),

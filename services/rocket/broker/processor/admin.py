@@ -280,6 +280,7 @@ class AdminBrokerProcessor:
         """Body: every setting as properties text; ext ``version`` = the config's DataVersion JSON."""
         broker = self.broker
         props = broker.config.to_properties()
+        props.setdefault("fileReservedTime", f"{broker.store.config.file_reserved_time_hours:g}")
         for key, value in JAVA_ONLY_BROKER_PROPERTIES.items():
             props.setdefault(key, value)
         body = format_properties(props).encode()

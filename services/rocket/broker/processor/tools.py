@@ -12,7 +12,8 @@ request/response headers and bodies follow the classes named on each handler
 * 222 INVOKE_BROKER_TO_RESET_OFFSET (the broker tells the group's online
   members with RESET_CONSUMER_CLIENT_OFFSET, 220), 307 GET_CONSUMER_RUNNING_INFO
   and 309 CONSUME_MESSAGE_DIRECTLY (forwarded to one member, its answer relayed);
-* 306 CLEAN_EXPIRED_CONSUMEQUEUE, 316 CLEAN_UNUSED_TOPIC, 329 DELETE_EXPIRED_COMMITLOG.
+* 306 CLEAN_EXPIRED_CONSUMEQUEUE, 316 CLEAN_UNUSED_TOPIC, 329 DELETE_EXPIRED_COMMITLOG;
+* 18 UPDATE_AND_CREATE_TOPIC_LIST, 225 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (5.x batches).
 
 Maps keyed by a MessageQueue are written in fastjson's own form, the
 MessageQueue object itself as the key (quirk Q4, :func:`dumps_java`): both
@@ -31,16 +32,22 @@ import orjson
 
 from rocket.broker.client_manager import ClientChannelInfo
 from rocket.broker.locks import MessageQueue
-from rocket.broker.topics import SYSTEM_TOPICS, is_system_topic
+from rocket.broker.topics import SYSTEM_TOPICS, is_system_topic, validate_topic
 from rocket.message import MessageFormatError, decode_offset_msg_id
 from rocket.remoting import (
+    PERM_INHERIT,
+    PERM_PRIORITY,
+    PERM_READ,
+    PERM_WRITE,
     RemotingCommand,
     RemotingConnection,
     RemotingError,
     RemotingTimeoutError,
     RequestCode,
     ResponseCode,
+    loads_lenient,
 )
+from rocket.store.config import SubscriptionGroupConfig, TopicConfig
 
 if TYPE_CHECKING:
     from rocket.broker.controller import BrokerController
@@ -139,6 +146,59 @@ class ToolsAdminProcessor:
         cfg = self.broker.config
         topics = sorted(SYSTEM_TOPICS | {cfg.broker_cluster_name, cfg.broker_name})
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"topicList": topics}))
+
+    # -- batches of topics and groups (5.x: updateTopicList, updateSubGroupList) ---------------------
+
+    def _check_topic(self, tc: TopicConfig) -> str | None:
+        cfg = self.broker.config
+        problem = validate_topic(tc.topic_name)
+        if problem is not None:
+            return problem
+        if is_system_topic(tc.topic_name, cfg.broker_cluster_name) or tc.topic_name == cfg.broker_name:
+            return f"The topic[{tc.topic_name}] is conflict with system topic."
+        read, write = tc.read_queue_nums, tc.write_queue_nums
+        if read < 0 or write < 0 or max(read, write) == 0 or max(read, write) > 65535:
+            return f"illegal queue numbers for topic[{tc.topic_name}]: readQueueNums={read} writeQueueNums={write}"
+        if tc.perm & ~(PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT):
+            return f"illegal perm {tc.perm} for topic[{tc.topic_name}]"
+        return None
+
+    async def update_and_create_topic_list(self, request: RemotingCommand,
+                                           conn: RemotingConnection) -> RemotingCommand:
+        """18 UPDATE_AND_CREATE_TOPIC_LIST, body CreateTopicListRequestBody ``{"topicConfigList":[TopicConfig]}``:
+        all topics or none (SYSTEM_ERROR naming the first bad one), then one registration."""
+        broker = self.broker
+        if broker.config.is_slave:
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, "a slave does not create topics")
+        try:
+            obj = loads_lenient(request.body)
+            configs = [TopicConfig.from_json(item) for item in obj["topicConfigList"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad CreateTopicListRequestBody: {exc}")
+        for tc in configs:
+            problem = self._check_topic(tc)
+            if problem is not None:
+                return request.response(ResponseCode.SYSTEM_ERROR, problem)
+        broker.store.topic_configs.put_many(configs)
+        log.info("topics %s created/updated by %s", [tc.topic_name for tc in configs], conn.peer)
+        await broker.register_broker_all()
+        return request.response(ResponseCode.SUCCESS)
+
+    def update_and_create_subscription_group_list(self, request: RemotingCommand,
+                                                  conn: RemotingConnection) -> RemotingCommand:
+        """225 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, body SubscriptionGroupList
+        ``{"groupConfigList":[SubscriptionGroupConfig]}``: all groups or none."""
+        try:
+            obj = loads_lenient(request.body)
+            configs = [SubscriptionGroupConfig.from_json(item) for item in obj["groupConfigList"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupList: {exc}")
+        if any(not c.group_name for c in configs):
+            return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
+        for config in configs:
+            self.broker.store.subscription_groups.put(config)
+        log.info("subscription groups %s created/updated by %s", [c.group_name for c in configs], conn.peer)
+        return request.response(ResponseCode.SUCCESS)
 
     # -- consume stats of every group -------------------------------------------------------
 
