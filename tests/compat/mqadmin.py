@@ -95,6 +95,8 @@ class MQAdminShell:
                                           "HOME": str(home)})
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._lock = threading.Lock()
+        #: ``(argv, seconds)`` of every request, for finding slow steps.
+        self.history: list[tuple[tuple[str, ...], float]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._collect(timeout=120.0, until=_READY)
@@ -139,7 +141,9 @@ class MQAdminShell:
             self.proc.stdin.write("\t".join(argv) + "\n")
             self.proc.stdin.flush()
             lines, status = self._collect(timeout)
-        return Result(argv, "\n".join(lines).strip("\n"), status.strip(), time.monotonic() - started)
+        result = Result(argv, "\n".join(lines).strip("\n"), status.strip(), time.monotonic() - started)
+        self.history.append((argv, result.seconds))
+        return result
 
     def ok(self, *args: str, namesrv: bool = True, timeout: float = 90.0) -> Result:
         """:meth:`run`, raising :class:`MQAdminError` unless it ended normally without a stack trace."""
