@@ -578,6 +578,10 @@ def check_producers(env: Env, sh: MQAdminShell, version: str) -> None:
     topic, group = f"{t}_Prod", f"{t}_PG"
     create_topic(sh, topic, 1)
     produce(sh, group, topic, 1, f"{t}-p")
+    # The shell sends a heartbeat right after the send; should the client skip it (a heartbeat of its
+    # own in progress), the next comes within 30 s.
+    wait_until("the producer's heartbeat", lambda: sh.run("producerConnection", "-g", group, "-t", topic)
+               .output.startswith("0001"), 40)
     conn = sh.ok("producerConnection", "-g", group, "-t", topic)
     row = conn.lines[0].split()
     assert row[1].endswith(f"@{group}") and row[2].startswith("127.0.0.1:"), conn
