@@ -302,7 +302,9 @@ def check_cluster_and_brokers(env: Env, sh: MQAdminShell, version: str) -> None:
 
     if is5(version):
         ha = sh.ok("haStatus", "-b", addr)
-        assert ha.output.strip(), ha
+        info = kv(ha, "\t")
+        assert info["#MasterAddr"] == addr and info["#SlaveNum"] == "0", ha
+        assert int(info["#MasterCommitLogMaxOffset"]) >= 0 and info["#InSyncSlaveNum"] == "0", ha
         epochs = sh.ok("getBrokerEpoch", "-b", "broker-a")
         info = kv(epochs, "\t")
         assert info.get("#brokerName") == "broker-a" and info.get("#brokerAddr") == addr, epochs
@@ -586,9 +588,11 @@ def check_producers(env: Env, sh: MQAdminShell, version: str) -> None:
     row = conn.lines[0].split()
     assert row[1].endswith(f"@{group}") and row[2].startswith("127.0.0.1:"), conn
     assert row[3:5] == ["JAVA", "V" + version.replace(".", "_")], conn
-    info = sh.ok("producer", "-b", env.broker("broker-a"))
-    assert re.search(rf"producer group \({group}\) instance : clientId=\S+@{group},remoteIP=127\.0\.0\.1:\d+, "
-                     rf"language=JAVA, version=\d+, lastUpdateTimestamp=\d+", info.output), info
+    line = re.compile(rf"producer group \({group}\) instance : clientId=\S+@{group},remoteIP=127\.0\.0\.1:\d+, "
+                      rf"language=JAVA, version=\d+, lastUpdateTimestamp=\d+")
+    for name in BROKERS:  # every broker the producer knows gets its heartbeats
+        wait_until(f"{group} in {name}'s producer table",
+                   lambda addr=env.broker(name): bool(line.search(sh.ok("producer", "-b", addr).output)), 40)
     missing = sh.run("producerConnection", "-g", f"{t}_NoSuchGroup", "-t", topic)
     assert "not exist" in missing.output, missing
 
