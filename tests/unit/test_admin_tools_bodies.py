@@ -63,3 +63,26 @@ def test_namesrv_runtime_update_checks_everything_first() -> None:
 def test_parse_java_properties() -> None:
     text = "# comment\n! also\nkey1=value1\nkey2 : value 2\n\nbare\n"
     assert parse_java_properties(text) == {"key1": "value1", "key2": "value 2", "bare": ""}
+
+
+def test_minute_counter_sums_minute_hour_day() -> None:
+    from rocket.broker.stats import BrokerStats, MinuteCounter
+
+    t0 = 1_000_000.0
+    counter = MinuteCounter(now=t0)
+    counter.add(5, now=t0)                 # a day minus a bit ago, seen from the end
+    counter.add(3, now=t0 + 23 * 3600)     # within the last hour
+    counter.add(2, now=t0 + 86_000)        # within the last minute
+    end = t0 + 86_010
+    assert counter.sum(1, end) == 2 and counter.sum(60, end) == 5 and counter.sum(1440, end) == 10
+    day = counter.snapshot(1440, end)
+    assert day["sum"] == 10 and day["tps"] == round(10 / 86_010, 2)
+    counter.add(1, now=t0 + 2 * 86_400)    # a day later the first buckets are gone
+    assert counter.sum(1440, t0 + 2 * 86_400) == 1
+
+    stats = BrokerStats()
+    stats.on_put(4, 400, "T")
+    stats.on_get("G", "T", 3, 300)
+    assert stats.stats_data("TOPIC_PUT_NUMS", "T")["statsMinute"]["sum"] == 4  # type: ignore[index]
+    assert stats.stats_data("GROUP_GET_NUMS", "T@G")["statsDay"]["sum"] == 3  # type: ignore[index]
+    assert stats.stats_data("GROUP_GET_NUMS", "T@other") is None

@@ -246,6 +246,7 @@ class BrokerController:
             (RequestCode.GET_ALL_PRODUCER_INFO, t.get_all_producer_info),
             (RequestCode.GET_TOPIC_CONFIG, t.get_topic_config),
             (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, t.get_system_topic_list),
+            (RequestCode.VIEW_BROKER_STATS_DATA, t.view_broker_stats_data),
             (RequestCode.GET_BROKER_CONSUME_STATS, t.get_broker_consume_stats),
             (RequestCode.QUERY_CONSUME_QUEUE, t.query_consume_queue),
             (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, t.invoke_broker_to_reset_offset),
@@ -570,7 +571,7 @@ class BrokerController:
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""
         self.metrics.count_in(topic, count, nbytes)
-        self.stats.on_put(count, nbytes)
+        self.stats.on_put(count, nbytes, topic)
 
     def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Account messages returned to ``group`` from ``topic``."""

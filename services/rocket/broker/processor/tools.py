@@ -7,7 +7,7 @@ request/response headers and bodies follow the classes named on each handler
 
 * 300 QUERY_TOPIC_CONSUME_BY_WHO, 204 GET_PRODUCER_CONNECTION_LIST,
   328 GET_ALL_PRODUCER_INFO, 317 GET_BROKER_CONSUME_STATS, 351 GET_TOPIC_CONFIG,
-  305 GET_SYSTEM_TOPIC_LIST_FROM_BROKER;
+  305 GET_SYSTEM_TOPIC_LIST_FROM_BROKER, 315 VIEW_BROKER_STATS_DATA (statsAll's rates);
 * 321 QUERY_CONSUME_QUEUE;
 * 222 INVOKE_BROKER_TO_RESET_OFFSET (the broker tells the group's online
   members with RESET_CONSUMER_CLIENT_OFFSET, 220), 307 GET_CONSUMER_RUNNING_INFO
@@ -199,6 +199,18 @@ class ToolsAdminProcessor:
             self.broker.store.subscription_groups.put(config)
         log.info("subscription groups %s created/updated by %s", [c.group_name for c in configs], conn.peer)
         return request.response(ResponseCode.SUCCESS)
+
+    def view_broker_stats_data(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """315, header ``statsName``, ``statsKey``: BrokerStatsData of ``TOPIC_PUT_NUMS`` (key: topic)
+        or ``GROUP_GET_NUMS`` (key: ``topic@group``), each of ``statsMinute``/``statsHour``/``statsDay``
+        a ``{"sum", "tps", "avgpt"}`` (:meth:`~rocket.broker.stats.BrokerStats.stats_data`);
+        SYSTEM_ERROR when there is no such figure (as Java)."""
+        name = request.require("statsName")
+        key = request.require("statsKey")
+        data = self.broker.stats.stats_data(name, key)
+        if data is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(data))
 
     # -- consume stats of every group -------------------------------------------------------
 
