@@ -48,19 +48,23 @@ class RateMeter:
 
 
 class MinuteCounter:
-    """Event counts per minute over the last day (at most 1440 buckets): sums over the last
-    minute, hour and day, as ``StatsItem``'s minute/hour/day snapshots of RocketMQ."""
+    """Event counts per minute over the last day (at most 1440 buckets) plus per second over the
+    last minute (a :class:`RateMeter`): sums over the last minute, hour and day, as the
+    minute/hour/day snapshots of RocketMQ's ``StatsItem``."""
 
     DAY = 1440
 
     def __init__(self, now: float | None = None) -> None:
         self._buckets: deque[list[int]] = deque()  # [minute, count]
+        self._recent = RateMeter(60)
         #: When counting began (``time.monotonic()`` seconds).
         self.started = time.monotonic() if now is None else now
 
     def add(self, count: int, now: float | None = None) -> None:
         """Count ``count`` events at ``now`` (``time.monotonic()`` seconds)."""
-        minute = int((time.monotonic() if now is None else now) // 60)
+        at = time.monotonic() if now is None else now
+        self._recent.add(count, at)
+        minute = int(at // 60)
         if self._buckets and self._buckets[-1][0] == minute:
             self._buckets[-1][1] += count
         else:
@@ -69,8 +73,12 @@ class MinuteCounter:
             self._buckets.popleft()
 
     def sum(self, minutes: int, now: float | None = None) -> int:
-        """Events within the last ``minutes`` minutes (the current one included)."""
-        minute = int((time.monotonic() if now is None else now) // 60)
+        """Events within the last ``minutes`` minutes: the last 60 s for 1, else whole minute
+        buckets (the current one included)."""
+        at = time.monotonic() if now is None else now
+        if minutes == 1:
+            return self._recent.total(at)
+        minute = int(at // 60)
         return sum(c for m, c in self._buckets if m > minute - minutes)
 
     def snapshot(self, minutes: int, now: float | None = None) -> dict[str, float]:
