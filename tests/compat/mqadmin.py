@@ -162,7 +162,7 @@ class MQAdminShell:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
         try:
-            self.proc.wait(5)
+            self.proc.wait(2)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
