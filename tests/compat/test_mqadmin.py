@@ -34,7 +34,7 @@ from bench.compare import java
 from rocket.client.admin import loads_object_keys
 from tests.compat import rawremoting
 from tests.compat.cluster import CLUSTER_NAME, Cluster, start_cluster
-from tests.compat.mqadmin import VERSIONS, MQAdminError, MQAdminShell, Result
+from tests.compat.mqadmin import VERSIONS, MQAdminShell, Result
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(900)]  # the first run downloads the tools
 
@@ -702,6 +702,8 @@ def check_export(env: Env, sh: MQAdminShell, version: str) -> None:
     t = tag(version)
     topic = f"{t}_Export"
     create_topic(sh, topic, 2)
+    group = f"{t}_ExportGroup"
+    sh.ok("updateSubGroup", "-c", CLUSTER_NAME, "-g", group, "-r", "3")
     folder = env.root / f"export-{version}"
     meta = sh.ok("exportMetadata", "-c", CLUSTER_NAME, "-f", str(folder))
     assert "success" in meta.output, meta
@@ -710,15 +712,18 @@ def check_export(env: Env, sh: MQAdminShell, version: str) -> None:
     # For a cluster, exportMetadata adds up the queues of every broker: 2 brokers x 2 queues.
     assert topic in data["topicConfigTable"] and data["topicConfigTable"][topic]["readQueueNums"] == 4
     assert "TBW102" not in data["topicConfigTable"], "system topics are left out of the export"
-    assert "CID_ONSAPI_OWNER" not in data["subscriptionGroupTable"] or True
+    assert data["subscriptionGroupTable"][group]["retryMaxTimes"] == 3, data["subscriptionGroupTable"]
     configs = sh.ok("exportConfigs", "-c", CLUSTER_NAME, "-f", str(folder))
     assert "success" in configs.output, configs
     cfg = json.loads((folder / "configs.json").read_text())
     assert set(cfg["brokerConfigs"]) == set(BROKERS) and cfg["clusterScale"]["masterBrokerSize"] == 2, cfg
     metrics = sh.ok("exportMetrics", "-c", CLUSTER_NAME, "-f", str(folder))
     assert "success" in metrics.output, metrics
-    m = json.loads((folder / "metrics.json").read_text())
-    assert set(m) >= set(BROKERS) or m, m
+    report = json.loads((folder / "metrics.json").read_text())["evaluateReport"]
+    assert set(report) == set(BROKERS), report
+    for name in BROKERS:
+        ratio = report[name]["runtimeQuota"]["diskRatio"]["commitLogDiskRatio"]
+        assert 0.0 <= float(ratio) <= 1.0, report[name]
 
 
 def check_start_monitoring(env: Env, sh: MQAdminShell, version: str) -> None:
@@ -796,4 +801,3 @@ def test_start_monitoring(env: Env) -> None:
 
 
 __all__ = ["COVERAGE"]
-_ = MQAdminError
