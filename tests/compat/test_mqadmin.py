@@ -598,18 +598,16 @@ def check_producers(env: Env, sh: MQAdminShell, version: str) -> None:
     create_topic(sh, topic, 1)
     produce(sh, group, topic, 1, f"{t}-p")
     # The shell sends a heartbeat right after the send; should the client skip it (a heartbeat of its
-    # own in progress), the next comes within 30 s.
-    wait_until("the producer's heartbeat", lambda: sh.run("producerConnection", "-g", group, "-t", topic)
-               .output.startswith("0001"), 40)
-    conn = sh.ok("producerConnection", "-g", group, "-t", topic)
-    row = conn.lines[0].split()
-    assert row[1].endswith(f"@{group}") and row[2].startswith("127.0.0.1:"), conn
-    assert row[3:5] == ["JAVA", "V" + version.replace(".", "_")], conn
+    # own in progress), the next comes within 30 s. Every broker the producer knows gets them.
     line = re.compile(rf"producer group \({group}\) instance : clientId=\S+@{group},remoteIP=127\.0\.0\.1:\d+, "
                       rf"language=JAVA, version=\d+, lastUpdateTimestamp=\d+")
-    for name in BROKERS:  # every broker the producer knows gets its heartbeats
-        wait_until(f"{group} in {name}'s producer table",
-                   lambda addr=env.broker(name): bool(line.search(sh.ok("producer", "-b", addr).output)), 40)
+    for name in BROKERS:
+        wait_until(f"{group} in {name}'s producer table (GET_ALL_PRODUCER_INFO)",
+                   lambda addr=env.broker(name): bool(line.search(sh.ok("producer", "-b", addr).output)), 45)
+    conn = sh.ok("producerConnection", "-g", group, "-t", topic)
+    row = conn.lines[0].split()
+    assert row[0] == "0001" and row[1].endswith(f"@{group}") and row[2].startswith("127.0.0.1:"), conn
+    assert row[3:5] == ["JAVA", "V" + version.replace(".", "_")], conn
     missing = sh.run("producerConnection", "-g", f"{t}_NoSuchGroup", "-t", topic)
     assert "not exist" in missing.output, missing
 
