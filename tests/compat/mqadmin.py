@@ -26,8 +26,9 @@ from bench.compare import java
 SHELL_SOURCE = Path(__file__).resolve().parent / "MQAdminShell.java"
 _END = "\x01END "
 _READY = "\x01READY"
-#: Versions of mqadmin the suite runs: the last 4.x and the 5.x of ``make bench-compare``.
-VERSIONS = ("4.9.8", java.DEFAULT_VERSION)
+#: Versions of mqadmin the suite runs: the last 4.x and the 5.x of ``make bench-compare``
+#: (``$ROCKETMQ_VERSION`` picks another 5.x).
+VERSIONS = ("4.9.8", java.version())
 
 _LOGBACK_TOOLS = (
     '<configuration><appender name="F" class="ch.qos.logback.core.FileAppender"><file>{file}</file>'
