@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from rocket.broker.schedule import ScheduleMessageService
     from rocket.store import DefaultMessageStore
     from rocket.store.config import TopicConfig
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.replicas")
 
@@ -125,6 +126,9 @@ class ReplicationBroker(Protocol):
     store: DefaultMessageStore
     metrics: BrokerMetrics
     schedule: ScheduleMessageService
+    #: Timer messages: delivered by masters only (``set_should_run_dequeue``).
+    timer: TimerMessageStore
+    transaction: Any
     outer_api: BrokerOuterAPI
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
@@ -462,6 +466,7 @@ class ReplicationManager:
                 await self._persist_role()
                 await self.broker.schedule.start()
                 await self.broker.transaction.start()
+                self.broker.timer.set_should_run_dequeue(True)
                 self.role_confirmed = True
             finally:
                 self.changing_role = False
@@ -522,6 +527,7 @@ class ReplicationManager:
                 self.service.drop_all(f"{master_addr} is the master now")
                 await self.broker.schedule.stop()
                 await self.broker.transaction.stop()
+                self.broker.timer.set_should_run_dequeue(False)
                 await store.commit_log.wait_idle()
                 cfg.broker_id = await self._free_slave_id()
                 await self._persist_role()
