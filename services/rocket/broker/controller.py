@@ -785,6 +785,11 @@ class BrokerController:
         )
         for level, info in self.schedule.status().items():
             table[f"scheduleMessageOffset_{level}"] = f"{info['offset']},{info['maxOffset']}"
+        # RocketMQ 5's timer keys: how far the read pointer is behind the clock (ms) and the enqueue backlog.
+        timer = self.timer
+        table["timerReadBehind"] = str(max(0, timer.now_ms() - timer.curr_read_time_ms)
+                                       if timer.should_run_dequeue else 0)
+        table["timerOffsetBehind"] = str(timer.enqueue_backlog())
         return table
 
     def status(self) -> dict[str, Any]:
@@ -814,6 +819,7 @@ class BrokerController:
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
             "transactions": self.transaction.status() if self.store_ready else {},
+            "timer": self.timer.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

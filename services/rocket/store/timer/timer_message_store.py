@@ -459,12 +459,13 @@ class TimerMessageStore:
         pos = self.timer_log.append(unit)
         self.wheel.put_slot(delayed_ms, pos if slot.first_pos == -1 else slot.first_pos, pos,
                             slot.num - 1 if delete else slot.num + 1, slot.magic)
+        counted = delayed_ms >= self.curr_read_time_ms  # a slave may enqueue what its master delivered
         if delete:
             self.stats.delete_marks += 1
-            self.stats.wheel_pending -= 1
+            self.stats.wheel_pending -= counted
         else:
             self.stats.enqueued += 1
-            self.stats.wheel_pending += 1
+            self.stats.wheel_pending += counted
         return pos
 
     # -- dequeue ----------------------------------------------------------------------------------
@@ -644,8 +645,11 @@ class TimerMessageStore:
     def _sync_read_time(self) -> None:
         """A slave's read time follows the (copied) checkpoint (Apache ``syncLastReadTimeMs``)."""
         self._adopt_pending_sync(force=False)
-        if self.checkpoint.last_read_time_ms:
-            self.curr_read_time_ms = self.commit_read_time_ms = self.checkpoint.last_read_time_ms
+        read = self.format_time(self.checkpoint.last_read_time_ms)
+        if read and read != self.curr_read_time_ms:
+            if read > self.curr_read_time_ms and self.wheel is not None:
+                self.stats.wheel_pending -= self.wheel.sum_num(self.curr_read_time_ms, read, limit_slots=200_000)
+            self.curr_read_time_ms = self.commit_read_time_ms = read
 
     def sync_from_master(self, master: TimerCheckpoint, master_commit_log_offset: int) -> None:
         """Take the master's checkpoint (GET_TIMER_CHECK_POINT) on a slave. Its read time is adopted
