@@ -68,8 +68,8 @@ def transform_timer_message(inner: MessageInner, cfg: MessageStoreConfig, now_ms
                             timer: TimerMessageStore | None = None) -> MessageInner | PutMessageResult:
     """Apply the timer rewrite (module doc) to a message on its way to the store.
 
-    Returns ``inner`` itself when it is no timer message (or is due now), a rewritten copy
-    addressed to rmq_sys_wheel_timer, or a refusal (a :class:`PutMessageResult` with
+    Returns ``inner`` itself when it is no timer message (or is due now), ``inner`` rewritten in
+    place to rmq_sys_wheel_timer (the caller owns it), or a refusal (a :class:`PutMessageResult` with
     ``WHEEL_TIMER_MSG_ILLEGAL``/``WHEEL_TIMER_NOT_ENABLE`` and a remark). ``timer``'s stats
     count refusals and past-due sends. The caller checks the transaction type (none or commit).
     """
@@ -108,13 +108,16 @@ def transform_timer_message(inner: MessageInner, cfg: MessageStoreConfig, now_ms
             deliver_ms -= precision
         else:
             deliver_ms = deliver_ms // precision * precision
-        new = dict(props)
-        new[PROPERTY_TIMER_OUT_MS] = str(deliver_ms)
-        new[PROPERTY_REAL_TOPIC] = inner.topic
-        new[PROPERTY_REAL_QUEUE_ID] = str(inner.queue_id)
-        new.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        return dataclasses.replace(inner, topic=TIMER_TOPIC, queue_id=0, properties=new, encoded=None,
-                                   tags_code=None)
+        # In place: the send path's MessageInner is its own (copying it costs more than the rest).
+        props[PROPERTY_TIMER_OUT_MS] = str(deliver_ms)
+        props[PROPERTY_REAL_TOPIC] = inner.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(inner.queue_id)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        inner.topic = TIMER_TOPIC
+        inner.queue_id = 0
+        inner.encoded = None
+        inner.tags_code = None
+        return inner
     if PROPERTY_TIMER_DEL_UNIQKEY in props:
         return PutMessageResult(PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL, remark=max_delay_remark(cfg))
     if timer is not None:

@@ -62,6 +62,8 @@ class TimerLog:
         self.file_size = file_size
         self._starts: list[int] = []
         self._maps: list[mmap.mmap] = []
+        #: One descriptor per file, kept open for fdatasync (``mmap.flush`` holds the GIL).
+        self._fds: list[int] = []
         self.end = 0
         self.flushed = 0
 
@@ -81,10 +83,12 @@ class TimerLog:
             if os.fstat(fd).st_size != self.file_size:
                 os.ftruncate(fd, self.file_size)
             mm = mmap.mmap(fd, self.file_size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
         self._starts.append(start)
         self._maps.append(mm)
+        self._fds.append(fd)
         return mm
 
     @property
@@ -141,6 +145,7 @@ class TimerLog:
         while self._starts and self._starts[-1] >= end:
             start = self._starts.pop()
             self._maps.pop().close()
+            os.close(self._fds.pop())
             os.unlink(self.dir / offset_name(start))
         found = self._find(end)
         if found is not None:
@@ -153,9 +158,9 @@ class TimerLog:
         """msync every file up to the current end (blocking: run it in an executor); returns
         the offset now durable."""
         end = self.end
-        for start, mm in zip(list(self._starts), list(self._maps), strict=True):
+        for start, fd in zip(list(self._starts), list(self._fds), strict=True):
             if start + self.file_size > self.flushed and start < end:
-                mm.flush()
+                os.fdatasync(fd)
         self.flushed = end
         return end
 
@@ -165,6 +170,7 @@ class TimerLog:
         while len(self._starts) > 1 and self._starts[0] + self.file_size <= offset:
             start = self._starts.pop(0)
             self._maps.pop(0).close()
+            os.close(self._fds.pop(0))
             os.unlink(self.dir / offset_name(start))
             n += 1
         return n
@@ -176,5 +182,8 @@ class TimerLog:
                 mm.close()
             except (BufferError, ValueError):
                 pass
+        for fd in self._fds:
+            os.close(fd)
         self._maps.clear()
+        self._fds.clear()
         self._starts.clear()

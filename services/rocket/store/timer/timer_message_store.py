@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,8 +60,11 @@ from rocket.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
     MessageExt,
     MessageFormatError,
+    decode_properties,
     decode_record,
     encode_properties,
     java_string_hash,
@@ -115,14 +119,47 @@ _STORED = {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT, PutMess
 _HOPELESS = {PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED}
 
 
+_SYSFLAG_AT = struct.Struct(">i")
+_BODY_LEN = struct.Struct(">i")
+_PROPS_LEN = struct.Struct(">h")
+
+
+def record_properties(rec: bytes | memoryview) -> dict[str, str]:
+    """The properties of a stored record (A9.1 layout) without decoding the rest (the enqueue
+    path reads only these). Raises ``MessageFormatError`` for a record that does not add up."""
+    try:
+        (sys_flag,) = _SYSFLAG_AT.unpack_from(rec, 36)
+        p = 48 + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 12
+        (body_len,) = _BODY_LEN.unpack_from(rec, p)
+        p += 4 + body_len
+        p += 1 + rec[p]
+        (props_len,) = _PROPS_LEN.unpack_from(rec, p)
+        p += 2
+        if props_len < 0 or p + props_len != len(rec):
+            raise MessageFormatError("properties length disagrees with the record size")
+        return decode_properties(bytes(rec[p:p + props_len]).decode())
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise MessageFormatError(f"record: {exc}") from None
+
+
 def build_delete_key(real_topic: str, uniq_key: str) -> str:
     """``TimerMessageStore.buildDeleteKey``: ``realTopic + "+" + uniqueKey``."""
     return f"{real_topic}+{uniq_key}"
 
 
+_TOPIC_HASHES: dict[str, int] = {}
+
+
 def hash_topic_for_metrics(topic: str | None) -> int:
-    """The real topic's Java ``hashCode`` (stored in each TimerLog unit)."""
-    return java_string_hash(topic) if topic else 0
+    """The real topic's Java ``hashCode`` (stored in each TimerLog unit), memoised."""
+    if not topic:
+        return 0
+    code = _TOPIC_HASHES.get(topic)
+    if code is None:
+        if len(_TOPIC_HASHES) >= 4096:
+            _TOPIC_HASHES.clear()
+        code = _TOPIC_HASHES[topic] = java_string_hash(topic)
+    return code
 
 
 @dataclass(slots=True)
@@ -425,17 +462,23 @@ class TimerMessageStore:
 
     async def _enqueue_one(self, phys: int, size: int, rec: bytes) -> None:
         try:
-            msg = decode_record(rec)
-            delayed = int(msg.properties[PROPERTY_TIMER_OUT_MS])
+            props = record_properties(rec)
+            delayed = int(props[PROPERTY_TIMER_OUT_MS])
         except (MessageFormatError, KeyError, ValueError) as exc:
             log.error("timer: message at %d has no usable TIMER_OUT_MS (%s); skipped", phys, exc)
             self.stats.skipped += 1
             return
         if self.should_run_dequeue and delayed < self.curr_write_time_ms:
             # Already due: deliver without entering the wheel.
+            try:
+                msg = decode_record(rec)
+            except MessageFormatError as exc:
+                log.error("timer: undecodable message at %d: %s; skipped", phys, exc)
+                self.stats.skipped += 1
+                return
             await self._deliver(msg, LONG_MAX, MAGIC_DEFAULT, immediate=True)
             return
-        self.do_enqueue(phys, size, delayed, msg.properties)
+        self.do_enqueue(phys, size, delayed, props)
 
     def do_enqueue(self, offset_py: int, size_py: int, delayed_ms: int, props: dict[str, str]) -> int:
         """Append the unit of one timer message and link it into its slot (``doEnqueue``);
@@ -733,6 +776,7 @@ class TimerMessageStore:
             "currQueueOffset": self.curr_queue_offset,
             "timerLogEnd": self.timer_log.end,
             "pending": self.pending(),
+            "enqueueBacklog": self.enqueue_backlog(),
             "dueUndelivered": self.due_undelivered(),
             "enqueued": s.enqueued,
             "delivered": s.delivered,

@@ -72,8 +72,12 @@ class TimerWheel:
             if size == 0:
                 os.ftruncate(fd, self.length)
             self._mm = mmap.mmap(fd, self.length)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        #: Kept open: fdatasync on it writes the mapping's dirty pages without holding the GIL
+        #: (``mmap.flush`` holds it, stalling the event loop for the whole msync).
+        self._fd = fd
 
     def slot_index(self, time_ms: int) -> int:
         """Index of the slot holding ``time_ms``."""
@@ -153,12 +157,15 @@ class TimerWheel:
         return out
 
     def flush(self) -> None:
-        """msync the whole file (blocking: run it in an executor)."""
-        self._mm.flush()
+        """Write the dirty slots to disk (fdatasync; blocking: run it in an executor)."""
+        os.fdatasync(self._fd)
 
     def close(self) -> None:
-        """Unmap the file."""
+        """Unmap and close the file."""
         try:
             self._mm.close()
         except (BufferError, ValueError):
             pass
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
