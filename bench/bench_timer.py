@@ -1,6 +1,6 @@
 """Timer messages (``rocket.store.timer``): delivery error, enqueue throughput, scale and recovery.
 
-1. **Delivery error** (actual arrival − scheduled time, ms) p50/p99/max for ``N`` timers (100,000;
+1. **Delivery error** (actual arrival - scheduled time, ms) p50/p99/max for ``N`` timers (100,000;
    ``--short``: 5,000) whose ``TIMER_DELIVER_MS`` is spread evenly over a window (600 s; ``--short``:
    20 s; env ``ROCKET_BENCH_TIMER_WINDOW`` overrides) that starts once they are all sent, at
    ``timerPrecisionMs`` 1000 and 100. One NameServer and one broker process (``rocket.local``), a
@@ -304,6 +304,11 @@ asyncio.run(fill(int(sys.argv[2])) if sys.argv[1] == "fill" else recover())
 '''
 
 
+def _allocated(folder: Path) -> int:
+    """Bytes the files of ``folder`` take on disk (TimerLog files are sparse until written)."""
+    return sum(p.stat().st_blocks * 512 for p in folder.iterdir())
+
+
 def scale_and_recovery(m: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="rocket-bench-timerscale-"))
     services = str(Path(__file__).resolve().parent.parent / "services")
@@ -318,7 +323,7 @@ def scale_and_recovery(m: int) -> None:
         _, count, fill_s, pending, rss, hwm = line.split()
         print(f"scale: {int(count):,} timers put and in the wheel in {float(fill_s):.1f} s "
               f"({int(count) / float(fill_s):,.0f}/s); pending {int(pending):,}; RSS {rss} MB (peak {hwm} MB); "
-              f"TimerLog {sum(p.stat().st_blocks * 512 for p in (folder / 'store' / 'timerlog').iterdir()) / 1e6:.0f} MB "
+              f"TimerLog {_allocated(folder / 'store' / 'timerlog') / 1e6:.0f} MB "
               f"on disk, wheel {(folder / 'store' / 'timerwheel').stat().st_size / 1e6:.1f} MB; then SIGKILL",
               flush=True)
         rec = subprocess.run([sys.executable, str(script), "recover"], capture_output=True, text=True, timeout=3600)
