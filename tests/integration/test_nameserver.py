@@ -9,7 +9,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import pytest
 from rocket.nameserver import client as ns
 from rocket.nameserver.model import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingCommandError, RequestCode, encode
-from tests.support import free_port, rocket_command, running, wait_port
+from tests.support import eventually, free_port, rocket_command, running, wait_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,16 +57,6 @@ async def client() -> Any:
     remoting = RemotingClient()
     yield remoting
     await remoting.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``check`` until it returns True; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout} s")
 
 
 async def register(client: RemotingClient, addr: str, broker_name: str, broker_addr: str, *topics: str,

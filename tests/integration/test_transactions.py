@@ -19,7 +19,7 @@ from rocket.client.consumer import PullStatus
 from rocket.message import MessageExt, decode_offset_msg_id
 from rocket.remoting import RemotingClient, RequestCode
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_process, nameserver_process
-from tests.integration.client_support import eventually, unique
+from tests.support import eventually, unique
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,7 +26,7 @@ PACKAGE = "rocket"
 KNOWN_CYCLES = [
     ["rocket.broker.controller", "rocket.broker.http", "rocket.broker.processor.admin",
      "rocket.broker.processor.client_manage", "rocket.broker.processor.pull", "rocket.broker.processor.query",
-     "rocket.broker.processor.send"],
+     "rocket.broker.processor.send", "rocket.broker.transaction"],
     ["rocket.nameserver.http", "rocket.nameserver.server"],
 ]
 

@@ -118,6 +118,19 @@ def apply_persisted_role(config: BrokerConfig) -> bool:
     return True
 
 
+class MasterOnlyService(Protocol):
+    """A broker service that runs on a master only (delayed delivery, the transaction check): started
+    at promotion, stopped at demotion."""
+
+    async def start(self) -> None:
+        """Start serving (idempotent)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        ...
+
+
 class ReplicationBroker(Protocol):
     """The broker as the :class:`ReplicationManager` sees it (``BrokerController`` satisfies it):
     its settings, store, metrics, delayed delivery, NameServer client and registration."""
@@ -126,9 +139,10 @@ class ReplicationBroker(Protocol):
     store: DefaultMessageStore
     metrics: BrokerMetrics
     schedule: ScheduleMessageService
-    #: Timer messages: delivered by masters only (``set_should_run_dequeue``).
+    #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
+    transaction: MasterOnlyService
+    #: Timer messages: enqueued everywhere, delivered by masters only (``set_should_run_dequeue``).
     timer: TimerMessageStore
-    transaction: Any
     outer_api: BrokerOuterAPI
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None

@@ -21,11 +21,12 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
+from rocket.client.output import OutputFormat, new_table, output_option, print_document, stdout_console
 from rocket.runtime import run
 
-console = Console()
+console = stdout_console()
 err_console = Console(stderr=True)
 
 NAMESRV_HELP = "NameServers 'host:port;host:port' (default: $ROCKET_NAMESRV, a running local cluster, 127.0.0.1:9876)"
@@ -328,50 +329,98 @@ def topic_delete(
 @topic_app.command("list")
 def topic_list(
     all_topics: bool = typer.Option(False, "--all", "-a", help="Include system, retry and DLQ topics."),
-    routes: bool = typer.Option(False, "--routes", "-r", help="Show each topic's queues per broker group."),
+    routes: bool = typer.Option(False, "--routes", "-r", help="Show each topic's queues per broker group "
+                                                            "(implied by -o wide)."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """List topics known to the NameServers."""
-    from rocket.client import Admin, TopicRouteError
+    """List topics known to the NameServers.
 
-    async def main() -> list[tuple[str, str]]:
+    ``-o table`` prints one name a line; ``-o wide`` (or ``--routes``) a table of each topic's queues;
+    ``-o json|yaml`` ``{"topics": [{"topic", "queueDatas"?}]}`` (README.md, "Output for scripts").
+    """
+    from rocket.client import Admin, TopicRouteError
+    from rocket.client.route import QueueData
+
+    with_routes = routes or output is OutputFormat.WIDE
+
+    async def main() -> list[tuple[str, list[QueueData] | None]]:
         async with Admin(resolve_namesrv(namesrv)) as admin:
             info = await admin.cluster_info()
             hidden = set(info.brokers) | set(info.clusters)
             names = [t for t in await admin.topic_list()
                      if all_topics or (t not in hidden and not t.startswith(SYSTEM_TOPIC_PREFIXES))]
-            rows = []
+            rows: list[tuple[str, list[QueueData] | None]] = []
             for name in names:
-                detail = ""
-                if routes:
+                queue_datas: list[QueueData] | None = None
+                if with_routes:
                     try:
                         route = await admin.topic_route(name)
-                        detail = ", ".join(f"{q.broker_name}: r{q.read_queue_nums}/w{q.write_queue_nums} perm {q.perm}"
-                                           for q in sorted(route.queue_datas, key=lambda q: q.broker_name))
+                        queue_datas = sorted(route.queue_datas, key=lambda q: q.broker_name)
                     except TopicRouteError:
-                        detail = "(no route)"
-                rows.append((name, detail))
+                        queue_datas = None
+                rows.append((name, queue_datas))
             return rows
 
     rows = _run(main())
-    if routes:
-        table = Table()
-        table.add_column("topic")
-        table.add_column("queues")
-        for name, detail in rows:
+    if output.machine:
+        topics: list[dict[str, Any]] = []
+        for name, queue_datas in rows:
+            entry: dict[str, Any] = {"topic": name}
+            if with_routes:
+                entry["queueDatas"] = None if queue_datas is None else [
+                    {"brokerName": q.broker_name, "readQueueNums": q.read_queue_nums,
+                     "writeQueueNums": q.write_queue_nums, "perm": q.perm, "topicSysFlag": q.topic_sys_flag}
+                    for q in queue_datas]
+            topics.append(entry)
+        print_document({"topics": topics}, output)
+    elif with_routes:
+        table = new_table([("topic", "left"), ("queues", "left")])
+        for name, queue_datas in rows:
+            detail = "(no route)" if queue_datas is None else ", ".join(
+                f"{q.broker_name}: r{q.read_queue_nums}/w{q.write_queue_nums} perm {q.perm}" for q in queue_datas)
             table.add_row(name, detail)
         console.print(table)
     else:
         for name, _ in rows:
-            console.print(name, highlight=False)
+            console.print(name, highlight=False, markup=False)
+
+
+def _broker_document(b: Any) -> dict[str, Any]:
+    """One ``brokers`` entry of ``rocket cluster list -o json`` (a :class:`~rocket.client.admin.BrokerInfo`)."""
+    return {"clusterName": b.cluster, "brokerName": b.broker_name, "brokerId": b.broker_id,
+            "brokerAddr": b.addr, "role": b.role, "error": b.error, "runtime": dict(sorted(b.runtime.items()))}
+
+
+#: ``rocket cluster list`` figure columns: (header, GET_BROKER_RUNTIME_INFO key, justify).
+_CLUSTER_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("version", "brokerVersionDesc", "left"),
+    ("put today", "msgPutTotalTodayNow", "right"),
+    ("get today", "msgGetTotalTodayNow", "right"),
+    ("commitlog max offset", "commitLogMaxOffset", "right"),
+)
+#: The columns ``-o wide`` adds (RocketMQ's runtime keys, as ``mqadmin clusterList -m`` shows some).
+_CLUSTER_WIDE_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("put tps", "putTps", "right"),
+    ("get tps", "getTransferedTps", "right"),
+    ("commitlog min offset", "commitLogMinOffset", "right"),
+    ("disk ratio", "commitLogDiskRatio", "right"),
+    ("permission", "brokerPermission", "right"),
+    ("uptime", "runtime", "left"),
+)
 
 
 @cluster_app.command("list")
 def cluster_list(
     cluster: str | None = typer.Option(None, "--cluster", "-c", help="Only this cluster."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """Brokers with their addresses and runtime figures."""
+    """Brokers with their addresses and runtime figures.
+
+    ``-o json|yaml``: ``{"brokers": [{"clusterName", "brokerName", "brokerId", "brokerAddr", "role",
+    "error", "runtime"}]}`` (README.md, "Output for scripts").
+    """
     from rocket.client import Admin
 
     async def main() -> Any:
@@ -379,17 +428,18 @@ def cluster_list(
             return await admin.cluster_list(cluster)
 
     brokers = _run(main())
-    table = Table(title="brokers")
-    for col in ("cluster", "broker", "id", "role", "address", "version", "put today", "get today",
-                "commitlog max offset", "status"):
-        table.add_column(col, justify="right" if col in ("id", "put today", "get today",
-                                                         "commitlog max offset") else "left")
+    if output.machine:
+        print_document({"brokers": [_broker_document(b) for b in brokers]}, output)
+        return
+    figures = _CLUSTER_COLUMNS + (_CLUSTER_WIDE_COLUMNS if output is OutputFormat.WIDE else ())
+    table = new_table([("cluster", "left"), ("broker", "left"), ("id", "right"), ("role", "left"),
+                       ("address", "left"), *((header, justify) for header, _, justify in figures),
+                       ("status", "left")], title="brokers")
     for b in brokers:
         rt = b.runtime
         table.add_row(b.cluster, b.broker_name, str(b.broker_id), b.role, b.addr,
-                      rt.get("brokerVersionDesc", rt.get("brokerVersion", "")),
-                      rt.get("msgPutTotalTodayNow", ""), rt.get("msgGetTotalTodayNow", ""),
-                      rt.get("commitLogMaxOffset", ""), "[red]" + b.error + "[/red]" if b.error else "ok")
+                      *(escape(rt.get(key, "")) for _, key, _ in figures),
+                      "[red]" + escape(b.error) + "[/red]" if b.error else "ok")
     console.print(table)
     if not brokers:
         err_console.print("no brokers registered")
@@ -471,9 +521,14 @@ def cluster_promote(
 @cluster_app.command("ha")
 def cluster_ha(
     addr: str = typer.Option(..., "--addr", "-a", help="A broker's remoting address host:port."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """A broker's replication state: role, epochs, slaves and their lag, its master."""
+    """A broker's replication state: role, epochs, slaves and their lag, its master.
+
+    ``-o json|yaml``: the broker's GET_BROKER_HA_STATUS (907) document as it sends it
+    (README.md, "Output for scripts"); ``-o wide`` adds the slaves' transfer offset and connection age.
+    """
     from rocket.client import Admin
 
     async def main() -> dict[str, Any]:
@@ -481,13 +536,22 @@ def cluster_ha(
             return await admin.broker_ha_status(addr)
 
     status = _run(main())
+    if output.machine:
+        print_document(status, output)
+        return
     _print_ha(status)
-    table = Table(title="slaves")
-    for col in ("slave", "id", "ack offset", "lag bytes", "lag seconds", "in sync"):
-        table.add_column(col)
+    wide = output is OutputFormat.WIDE
+    columns: list[tuple[str, Any]] = [("slave", "left"), ("id", "right"), ("ack offset", "right"),
+                                      ("lag bytes", "right"), ("lag seconds", "right"), ("in sync", "left")]
+    if wide:
+        columns += [("transfer offset", "right"), ("connected seconds", "right"), ("peer", "left")]
+    table = new_table(columns, title="slaves")
     for sl in status["slaves"]:
-        table.add_row(sl["slaveAddr"], str(sl["slaveId"]), str(sl["ackOffset"]), str(sl["lagBytes"]),
-                      f"{sl['lagSeconds']:.3f}", "yes" if sl["inSync"] else "no")
+        row = [sl["slaveAddr"], str(sl["slaveId"]), str(sl["ackOffset"]), str(sl["lagBytes"]),
+               f"{sl['lagSeconds']:.3f}", "yes" if sl["inSync"] else "no"]
+        if wide:
+            row += [str(sl.get("transferOffset", "")), str(sl.get("connectedSeconds", "")), str(sl.get("peer", ""))]
+        table.add_row(*row)
     if status["slaves"]:
         console.print(table)
     if status.get("master"):
@@ -496,13 +560,32 @@ def cluster_ha(
                       + (f", last error: {m['lastError']}" if m.get("lastError") else ""))
 
 
+def _lag_document(lag: Any) -> dict[str, Any]:
+    """``rocket group lag -o json``'s document for a :class:`~rocket.client.admin.GroupLag`."""
+    return {
+        "consumerGroup": lag.group,
+        "source": lag.source,
+        "consumeTps": lag.consume_tps,
+        "totalLag": lag.total_lag,
+        "queues": [{"topic": q.queue.topic, "brokerName": q.queue.broker_name, "queueId": q.queue.queue_id,
+                    "brokerOffset": q.broker_offset, "consumerOffset": q.consumer_offset, "lag": q.lag,
+                    "lastTimestamp": q.last_timestamp} for q in lag.queues],
+    }
+
+
 @group_app.command("lag")
 def group_lag(
     group: str = typer.Argument(..., help="Consumer group."),
     topic: str | None = typer.Option(None, "--topic", "-t", help="Only this topic."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """Per-queue progress of a consumer group: broker offset, consumer offset, lag."""
+    """Per-queue progress of a consumer group: broker offset, consumer offset, lag.
+
+    ``-o json|yaml``: ``{"consumerGroup", "source", "consumeTps", "totalLag", "queues": [{"topic",
+    "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag", "lastTimestamp"}]}`` (README.md,
+    "Output for scripts"); ``-o wide`` adds the last consumed message's store time in ms.
+    """
     from rocket.client import Admin
 
     async def main() -> Any:
@@ -510,14 +593,24 @@ def group_lag(
             return await admin.consumer_lag(group, topic)
 
     lag = _run(main())
-    table = Table(title=f"consumer group {group} ({lag.source})")
-    for col in ("topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"):
-        table.add_column(col, justify="left" if col in ("topic", "broker", "last consumed") else "right")
+    if output.machine:
+        print_document(_lag_document(lag), output)
+        return
+    wide = output is OutputFormat.WIDE
+    columns: list[tuple[str, Any]] = [("topic", "left"), ("broker", "left"), ("queue", "right"),
+                                      ("broker offset", "right"), ("consumer offset", "right"), ("lag", "right"),
+                                      ("last consumed", "left")]
+    if wide:
+        columns.append(("last timestamp ms", "right"))
+    table = new_table(columns, title=f"consumer group {group} ({lag.source})")
     for q in lag.queues:
         last = (datetime.fromtimestamp(q.last_timestamp / 1000).isoformat(sep=" ", timespec="seconds")
                 if q.last_timestamp else "")
-        table.add_row(q.queue.topic, q.queue.broker_name, str(q.queue.queue_id), str(q.broker_offset),
-                      str(q.consumer_offset) if q.consumer_offset >= 0 else "-", str(q.lag), last)
+        row = [q.queue.topic, q.queue.broker_name, str(q.queue.queue_id), str(q.broker_offset),
+               str(q.consumer_offset) if q.consumer_offset >= 0 else "-", str(q.lag), last]
+        if wide:
+            row.append(str(q.last_timestamp))
+        table.add_row(*row)
     console.print(table)
     console.print(f"total lag: [bold]{lag.total_lag}[/bold]" + (f", {lag.consume_tps:.1f} msg/s" if lag.consume_tps
                                                               else ""))
@@ -591,22 +684,39 @@ def local_down(
 @local_app.command("status")
 def local_status(
     data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    output: OutputFormat = output_option(),
 ) -> None:
-    """Show the local cluster's processes; exit code 1 unless all are running and ready."""
+    """Show the local cluster's processes; exit code 1 unless all are running and ready.
+
+    ``-o json|yaml``: ``{"dataDir", "namesrv", "processes": [{"name", "kind", "addr", "httpPort", "pid",
+    "running", "ready", "log"}]}`` (README.md, "Output for scripts"); ``-o wide`` adds kind and log file.
+    """
     from rocket.local import LocalClusterError, status
 
     try:
         state, rows = status(data_dir)
     except LocalClusterError as exc:
         raise _fail(str(exc)) from None
-    table = Table(title=f"local cluster in {state.data_dir}")
-    for col in ("process", "address", "http", "pid", "state"):
-        table.add_column(col)
-    for r in rows:
-        st = "[green]ready[/green]" if r.ready else ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]")
-        table.add_row(r.name, r.addr, str(r.http_port), str(r.pid), st)
-    console.print(table)
-    console.print(f"NameServers: {state.namesrv}")
+    if output.machine:
+        print_document({"dataDir": str(state.data_dir), "namesrv": state.namesrv, "processes": [
+            {"name": r.name, "kind": r.kind, "addr": r.addr, "httpPort": r.http_port, "pid": r.pid,
+             "running": r.running, "ready": r.ready, "log": r.log} for r in rows]}, output)
+    else:
+        wide = output is OutputFormat.WIDE
+        columns: list[tuple[str, Any]] = [("process", "left"), ("address", "left"), ("http", "right"),
+                                          ("pid", "right"), ("state", "left")]
+        if wide:
+            columns += [("kind", "left"), ("log", "left")]
+        table = new_table(columns, title=f"local cluster in {state.data_dir}")
+        for r in rows:
+            st = ("[green]ready[/green]" if r.ready else
+                  ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]"))
+            row = [r.name, r.addr, str(r.http_port), str(r.pid), st]
+            if wide:
+                row += [r.kind, r.log]
+            table.add_row(*row)
+        console.print(table)
+        console.print(f"NameServers: {state.namesrv}", highlight=False)
     if not all(r.ready for r in rows):
         raise typer.Exit(1)
 
