@@ -19,8 +19,8 @@ import pytest
 from rocket.client import Producer, build_message, build_timer_delete
 from rocket.remoting import RemotingClient, RemotingError, ResponseCode
 from tests.integration.broker_harness import RawBroker, broker_port, broker_process, nameserver_process, records
-from tests.integration.replication_support import group_broker, ha_status, http_json, wait_until
-from tests.support import ROOT
+from tests.integration.replication_support import TRANSIENT, group_broker, ha_status, http_json
+from tests.support import ROOT, eventually
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -175,7 +175,7 @@ async def test_failover_new_master_delivers_pending_timers_slave_never(tmp_path:
         async def slave_connected() -> bool:
             return bool((await ha_status(master))["slaves"])
 
-        await wait_until(slave_connected, 15, "the slave to connect")
+        await eventually(slave_connected, 15, what="the slave to connect", retry_on=TRANSIENT)
         now = int(time.time() * 1000)
         early = {f"e{i}".encode() for i in range(30)}
         late = {f"l{i}".encode() for i in range(30)}
@@ -191,7 +191,8 @@ async def test_failover_new_master_delivers_pending_timers_slave_never(tmp_path:
             timer = body.get("timer", {})
             return early <= s.keys() and timer.get("currReadTimeMs", 0) >= now + 1000 and timer.get("pending") == 30
 
-        await wait_until(slave_has_the_deliveries_and_read_time, 15, "the slave to copy deliveries and read time")
+        await eventually(slave_has_the_deliveries_and_read_time, 15, what="the slave to copy deliveries and read time",
+                         retry_on=TRANSIENT)
         on_slave = await arrivals(rs, "FailT", 1, set(), 0.1)
         assert sorted(on_slave) == sorted(early) and all(len(v) == 1 for v in on_slave.values())  # none by the slave
         master.proc.send_signal(signal.SIGKILL)
@@ -202,7 +203,7 @@ async def test_failover_new_master_delivers_pending_timers_slave_never(tmp_path:
             done = await asyncio.to_thread(subprocess.run, cli, capture_output=True, text=True, timeout=60)
             return done if done.returncode == 0 else None
 
-        await wait_until(failover, 20, "rocket cluster failover to succeed", interval=0.5)
+        await eventually(failover, 20, what="rocket cluster failover to succeed", interval=0.5)
         seen = await arrivals(rs, "FailT", 1, early | late, 20)
         assert (early | late) <= seen.keys()
         twice = [b for b, times in seen.items() if len(times) > 1]
