@@ -294,3 +294,15 @@ async def test_a_slave_enqueues_but_does_not_deliver(env: Any) -> None:
     assert timer.curr_read_time_ms == T0 + 1000
     await settle(timer)
     assert [m.body for m in delivered(store, "T")] == [b"x"]
+
+
+async def test_timerlog_files_whose_messages_left_the_commitlog_are_deleted(tmp_path: Path) -> None:
+    tl = TimerLog(tmp_path / "tl", 3 * UNIT_SIZE + 20)
+    tl.load()
+    for i in range(7):  # files 0 and 1 full (3 units each), file 2 holds one
+        tl.append(UNIT.pack(UNIT_SIZE, -1, 1, 0, 0, 1000 * i, 10, 0, 0))
+    assert tl.last_unit_offset_in_file() == 2 * UNIT_SIZE
+    assert tl.delete_expired(2000) == 0  # file 0's last unit points at 2000: still there
+    assert tl.delete_expired(2001) == 1 and len(tl.file_starts()) == 2
+    assert tl.delete_expired(10**9) == 1 and len(tl.file_starts()) == 1  # never the last file
+    tl.close()

@@ -164,6 +164,29 @@ class TimerLog:
         self.flushed = end
         return end
 
+    def last_unit_offset_in_file(self) -> int:
+        """Offset within a file of the last unit that fits before its blank marker
+        (``TimerLog.getOffsetForLastUnit``)."""
+        size = self.file_size
+        return size - (size - MIN_BLANK_LEN) % UNIT_SIZE - MIN_BLANK_LEN - UNIT_SIZE
+
+    def delete_expired(self, min_commit_log_offset: int) -> int:
+        """Delete whole files (never the last) whose last unit points below
+        ``min_commit_log_offset``: their messages left the CommitLog, so they can never be
+        delivered (Apache ``deleteExpiredFileByOffsetForTimerLog``). Returns how many went."""
+        last = self.last_unit_offset_in_file()
+        n = 0
+        while len(self._starts) > 1:
+            unit = UNIT.unpack_from(self._maps[0], last)
+            if unit[0] == UNIT_SIZE and unit[5] >= min_commit_log_offset:
+                break
+            start = self._starts.pop(0)
+            self._maps.pop(0).close()
+            os.close(self._fds.pop(0))
+            os.unlink(self.dir / offset_name(start))
+            n += 1
+        return n
+
     def delete_files_before(self, offset: int) -> int:
         """Delete whole files that end at or before ``offset`` (never the last); returns how many."""
         n = 0

@@ -722,13 +722,24 @@ class TimerMessageStore:
     # -- flush ------------------------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
+        cleaned_at = time.monotonic()
         while self._running:
             if not await self._sleep(self.flush_interval):
                 return
             try:
                 await self._flush_once()
+                if time.monotonic() - cleaned_at >= 30.0:  # Apache: every 30 s
+                    cleaned_at = time.monotonic()
+                    self.clean_expired_files()
             except OSError as exc:
                 log.error("timer: flush failed: %s", exc)
+
+    def clean_expired_files(self) -> int:
+        """Delete TimerLog files whose messages are all gone from the CommitLog (retention)."""
+        n = self.timer_log.delete_expired(self.store.min_phy_offset)
+        if n:
+            log.info("timer: deleted %d TimerLog file(s) below CommitLog offset %d", n, self.store.min_phy_offset)
+        return n
 
     async def _flush_once(self) -> None:
         loop = asyncio.get_running_loop()
