@@ -580,8 +580,11 @@ class TimerMessageStore:
                     self.stats.deleted += 1
                     continue
             pending.append((msg, write_time, magic))
-        for i in range(0, len(pending), 512):  # puts in flight at once, bounded
-            await asyncio.gather(*(self._deliver(m, wt, mg) for m, wt, mg in pending[i:i + 512]))
+            if len(pending) >= 512:  # puts in flight (and messages decoded) at once, bounded
+                await asyncio.gather(*(self._deliver(m, wt, mg) for m, wt, mg in pending))
+                pending.clear()
+        if pending:
+            await asyncio.gather(*(self._deliver(m, wt, mg) for m, wt, mg in pending))
         if self.should_run_dequeue and self.curr_read_time_ms == read:
             self.curr_read_time_ms = self.commit_read_time_ms = read + self.precision_ms
         return handled
