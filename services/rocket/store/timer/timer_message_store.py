@@ -18,9 +18,9 @@ time, ms), ``REAL_TOPIC`` and ``REAL_QID`` in its properties. This service then:
   slot's units, first honours delete marks (``TIMER_DEL_UNIQKEY`` =
   ``realTopic + "+" + uniqKey``, or the bare unique key), then re-puts every other message
   to ``REAL_TOPIC``/``REAL_QID`` with its body, flags, properties (so ``UNIQ_KEY``/msgId and
-  ``KEYS``), born time and host kept, ``REAL_TOPIC``/``REAL_QID`` removed and
-  ``TIMER_ENQUEUE_MS``/``TIMER_DEQUEUE_MS`` (and ``TIMER_ROLL_TIMES`` for rolls) added,
-  as Apache's ``convert``/``convertMessage``.
+  ``KEYS``; ``REAL_TOPIC``/``REAL_QID`` stay in the stored properties, as Apache's do), born
+  time and host kept, and ``TIMER_ENQUEUE_MS``/``TIMER_DEQUEUE_MS`` (and ``TIMER_ROLL_TIMES``
+  for rolls) added, as Apache's ``convert``/``convertMessage``.
 * **flushes**: every ``timerFlushIntervalMs`` msyncs the TimerLog and wheel, then writes the
   :class:`~rocket.store.timer.checkpoint.TimerCheckpoint` (read time, TimerLog flush
   position, queue offsets).
@@ -59,7 +59,6 @@ from rocket.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    PROPERTY_WAIT_STORE_MSG_OK,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     MessageExt,
@@ -615,12 +614,13 @@ class TimerMessageStore:
         if roll:
             topic, queue_id = msg.topic, msg.queue_id
         else:
-            topic = props.pop(PROPERTY_REAL_TOPIC, "")
+            # Apache clears REAL_TOPIC/REAL_QID only after it has encoded the properties, so the
+            # delivered record keeps them (and WAIT as sent): so do we.
+            topic = props.get(PROPERTY_REAL_TOPIC, "")
             try:
-                queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0"))
+                queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
             except ValueError:
                 queue_id = 0
-        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         keys = props.get(PROPERTY_KEYS)
         return PutMessageRequest(
             topic=topic,
