@@ -284,7 +284,8 @@ async def fill(m):
         await asyncio.sleep(0.05)
     fill_s = time.perf_counter() - t0
     await asyncio.sleep(2.5)  # two timer checkpoints
-    print("FILLED", m, round(fill_s, 2), timer.pending(), round(rss(), 1), round(rss("VmHWM"), 1), flush=True)
+    print("FILLED", m, round(fill_s, 2), timer.pending(), round(rss(), 1), round(rss("VmHWM"), 1),
+          round(rss("RssAnon"), 1), round(rss("RssFile"), 1), flush=True)
     os.kill(os.getpid(), 9)
 
 async def recover():
@@ -296,7 +297,7 @@ async def recover():
     timer.load()
     t2 = time.perf_counter()
     print("RECOVERED", round(t1 - t0, 3), round(t2 - t1, 3), timer.stats.recovered_units, timer.pending(),
-          round(rss(), 1), round(rss("VmHWM"), 1), flush=True)
+          round(rss(), 1), round(rss("VmHWM"), 1), round(rss("RssAnon"), 1), round(rss("RssFile"), 1), flush=True)
     await timer.shutdown()
     await store.shutdown()
 
@@ -320,9 +321,10 @@ def scale_and_recovery(m: int) -> None:
         line = next((ln for ln in fill.stdout.splitlines() if ln.startswith("FILLED")), None)
         if line is None or fill.returncode != -signal.SIGKILL:
             raise RuntimeError(f"fill failed (exit {fill.returncode}): {fill.stderr[-2000:]}")
-        _, count, fill_s, pending, rss, hwm = line.split()
+        _, count, fill_s, pending, rss, hwm, anon, mapped = line.split()
         print(f"scale: {int(count):,} timers put and in the wheel in {float(fill_s):.1f} s "
-              f"({int(count) / float(fill_s):,.0f}/s); pending {int(pending):,}; RSS {rss} MB (peak {hwm} MB); "
+              f"({int(count) / float(fill_s):,.0f}/s); pending {int(pending):,}; RSS {rss} MB (peak {hwm} MB) = "
+              f"{anon} MB anonymous (Python heap) + {mapped} MB mapped files (CommitLog, TimerLog, wheel); "
               f"TimerLog {_allocated(folder / 'store' / 'timerlog') / 1e6:.0f} MB "
               f"on disk, wheel {(folder / 'store' / 'timerwheel').stat().st_size / 1e6:.1f} MB; then SIGKILL",
               flush=True)
@@ -330,11 +332,12 @@ def scale_and_recovery(m: int) -> None:
         line = next((ln for ln in rec.stdout.splitlines() if ln.startswith("RECOVERED")), None)
         if line is None:
             raise RuntimeError(f"recovery failed (exit {rec.returncode}): {rec.stderr[-2000:]}")
-        _, store_s, timer_s, units, pending, rss, hwm = line.split()
+        _, store_s, timer_s, units, pending, rss, hwm, anon, mapped = line.split()
         per_million = float(timer_s) / max(1, int(pending)) * 1_000_000
         print(f"recovery after SIGKILL: store {float(store_s):.2f} s, timer {float(timer_s):.2f} s "
               f"({int(units):,} TimerLog units re-linked, {int(pending):,} pending) = {per_million:.2f} s per "
-              f"million pending timers; RSS after recovery {rss} MB (peak {hwm} MB)", flush=True)
+              f"million pending timers; RSS after recovery {rss} MB (peak {hwm} MB) = {anon} MB anonymous + "
+              f"{mapped} MB mapped files", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
