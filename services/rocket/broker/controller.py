@@ -52,6 +52,7 @@ from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
+from rocket.broker.timer import TimerCollector, transform_timer_message
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
 from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
@@ -76,9 +77,11 @@ from rocket.remoting import (
     RemotingError,
     RemotingServer,
     RequestCode,
+    ResponseCode,
 )
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
+from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker")
 
@@ -137,6 +140,8 @@ class BrokerController:
             parse_delay_levels(config.message_delay_level),
             Path(config.store_path_root_dir) / "config",
         )
+        #: Arbitrary-time delayed messages (``rocket.store.timer``): enqueues everywhere, delivers on masters.
+        self.timer = TimerMessageStore(self.store)
         self.topics = TopicManager(lambda: self.metadata.topic_configs, config, TopicConfig, self.trigger_register)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
@@ -185,6 +190,7 @@ class BrokerController:
                 self.metrics,
             )
         )
+        self.metrics.install_collector(TimerCollector(self.timer, lambda: self.store_ready))
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -228,6 +234,7 @@ class BrokerController:
             (RequestCode.QUERY_BROKER_OFFSET, a.query_broker_offset),
             (RequestCode.GET_ALL_CONSUMER_OFFSET, a.get_all_consumer_offset),
             (RequestCode.GET_ALL_DELAY_OFFSET, a.get_all_delay_offset),
+            (RequestCode.GET_TIMER_CHECK_POINT, self.get_timer_check_point),
             (RequestCode.GET_BROKER_RUNTIME_INFO, a.get_broker_runtime_info),
             (RequestCode.GET_CONSUME_STATS, a.get_consume_stats),
             (RequestCode.GET_TOPIC_STATS_INFO, a.get_topic_stats_info),
@@ -277,6 +284,8 @@ class BrokerController:
         self._init_system_groups()
         self.schedule.load()
         self.store.add_dispatch_listener(self._on_dispatch)
+        self.timer.load()
+        await self.timer.start(should_run_dequeue=cfg.is_master)
         started: list[RemotingServer] = []
         try:
             for server in self._servers():
@@ -292,6 +301,7 @@ class BrokerController:
             for server in started:
                 await server.stop()
             await self.ha.shutdown()
+            await self.timer.shutdown()
             await self.store.shutdown()
             await self.metadata.close(backup=False)
             raise
@@ -349,6 +359,7 @@ class BrokerController:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
         await self.transaction.stop()
+        await self.timer.shutdown()
         await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
@@ -519,8 +530,20 @@ class BrokerController:
 
     # -- the write path ------------------------------------------------------------------------
 
-    def _store_request(self, inner: MessageInner) -> MessageInner:
-        """Apply the delay rewrite: DELAY > 0 goes to SCHEDULE_TOPIC_XXXX queue level-1."""
+    def _timer_hook(self, inner: MessageInner) -> MessageInner | PutMessageResult:
+        """The timer rewrite (``rocket.broker.timer``) for messages that are not half messages:
+        a timer message goes to rmq_sys_wheel_timer, or is refused (the result to answer)."""
+        if inner.sys_flag & 0xC not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+            return inner
+        return transform_timer_message(inner, self.store.config, self.timer.now_ms(), self.timer)
+
+    def _store_request(self, inner: MessageInner) -> MessageInner | PutMessageResult:
+        """Apply the timer rewrite (:meth:`_timer_hook`), then the delay rewrite: DELAY > 0 goes
+        to SCHEDULE_TOPIC_XXXX queue level-1. A refused timer message yields its result."""
+        hooked = self._timer_hook(inner)
+        if not isinstance(hooked, MessageInner):
+            return hooked
+        inner = hooked
         if PROPERTY_DELAY_TIME_LEVEL not in inner.properties:  # the usual send: nothing to rewrite
             return inner
         level = inner.delay_level
@@ -544,7 +567,10 @@ class BrokerController:
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
         whose WAIT property is not false is acknowledged once a slave has it (``rocket.store.ha``)."""
-        req = self._store_request(inner).to_request()
+        rewritten = self._store_request(inner)
+        if isinstance(rewritten, PutMessageResult):
+            return rewritten
+        req = rewritten.to_request()
         result = await self.store.put_message(req)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
                 and result.status is PutMessageStatus.PUT_OK):
@@ -566,7 +592,10 @@ class BrokerController:
         resolves once a slave has the messages (or with the replication failure), as
         :meth:`put_message`. Never None now (None meant: use :meth:`put_message`)."""
         if len(inners) == 1:
-            reqs = [self._store_request(inners[0]).to_request()]
+            rewritten = self._store_request(inners[0])
+            if isinstance(rewritten, PutMessageResult):
+                return rewritten
+            reqs = [rewritten.to_request()]
         else:
             reqs = [i.to_request() for i in inners]
         put = self.store.put_messages_nowait(reqs)
@@ -588,8 +617,24 @@ class BrokerController:
         try:
             self.hold_service.notify_message_arriving(topic, queue_id, queue_offset, tags_code)
             self.schedule.on_dispatch(topic, queue_id, queue_offset, tags_code)
+            self.timer.on_dispatch(topic, queue_id, queue_offset, tags_code)
         except Exception:
             log.exception("dispatch listener failed for %s/%d", topic, queue_id)
+
+    def get_timer_check_point(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TIMER_CHECK_POINT (60): the 56-byte timer checkpoint (``TimerCheckpoint.encode``) with the
+        live read time and enqueue offset; extField ``commitLogMaxOffset`` is this broker's CommitLog end,
+        which a slave must have replicated before it trusts the read time."""
+        if not self.store_ready:
+            return request.response(ResponseCode.SYSTEM_ERROR, "the store is not ready")
+        timer = self.timer
+        ck = dataclasses.replace(timer.checkpoint, path=None)
+        if timer.should_run_dequeue:
+            ck.last_read_time_ms = timer.commit_read_time_ms
+            ck.master_timer_queue_offset = timer.curr_queue_offset
+        resp = request.response(ResponseCode.SUCCESS, body=ck.encode())
+        resp.ext_fields["commitLogMaxOffset"] = str(self.store.max_phy_offset)
+        return resp
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -787,6 +832,11 @@ class BrokerController:
         )
         for level, info in self.schedule.status().items():
             table[f"scheduleMessageOffset_{level}"] = f"{info['offset']},{info['maxOffset']}"
+        # RocketMQ 5's timer keys: how far the read pointer is behind the clock (ms) and the enqueue backlog.
+        timer = self.timer
+        table["timerReadBehind"] = str(max(0, timer.now_ms() - timer.curr_read_time_ms)
+                                       if timer.should_run_dequeue else 0)
+        table["timerOffsetBehind"] = str(timer.enqueue_backlog())
         return table
 
     def status(self) -> dict[str, Any]:
@@ -816,6 +866,7 @@ class BrokerController:
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
             "transactions": self.transaction.status() if self.store_ready else {},
+            "timer": self.timer.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from rocket.broker.schedule import ScheduleMessageService
     from rocket.protocol import TopicConfig
     from rocket.store import DefaultMessageStore
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.replicas")
 
@@ -142,6 +143,8 @@ class ReplicationBroker(Protocol):
     schedule: ScheduleMessageService
     #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
     transaction: MasterOnlyService
+    #: Timer messages: enqueued everywhere, delivered by masters only (``set_should_run_dequeue``).
+    timer: TimerMessageStore
     outer_api: BrokerOuterAPI
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
@@ -479,6 +482,7 @@ class ReplicationManager:
                 await self._persist_role()
                 await self.broker.schedule.start()
                 await self.broker.transaction.start()
+                self.broker.timer.set_should_run_dequeue(True)
                 self.role_confirmed = True
             finally:
                 self.changing_role = False
@@ -539,6 +543,7 @@ class ReplicationManager:
                 self.service.drop_all(f"{master_addr} is the master now")
                 await self.broker.schedule.stop()
                 await self.broker.transaction.stop()
+                self.broker.timer.set_should_run_dequeue(False)
                 await store.commit_log.wait_idle()
                 cfg.broker_id = await self._free_slave_id()
                 await self._persist_role()

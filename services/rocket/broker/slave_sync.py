@@ -6,6 +6,8 @@ the interval if shorter) for
 * 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
 * 43 GET_ALL_CONSUMER_OFFSET — consumer offsets (replaced wholesale),
 * 45 GET_ALL_DELAY_OFFSET — delayed-delivery progress (replaced wholesale),
+* 60 GET_TIMER_CHECK_POINT — the timer wheel's read time (RocketMQ 5 ``syncTimerCheckPoint``;
+  adopted once this slave's CommitLog reaches the master's end at the time of the answer),
 
 so that a promoted slave serves consumers where they were and delivers
 delayed messages from where the master stopped. Each step fails on its own
@@ -26,6 +28,7 @@ from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, Requ
 if TYPE_CHECKING:
     from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.schedule import ScheduleMessageService
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.slave_sync")
 
@@ -38,6 +41,7 @@ class SlaveSyncBroker(Protocol):
 
     metadata: BrokerMetadata
     schedule: ScheduleMessageService
+    timer: TimerMessageStore
 
 
 class SlaveSynchronize:
@@ -110,8 +114,12 @@ class SlaveSynchronize:
             ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._apply_groups),
             ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._apply_offsets),
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
+            ("timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, None),
         ):
             try:
+                if apply is None:
+                    await self._sync_timer_checkpoint(addr)
+                    continue
                 body = await self._call(addr, code)
                 await apply(body)
             except (RemotingError, ValueError, TypeError, KeyError, OSError) as exc:
@@ -126,6 +134,18 @@ class SlaveSynchronize:
                 log.info("config sync from master %s works again", addr)
             self.last_error = ""
         return ok
+
+    async def _sync_timer_checkpoint(self, addr: str) -> None:
+        from rocket.store.timer import TimerCheckpoint
+
+        cmd = RemotingCommand(code=RequestCode.GET_TIMER_CHECK_POINT, language="JAVA")
+        resp = await self.client.invoke(addr, cmd, timeout=self.timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"code {resp.code}: {resp.remark or ''}")
+        master = TimerCheckpoint.decode(resp.body)
+        # Without the extension field (an Apache master) the read time is taken as it is.
+        need = int(resp.ext_fields.get("commitLogMaxOffset", "0") or 0)
+        self.broker.timer.sync_from_master(master, need)
 
     # -- apply ------------------------------------------------------------------------------------
 

@@ -133,12 +133,20 @@ def build_message(
     properties: Mapping[str, str] | None = None,
     flag: int = 0,
     delay_level: int = 0,
+    deliver_time_ms: int | None = None,
+    delay_ms: int | None = None,
 ) -> Message:
     """A :class:`~rocket.message.Message` with the usual fields set.
 
     ``body`` text is UTF-8 encoded; ``keys`` is one key or several (stored
     space-separated, each indexed by the broker); ``delay_level`` 1..18 delays
-    delivery (1 s … 2 h).
+    delivery (1 s … 2 h). Timer messages (RocketMQ 5): ``deliver_time_ms``
+    delivers at that absolute time (ms since the epoch, property
+    ``TIMER_DELIVER_MS``, as Java's ``Message.setDeliverTimeMs``); ``delay_ms``
+    that many ms after the broker receives it (``TIMER_DELAY_MS``, as
+    ``setDelayTimeMs``). The broker refuses (MESSAGE_ILLEGAL, 13) a time beyond
+    its ``timerMaxDelaySec`` (3 days by default) and delivers a past time at once.
+    Raises ``ValueError`` when both are given or ``delay_ms`` is negative.
     """
     msg = Message(topic=topic, body=body.encode() if isinstance(body, str) else bytes(body), flag=flag,
                   properties=dict(properties or {}))
@@ -148,7 +156,24 @@ def build_message(
         msg.properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
     if delay_level:
         msg.properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+    if deliver_time_ms is not None and delay_ms is not None:
+        raise ValueError("give deliver_time_ms or delay_ms, not both")
+    if deliver_time_ms is not None:
+        msg.properties["TIMER_DELIVER_MS"] = str(int(deliver_time_ms))
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms {delay_ms} is negative")
+        msg.properties["TIMER_DELAY_MS"] = str(int(delay_ms))
     return msg
+
+
+def build_timer_delete(topic: str, msg_id: str, deliver_time_ms: int) -> Message:
+    """A message that cancels the pending timer message ``msg_id`` (its UNIQ_KEY) of ``topic``
+    due at ``deliver_time_ms``: RocketMQ 5's delete mark, property ``TIMER_DEL_UNIQKEY`` =
+    ``topic + "+" + msgId`` with the same ``TIMER_DELIVER_MS``, so it lands in the same slot
+    of the broker's timer wheel. Send it to ``topic`` (the broker holding the timer)."""
+    return Message(topic=topic, body=b"0", properties={"TIMER_DEL_UNIQKEY": f"{topic}+{msg_id}",
+                                                       "TIMER_DELIVER_MS": str(int(deliver_time_ms))})
 
 
 def validate_topic(topic: str) -> None:

@@ -73,6 +73,18 @@ class MessageStoreConfig:
     #: Delay levels 1.. (``messageDelayLevel``): a record rebuilt into SCHEDULE_TOPIC_XXXX's
     #: ConsumeQueue gets store time + its level's delay as tag code, as the broker gave it.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Arbitrary-time delayed messages (``rocket.store.timer``); names and defaults are RocketMQ 5's
+    #: ``MessageStoreConfig``: accept timer messages (``timerWheelEnable``), slot length in ms
+    #: (``timerPrecisionMs``: 1000, down to 100), the furthest delivery time accepted
+    #: (``timerMaxDelaySec``: 3 days), slots after which a timer is rolled (``timerRollWindowSlot``:
+    #: 2 days of slots), TimerLog file size (``mappedFileSizeTimerLog``: 100 MiB) and how often the
+    #: TimerLog, wheel and checkpoint are flushed (``timerFlushIntervalMs``, ms).
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_roll_window_slot: int = 2 * 24 * 3600
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_flush_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         self.store_path_root_dir = Path(self.store_path_root_dir)
@@ -99,6 +111,11 @@ class PutMessageStatus(enum.StrEnum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    #: A timer message whose delivery time is beyond ``timerMaxDelaySec``, unreadable, or a
+    #: delete mark for a time already passed (answered MESSAGE_ILLEGAL, 13).
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    #: A timer message while ``timerWheelEnable`` is false (answered SYSTEM_ERROR, 1).
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
 
 @dataclass(slots=True)

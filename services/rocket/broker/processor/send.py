@@ -162,6 +162,8 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> t
             ResponseCode.SERVICE_NOT_AVAILABLE,
             f"service not available now ({status.value}{detail}); the disk may be full or the store shut down",
         )
+    if status is PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL:  # refused by the timer hook (rocket.broker.timer)
+        return ResponseCode.MESSAGE_ILLEGAL, result.remark
     if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
         return ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal ({status.value}{detail})"
     return ResponseCode.SYSTEM_ERROR, f"{status.value}{detail}"
