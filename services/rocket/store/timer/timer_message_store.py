@@ -125,7 +125,8 @@ _PROPS_LEN = struct.Struct(">h")
 
 def record_properties(rec: bytes | memoryview) -> dict[str, str]:
     """The properties of a stored record (the CommitLog record layout of RocketMQ's MessageDecoder)
-    without decoding the rest (the enqueue path reads only these). Raises ``MessageFormatError`` for a record that does not add up."""
+    without decoding the rest (the enqueue path reads only these). Raises ``MessageFormatError``
+    for a record that does not add up."""
     try:
         (sys_flag,) = _SYSFLAG_AT.unpack_from(rec, 36)
         p = 48 + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 12
