@@ -157,6 +157,25 @@ class BrokerConfig:
     default_query_max_num: int = 32
     #: Upper bound on QUERY_MESSAGE's maxNum.
     max_msgs_num_batch: int = 64
+    #: RocketMQ 4.x switch: turns on both authentication and authorization (ACL 2.0 here).
+    acl_enable: bool = False
+    #: Requests must be signed by a known, enabled user (``authenticationEnabled``).
+    authentication_enabled: bool = False
+    #: Signed-in users need an ACL allowing each request (``authorizationEnabled``).
+    authorization_enabled: bool = False
+    #: The initial Super user: JSON ``{"username","password"}`` or a file with it
+    #: (``initAuthenticationUser``); also ``ROCKET_INIT_AUTH_USER``.
+    init_authentication_user: str = ""
+    #: What the broker signs its own requests with: JSON ``{"accessKey","secretKey"}`` or a
+    #: file (``innerClientAuthenticationCredentials``); default the initial user.
+    inner_client_authentication_credentials: str = ""
+    #: Request codes never checked, comma separated (``authenticationWhitelist``).
+    authentication_whitelist: str = ""
+    #: Bearer token file for the HTTP admin API (``/api/v1``); empty = the inner credentials'
+    #: SecretKey when authentication is on, else the API is open.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
     #: Store keys (see module doc), as given.
     store_overrides: dict[str, str] = field(default_factory=dict, metadata={"internal": "1"})
 

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from rocket.auth.store import AuthMetadataStore
 from rocket.broker.config import BrokerConfig
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
@@ -141,6 +142,8 @@ class ReplicationBroker(Protocol):
     #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
     transaction: MasterOnlyService
     outer_api: BrokerOuterAPI
+    #: Users and ACLs (copied from the master by the slave's metadata copy).
+    auth_store: AuthMetadataStore
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
     ha_master_addr: str | None

@@ -6,6 +6,8 @@ the interval if shorter) for
 * 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
 * 43 GET_ALL_CONSUMER_OFFSET — consumer offsets (replaced wholesale),
 * 45 GET_ALL_DELAY_OFFSET — delayed-delivery progress (replaced wholesale),
+* 3005 AUTH_LIST_USER and 3010 AUTH_LIST_ACL — users and ACLs (replaced wholesale, written
+  durably when they changed; ``rocket.auth.sync``),
 
 so that a promoted slave serves consumers where they were and delivers
 delayed messages from where the master stopped. Each step fails on its own
@@ -20,10 +22,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rocket.auth.sync import fetch_auth_metadata
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
 from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
 
 if TYPE_CHECKING:
+    from rocket.auth.store import AuthMetadataStore
     from rocket.broker.schedule import ScheduleMessageService
     from rocket.store import DefaultMessageStore
 
@@ -38,6 +42,7 @@ class SlaveSyncBroker(Protocol):
 
     store: DefaultMessageStore
     schedule: ScheduleMessageService
+    auth_store: AuthMetadataStore
 
 
 class SlaveSynchronize:
@@ -110,8 +115,12 @@ class SlaveSynchronize:
             ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._apply_groups),
             ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._apply_offsets),
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
+            ("users and ACLs", RequestCode.AUTH_LIST_USER, self._apply_auth),
         ):
             try:
+                if code == RequestCode.AUTH_LIST_USER:
+                    await self._apply_auth(addr)
+                    continue
                 body = await self._call(addr, code)
                 await apply(body)
             except (RemotingError, ValueError, TypeError, KeyError, OSError) as exc:
@@ -145,6 +154,12 @@ class SlaveSynchronize:
         mgr = self.broker.store.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
+
+    async def _apply_auth(self, addr: Any) -> None:
+        metadata = await fetch_auth_metadata(self.client, str(addr), self.timeout)
+        store = self.broker.auth_store
+        if await asyncio.to_thread(store.replace_all, metadata):
+            log.info("users and ACLs copied from master %s", addr)
 
     async def _apply_offsets(self, body: bytes) -> None:
         self.broker.store.consumer_offsets.replace_all(body)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
+from rocket.auth.sync import fetch_auth_metadata
 from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.http import build_app
 from rocket.nameserver.kvconfig import KVConfigManager
@@ -27,6 +29,7 @@ from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.model import NAMESPACE_ORDER_TOPIC_CONFIG
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.remoting import RemotingClient, RemotingError
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.server import RemotingServer
 from rocket.runtime import stop_signals
@@ -62,8 +65,26 @@ class NameServer:
         self.metrics = NameServerMetrics(self.routes, set(processors.codes()))
         self.processor.metrics = self.metrics
         processors.observers.append(self.metrics.observe_request)
+        self.auth_config = AuthConfig(
+            cluster_name=cfg.cluster_name,
+            authentication_enabled=cfg.authentication_enabled or cfg.acl_enable,
+            authorization_enabled=cfg.authorization_enabled or cfg.acl_enable,
+            init_authentication_user=cfg.init_authentication_user,
+            inner_client_authentication_credentials=cfg.inner_client_authentication_credentials,
+        )
+        #: Users and ACLs (a copy of a master broker's, plus the initial Super user).
+        self.auth_store = AuthMetadataStore()
+        self.auth: ServerAuth | None = (
+            ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
+        )
+        self._auth_client: RemotingClient | None = None
+        if self.auth is not None:
+            creds = inner_credentials(self.auth_config)
+            self._auth_client = RemotingClient(rpc_hook=creds.sign if creds else None)
+        self._auth_task: asyncio.Task[None] | None = None
         self.remoting = RemotingServer(
-            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver"
+            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
+            rpc_hook=self.auth,
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
         self._http_runner: web.AppRunner | None = None
@@ -103,6 +124,8 @@ class NameServer:
             addresses = runner.addresses
             self.http_port = int(addresses[0][1]) if addresses else cfg.http_port
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="nameserver-scan")
+        if self._auth_client is not None:
+            self._auth_task = asyncio.get_running_loop().create_task(self._auth_sync_loop(), name="nameserver-auth")
         self.ready = True
 
     async def stop(self) -> None:
@@ -119,6 +142,13 @@ class NameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self._auth_task is not None:
+            self._auth_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._auth_task
+            self._auth_task = None
+        if self._auth_client is not None:
+            await self._auth_client.close()
         await self.remoting.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
@@ -137,6 +167,36 @@ class NameServer:
         if evicted:
             self.metrics.evictions_timeout.inc(len(evicted))
         return len(evicted)
+
+    async def sync_auth_once(self) -> bool:
+        """Copy users and ACLs from the first registered master that answers; True on success."""
+        assert self._auth_client is not None
+        masters = sorted(addr for bd in self.routes.broker_addr_table.values()
+                         if (addr := bd.master_addr()) is not None)
+        for addr in masters:
+            try:
+                metadata = await fetch_auth_metadata(self._auth_client, addr)
+                own = initial_user(self.auth_config)
+                if own is not None and not any(u.get("username") == own.username for u in metadata["users"]
+                                               if isinstance(u, dict)):
+                    metadata["users"].append(own.to_json())
+                self.auth_store.replace_all(metadata)
+                return True
+            except (RemotingError, ValueError) as exc:
+                log.warning("copying users and ACLs from broker %s failed: %s", addr, exc)
+        return False
+
+    async def _auth_sync_loop(self) -> None:
+        interval = max(0.2, self.config.auth_sync_interval)
+        while True:
+            try:
+                if self.routes.broker_addr_table:
+                    await self.sync_auth_once()
+            except AuthError as exc:
+                log.warning("auth metadata copy rejected: %s", exc)
+            except Exception:
+                log.exception("auth metadata copy failed")
+            await asyncio.sleep(interval)
 
     async def _scan_loop(self) -> None:
         cfg = self.config

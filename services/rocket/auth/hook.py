@@ -1,0 +1,197 @@
+"""Authentication and authorization of remoting requests: the server-side RPC hook.
+
+:class:`ServerAuth` is installed as the ``rpc_hook`` of a :class:`~rocket.remoting.RemotingServer`
+(the one place every request passes before its processor). For each request it
+
+1. authenticates (``authenticationEnabled``): the ``AccessKey`` names an enabled user whose
+   SecretKey gives the request's ``Signature`` (``DefaultAuthenticationHandler``);
+2. authorizes (``authorizationEnabled``): Super users pass; for others every check of
+   :func:`rocket.auth.classify.classify` must be allowed by the user's ACL
+   (``AclAuthorizationHandler``); an unclassified code is denied.
+
+A refusal is answered with NO_PERMISSION (16) and a remark saying why; the connection stays
+open and the processor never runs, so nothing is stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from rocket.auth.classify import ClassifyError, classify
+from rocket.auth.model import AuthError, Decision, User, UserStatus, UserType
+from rocket.auth.signature import ACCESS_KEY, SIGNATURE, SessionCredentials, resolve_credentials, verify_signature
+from rocket.auth.store import AuthMetadataStore
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+
+log = logging.getLogger("rocket.auth")
+
+#: Environment variables naming the initial Super user (``initAuthenticationUser``).
+ENV_INIT_USER = "ROCKET_INIT_AUTH_USER"
+
+
+@dataclasses.dataclass(slots=True)
+class AuthConfig:
+    """Authentication/authorization settings (Apache RocketMQ 5.x ``AuthConfig`` names).
+
+    ``init_authentication_user``: JSON ``{"username": ..., "password": ...}`` or the path of a file
+    holding it (or credentials in ``AccessKey=``/``SecretKey=`` form); created as a Super user at
+    start. ``inner_client_authentication_credentials``: JSON ``{"accessKey", "secretKey"}`` or a
+    file, what this server signs its own requests with (registration, slave copies); defaults to
+    the initial user. ``authentication_whitelist``: comma-separated request codes not checked.
+    """
+
+    cluster_name: str = "DefaultCluster"
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    init_authentication_user: str = ""
+    inner_client_authentication_credentials: str = ""
+    authentication_whitelist: str = ""
+    #: Where users and ACLs are kept; None = memory only.
+    metadata_path: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether requests are checked at all."""
+        return self.authentication_enabled or self.authorization_enabled
+
+
+def _load_json_or_file(text: str, what: str) -> dict[str, Any]:
+    text = text.strip()
+    if not text:
+        return {}
+    if not text.startswith("{"):
+        path = Path(text).expanduser()
+        try:
+            raw = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise AuthError(f"{what}: cannot read {path}: {exc}") from None
+        if not raw.startswith("{"):
+            from rocket.auth.signature import parse_credentials_file
+
+            creds = parse_credentials_file(path)
+            return {"username": creds.access_key, "password": creds.secret_key}
+        text = raw
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise AuthError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise AuthError(f"{what} must be a JSON object")
+    return obj
+
+
+def initial_user(config: AuthConfig) -> User | None:
+    """The Super user of ``initAuthenticationUser`` (or ``ROCKET_INIT_AUTH_USER``), None if unset.
+    Raises :class:`AuthError`."""
+    text = config.init_authentication_user or os.environ.get(ENV_INIT_USER, "")
+    obj = _load_json_or_file(text, "initAuthenticationUser")
+    if not obj:
+        return None
+    name = obj.get("username") or obj.get("accessKey")
+    password = obj.get("password") or obj.get("secretKey")
+    if not name or not password:
+        raise AuthError("initAuthenticationUser needs a username and a password")
+    return User(str(name), str(password), UserType.SUPER, UserStatus.ENABLE)
+
+
+def inner_credentials(config: AuthConfig) -> SessionCredentials | None:
+    """What the server signs its own requests with (see :class:`AuthConfig`), else the
+    ``ROCKET_ACCESS_KEY``/``ROCKET_SECRET_KEY`` environment, else None. Raises :class:`AuthError`."""
+    obj = _load_json_or_file(config.inner_client_authentication_credentials, "innerClientAuthenticationCredentials")
+    if obj:
+        ak = obj.get("accessKey") or obj.get("username")
+        sk = obj.get("secretKey") or obj.get("password")
+        if not ak or not sk:
+            raise AuthError("innerClientAuthenticationCredentials needs accessKey and secretKey")
+        return SessionCredentials(str(ak), str(sk))
+    user = initial_user(config)
+    if user is not None:
+        return SessionCredentials(user.username, user.password)
+    return resolve_credentials()
+
+
+class ServerAuth:
+    """The server-side hook (module doc). ``store`` holds the users and ACLs.
+
+    Call it as ``hook(request, connection)``: None lets the request through, a response
+    command refuses it. Counters: :attr:`denied` (refusals), :attr:`checked`."""
+
+    def __init__(self, config: AuthConfig, store: AuthMetadataStore | None = None) -> None:
+        self.config = config
+        self.store = store if store is not None else AuthMetadataStore(config.metadata_path)
+        self.whitelist = {int(c) for c in config.authentication_whitelist.replace(" ", "").split(",") if c}
+        self.checked = 0
+        self.denied = 0
+        user = initial_user(config)
+        if user is not None and self.store.ensure_user(user):
+            log.info("initial Super user %s created", user.username)
+
+    def __call__(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
+        self.checked += 1
+        if request.code in self.whitelist:
+            return None
+        try:
+            self.check(request, conn.peer)
+        except AuthError as exc:
+            self.denied += 1
+            log.info("denied request %d from %s: %s", request.code, conn.peer, exc)
+            return request.response(ResponseCode.NO_PERMISSION, str(exc))
+        return None
+
+    def check(self, request: RemotingCommand, peer: str) -> None:
+        """Raise :class:`AuthError` (the remark) unless ``request`` from ``peer`` (``host:port``)
+        may be served."""
+        fields = request.ext_fields
+        username = fields.get(ACCESS_KEY)
+        if not username:
+            raise AuthError(
+                f"request code {request.code} has no AccessKey: this server requires signed requests "
+                "(AccessKey/Signature, see AclClientRPCHook)")
+        user = self.store.get_user(username)
+        if self.config.authentication_enabled:
+            if user is None:
+                raise AuthError(f"User:{username} is not found.")
+            if user.user_status is UserStatus.DISABLE:
+                raise AuthError(f"User:{username} is disabled.")
+            if SIGNATURE not in fields:
+                raise AuthError(f"request code {request.code} from User:{username} has no Signature")
+            if not verify_signature(request, user.password):
+                raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
+                                "(wrong SecretKey?)")
+        if not self.config.authorization_enabled:
+            return
+        if user is None:
+            raise AuthError(f"User:{username} not found.")
+        if user.user_type is UserType.SUPER:
+            return
+        try:
+            checks = classify(request, self.config.cluster_name)
+        except ClassifyError as exc:
+            raise AuthError(f"User:{username}: {exc}") from None
+        if checks is None:
+            raise AuthError(f"request code {request.code} is not classified for authorization; "
+                            "only Super users may send it")
+        if not checks:
+            return
+        source_ip = _host(peer)
+        acl = self.store.acls.get(f"User:{username}")
+        for resource, actions in checks:
+            entry = acl.decide(resource, actions, source_ip) if acl is not None else None
+            detail = ("no matched policies." if entry is None
+                      else "the decision is deny." if entry.decision is Decision.DENY else "")
+            if detail:
+                wanted = ",".join(a.value for a in actions)
+                raise AuthError(f"User:{username} has no permission to access {resource.key} ({wanted}) "
+                                f"from {source_ip}, {detail}")
+
+
+def _host(peer: str) -> str:
+    if peer.startswith("["):
+        return peer[1:].partition("]")[0]
+    host, sep, _ = peer.rpartition(":")
+    return host if sep else peer
