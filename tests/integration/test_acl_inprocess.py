@@ -1,0 +1,133 @@
+"""ACL on a NameServer and a broker in one event loop, with our own client: signed and unsigned,
+allowed and denied per resource and action; a refusal leaves the connection usable and stores
+nothing; users and ACLs survive a restart and reach the NameServer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocket.auth import SessionCredentials
+from rocket.broker.config import BrokerConfig
+from rocket.broker.controller import BrokerController
+from rocket.client import Admin, Producer, PullConsumer, build_message
+from rocket.client.errors import SendFailedError
+from rocket.nameserver.config import NameServerConfig
+from rocket.nameserver.server import NameServer
+from rocket.remoting import RemotingCommandError, ResponseCode
+from tests.integration.broker_harness import broker_port
+from tests.support import eventually, unique
+
+pytestmark = pytest.mark.timeout(90)
+
+ROOT = SessionCredentials("root", "root-secret-1")
+APP = SessionCredentials("app", "app-secret-1")
+INIT_USER = json.dumps({"username": ROOT.access_key, "password": ROOT.secret_key})
+
+
+@contextlib.asynccontextmanager
+async def _cluster(tmp: Path) -> AsyncIterator[tuple[NameServer, BrokerController, str]]:
+    ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=None, acl_enable=True,
+                                     init_authentication_user=INIT_USER, auth_sync_interval=0.3))
+    await ns.start()
+    namesrv = f"127.0.0.1:{ns.port}"
+    cfg = BrokerConfig(broker_name="aclgrp", listen_port=broker_port(), namesrv_addr=namesrv,
+                       store_path_root_dir=str(tmp / "broker"), bind_address="127.0.0.1", vip_channel_enable=False,
+                       register_name_server_period=1000, acl_enable=True, init_authentication_user=INIT_USER)
+    cfg.store_overrides.update({"mappedFileSizeCommitLog": str(1 << 20), "maxHashSlotNum": "1000",
+                                "maxIndexNum": "4000"})
+    broker = BrokerController(cfg)
+    await broker.start()
+    try:
+        yield ns, broker, namesrv
+    finally:
+        await broker.shutdown()
+        await ns.stop()
+
+
+def _stored(broker: BrokerController, topic: str) -> int:
+    return sum(broker.store.get_max_offset_in_queue(topic, q) for q in broker.store.queue_ids(topic))
+
+
+async def _send(namesrv: str, topic: str, creds: SessionCredentials | None, **kw: Any) -> Any:
+    async with Producer(unique("PID"), namesrv, credentials=creds, retries=0, **kw) as producer:
+        return await producer.send(build_message(topic, "hello"))
+
+
+async def test_acl_with_our_client(tmp_path: Path) -> None:
+    orders, payments, group = unique("orders"), unique("payments"), unique("CG")
+    async with _cluster(tmp_path) as (ns, broker, namesrv):
+        async with Admin(namesrv, credentials=ROOT) as admin:
+            await eventually(lambda: broker.registered_namesrvs)
+            for topic in (orders, payments):
+                await admin.create_topic(topic, queue_nums=2)
+            await admin.put_user(APP.access_key, APP.secret_key)
+            await admin.put_acl(APP.access_key, [f"Topic:{orders}"], ["Pub", "Sub"])
+            await admin.put_acl(APP.access_key, [f"Group:{group}"], ["Sub"])
+        await eventually(lambda: ns.auth_store.get_acl("User:app") is not None)
+
+        # unsigned, wrong key, unknown user: refused by the NameServer already
+        for creds, remark in ((None, "no AccessKey"), (SessionCredentials("app", "wrong"), "signature"),
+                              (SessionCredentials("ghost", "x"), "not found")):
+            with pytest.raises(RemotingCommandError) as info:
+                await _send(namesrv, orders, creds)
+            assert info.value.code == ResponseCode.NO_PERMISSION
+            assert remark in (info.value.remark or "")
+
+        # allowed topic, then a denied one over the same connections, then allowed again
+        async with Producer(unique("PID"), namesrv, credentials=APP, retries=0) as producer:
+            assert (await producer.send(build_message(orders, "one"))).msg_id
+            with pytest.raises((RemotingCommandError, SendFailedError)) as denied:
+                await producer.send(build_message(payments, "nope"))
+            assert "Topic:" + payments in str(denied.value)
+            assert (await producer.send(build_message(orders, "two"))).msg_id
+        assert _stored(broker, orders) == 2
+        assert _stored(broker, payments) == 0
+
+        # the broker itself refuses a denied send even with a route in hand (route from root)
+        async with Producer(unique("PID"), namesrv, credentials=ROOT, retries=0) as producer:
+            await producer.send(build_message(payments, "by root"))
+            producer.client.set_credentials(APP)
+            with pytest.raises(SendFailedError) as failed:
+                await producer.send(build_message(payments, "as app"))
+            assert "NO_PERMISSION" in str(failed.value)
+        assert _stored(broker, payments) == 1
+
+        # subscribe: allowed group, denied group
+        async with PullConsumer(group, namesrv, credentials=APP) as consumer:
+            queues = await consumer.queues(orders)
+            got = [m for mq in queues for m in (await consumer.pull(mq, 0)).messages]
+            assert sorted(m.body for m in got) == [b"one", b"two"]
+        async with PullConsumer(unique("CG_other"), namesrv, credentials=APP) as consumer:
+            queues = await consumer.queues(orders)
+            with pytest.raises(RemotingCommandError) as info:
+                await consumer.pull(queues[0], 0)
+            assert info.value.code == ResponseCode.NO_PERMISSION and "Group:" in (info.value.remark or "")
+
+        # create topic: denied until granted
+        new_topic = unique("newtopic")
+        async with Admin(namesrv, credentials=APP) as admin:
+            with pytest.raises(RemotingCommandError) as info:
+                await admin.create_topic(new_topic)
+            assert info.value.code == ResponseCode.NO_PERMISSION
+        async with Admin(namesrv, credentials=ROOT) as admin:
+            await admin.put_acl(APP.access_key, ["Topic:newtopic*"], ["Create"])
+            await admin.put_acl(APP.access_key, ["Cluster:DefaultCluster"], ["Get"])  # cluster info
+        async with Admin(namesrv, credentials=APP) as admin:
+            await eventually(lambda: ns.auth_store.get_acl("app") is not None and len(
+                ns.auth_store.get_acl("app").policies[next(iter(ns.auth_store.get_acl("app").policies))]) >= 4)
+            assert await admin.create_topic(new_topic) == ["aclgrp"]
+            # a Normal user cannot manage users
+            with pytest.raises(RemotingCommandError):
+                await admin.put_user("mallory", "x", user_type="Super")
+        assert broker.auth_store.get_user("mallory") is None
+
+    # durable: a restarted broker knows the users and ACLs
+    async with _cluster(tmp_path) as (ns, broker, namesrv):
+        assert broker.auth_store.get_user("app") is not None
+        assert broker.auth_store.get_acl("User:app") is not None
