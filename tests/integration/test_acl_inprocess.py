@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from rocket.auth import SessionCredentials
@@ -21,7 +22,7 @@ from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.server import NameServer
 from rocket.remoting import RemotingCommandError, ResponseCode
 from tests.integration.broker_harness import broker_port
-from tests.support import eventually, unique
+from tests.support import eventually, free_port, unique
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -32,13 +33,14 @@ INIT_USER = json.dumps({"username": ROOT.access_key, "password": ROOT.secret_key
 
 @contextlib.asynccontextmanager
 async def _cluster(tmp: Path) -> AsyncIterator[tuple[NameServer, BrokerController, str]]:
-    ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=None, acl_enable=True,
+    ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=0, acl_enable=True,
                                      init_authentication_user=INIT_USER, auth_sync_interval=0.3))
     await ns.start()
     namesrv = f"127.0.0.1:{ns.port}"
     cfg = BrokerConfig(broker_name="aclgrp", listen_port=broker_port(), namesrv_addr=namesrv,
                        store_path_root_dir=str(tmp / "broker"), bind_address="127.0.0.1", vip_channel_enable=False,
-                       register_name_server_period=1000, acl_enable=True, init_authentication_user=INIT_USER)
+                       register_name_server_period=1000, acl_enable=True, init_authentication_user=INIT_USER,
+                       http_port=free_port())
     cfg.store_overrides.update({"mappedFileSizeCommitLog": str(1 << 20), "maxHashSlotNum": "1000",
                                 "maxIndexNum": "4000"})
     broker = BrokerController(cfg)
@@ -131,3 +133,26 @@ async def test_acl_with_our_client(tmp_path: Path) -> None:
     async with _cluster(tmp_path) as (ns, broker, namesrv):
         assert broker.auth_store.get_user("app") is not None
         assert broker.auth_store.get_acl("User:app") is not None
+
+
+async def test_http_api_needs_a_credential(tmp_path: Path) -> None:
+    async with _cluster(tmp_path) as (ns, broker, namesrv), aiohttp.ClientSession() as http:
+        root = {"Authorization": aiohttp.BasicAuth(ROOT.access_key, ROOT.secret_key).encode()}
+        wrong = {"Authorization": aiohttp.BasicAuth(ROOT.access_key, "wrong").encode()}
+        for port in (broker.http_port, ns.http_port):
+            base = f"http://127.0.0.1:{port}"
+            for probe in ("/healthz", "/metrics"):
+                async with http.get(base + probe) as resp:
+                    assert resp.status == 200, probe
+            async with http.get(base + "/api/v1/topics") as resp:
+                assert resp.status == 401
+                assert "credential" in (await resp.json())["error"]
+            async with http.get(base + "/api/v1/topics", headers=wrong) as resp:
+                assert resp.status == 401
+            async with http.get(base + "/api/v1/topics", headers=root) as resp:
+                assert resp.status == 200
+        base = f"http://127.0.0.1:{broker.http_port}"
+        async with http.post(base + "/api/v1/role", json={"role": "MASTER"}) as resp:
+            assert resp.status == 401  # no promotion without a credential
+        async with http.post(base + "/api/v1/topics", json={"topic": unique("viahttp")}, headers=root) as resp:
+            assert resp.status == 201

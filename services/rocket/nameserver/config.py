@@ -65,6 +65,10 @@ class NameServerConfig:
     cluster_name: str = "DefaultCluster"
     #: Seconds between copies of the users and ACLs from a registered master broker.
     auth_sync_interval: float = 10.0
+    #: Bearer token file for ``/api/v1`` (``rocket.auth.http``); with ACL on, Super users' keys work too.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an out-of-range value."""

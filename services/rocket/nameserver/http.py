@@ -28,7 +28,8 @@ _SERVER_KEY: web.AppKey[NameServer] = web.AppKey("nameserver")
 
 def build_app(server: NameServer) -> web.Application:
     """The aiohttp application serving ``server``'s probes, metrics and API."""
-    app = web.Application()
+    http_auth = server.http_auth
+    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
     app[_SERVER_KEY] = server
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

@@ -21,6 +21,7 @@ from pathlib import Path
 from aiohttp import web
 
 from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
+from rocket.auth.http import HttpAuth, read_token
 from rocket.auth.sync import fetch_auth_metadata
 from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.http import build_app
@@ -82,6 +83,12 @@ class NameServer:
             creds = inner_credentials(self.auth_config)
             self._auth_client = RemotingClient(rpc_hook=creds.sign if creds else None)
         self._auth_task: asyncio.Task[None] | None = None
+        #: Credential check of the HTTP ``/api/v1`` routes (None: open).
+        self.http_auth: HttpAuth | None = None
+        if self.auth is not None or cfg.http_auth_token_file:
+            token = read_token(cfg.http_auth_token_file) if cfg.http_auth_token_file else None
+            self.http_auth = HttpAuth(token, self.auth_store if self.auth is not None else None,
+                                      protect_probes=cfg.http_auth_probes)
         self.remoting = RemotingServer(
             processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
             rpc_hook=self.auth,
