@@ -136,7 +136,7 @@ async def test_acl_with_our_client(tmp_path: Path) -> None:
 
 
 async def test_http_api_needs_a_credential(tmp_path: Path) -> None:
-    async with _cluster(tmp_path) as (ns, broker, namesrv), aiohttp.ClientSession() as http:
+    async with _cluster(tmp_path) as (ns, broker, _namesrv), aiohttp.ClientSession() as http:
         root = {"Authorization": aiohttp.BasicAuth(ROOT.access_key, ROOT.secret_key).encode()}
         wrong = {"Authorization": aiohttp.BasicAuth(ROOT.access_key, "wrong").encode()}
         for port in (broker.http_port, ns.http_port):
