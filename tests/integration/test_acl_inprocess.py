@@ -4,8 +4,11 @@ nothing; users and ACLs survive a restart and reach the NameServer."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.server import NameServer
 from rocket.remoting import RemotingCommandError, ResponseCode
 from tests.integration.broker_harness import broker_port
-from tests.support import eventually, free_port, unique
+from tests.support import eventually, free_port, rocket_command, unique
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -135,10 +138,14 @@ async def test_acl_with_our_client(tmp_path: Path) -> None:
         assert broker.auth_store.get_acl("User:app") is not None
 
 
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
 async def test_http_api_needs_a_credential(tmp_path: Path) -> None:
     async with _cluster(tmp_path) as (ns, broker, _namesrv), aiohttp.ClientSession() as http:
-        root = {"Authorization": aiohttp.BasicAuth(ROOT.access_key, ROOT.secret_key).encode()}
-        wrong = {"Authorization": aiohttp.BasicAuth(ROOT.access_key, "wrong").encode()}
+        root = {"Authorization": _basic(ROOT.access_key, ROOT.secret_key)}
+        wrong = {"Authorization": _basic(ROOT.access_key, "wrong")}
         for port in (broker.http_port, ns.http_port):
             base = f"http://127.0.0.1:{port}"
             for probe in ("/healthz", "/metrics"):
@@ -156,3 +163,37 @@ async def test_http_api_needs_a_credential(tmp_path: Path) -> None:
             assert resp.status == 401  # no promotion without a credential
         async with http.post(base + "/api/v1/topics", json={"topic": unique("viahttp")}, headers=root) as resp:
             assert resp.status == 201
+
+
+async def _rocket(*args: str, env: dict[str, str]) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(*rocket_command(*args), stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env})
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
+
+
+async def test_rocket_user_and_acl_commands(tmp_path: Path) -> None:
+    creds_file = tmp_path / "admin.credentials"
+    creds_file.write_text(f"AccessKey={ROOT.access_key}\nSecretKey={ROOT.secret_key}\n")
+    topic = unique("clitopic")
+    async with _cluster(tmp_path) as (ns, broker, namesrv):
+        await eventually(lambda: broker.registered_namesrvs)
+        admin_env = {"ROCKET_NAMESRV": namesrv, "ROCKET_CREDENTIALS_FILE": str(creds_file),
+                     "ROCKET_USER_PASSWORD": "cli-user-secret"}
+        code, out = await _rocket("topic", "create", topic, env={"ROCKET_NAMESRV": namesrv})
+        assert code == 1 and "no AccessKey" in out, out
+        for args in (("topic", "create", topic), ("user", "create", "cli"),
+                     ("acl", "grant", "cli", "-r", f"Topic:{topic}", "-a", "Pub")):
+            code, out = await _rocket(*args, env=admin_env)
+            assert code == 0, (args, out)
+        code, out = await _rocket("acl", "list", "-o", "json", env=admin_env)
+        assert json.loads(out)["acls"][0]["resource"] == f"Topic:{topic}", out
+        code, out = await _rocket("user", "list", "-o", "json", env=admin_env)
+        assert "cli-user-secret" not in out and {"cli", "root"} <= {u["username"] for u in json.loads(out)["users"]}
+        await eventually(lambda: ns.auth_store.get_acl("cli") is not None)
+        user_env = {"ROCKET_NAMESRV": namesrv, "ROCKET_ACCESS_KEY": "cli", "ROCKET_SECRET_KEY": "cli-user-secret"}
+        code, out = await _rocket("produce", topic, "-c", "2", "-q", env=user_env)
+        assert code == 0 and "failed 0" in out, out
+        assert _stored(broker, topic) == 2
+        code, out = await _rocket("acl", "grant", "cli", "-r", "Topic:x", "-a", "Publish", env=admin_env)
+        assert code == 2 and "unknown action" in out, out

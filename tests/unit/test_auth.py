@@ -191,3 +191,28 @@ def test_classification_reads_headers_and_bodies() -> None:
     wipe = RemotingCommand(code=RequestCode.WIPE_WRITE_PERM_OF_BROKER, ext_fields={"brokerName": "b"})
     assert classify(wipe, "C") == [(Resource.cluster("C"), (Action.UPDATE,))]
     assert classify(RemotingCommand(code=12345), "C") is None
+
+
+def test_store_file_is_private(tmp_path: Path) -> None:
+    store = AuthMetadataStore(tmp_path / "auth.json")
+    store.create_user(User("alice", "pw"))
+    assert (tmp_path / "auth.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_local_secure_plan(tmp_path: Path) -> None:
+    from rocket.auth.signature import parse_credentials_file
+    from rocket.local import LocalCluster
+
+    cluster = LocalCluster(tmp_path, 30000, brokers=1, secure=True)
+    plan = cluster.plan()
+    creds = parse_credentials_file(tmp_path / "secrets" / "admin.credentials")
+    assert (tmp_path / "secrets" / "admin.credentials").stat().st_mode & 0o777 == 0o600
+    assert json.loads((tmp_path / "secrets" / "admin-user.json").read_text())["password"] == creds.secret_key
+    for info in plan:
+        text = " ".join(info.argv)
+        assert ("--config" in text) if info.kind == "nameserver" else ("aclEnable=true" in text), text
+        assert creds.secret_key not in text  # keys never on a command line
+    again = LocalCluster(tmp_path, 30000, brokers=1, secure=True)
+    again.plan()
+    assert parse_credentials_file(tmp_path / "secrets" / "admin.credentials") == creds  # kept across runs
+    assert "aclEnable" not in " ".join(LocalCluster(tmp_path, 30000, brokers=1).plan()[-1].argv)

@@ -1,6 +1,7 @@
 """Users and ACLs of one server, kept in memory and in one JSON file.
 
-File (``<storePathRootDir>/config/auth.json`` on brokers): ``{"version": n, "users": [UserInfo...],
+File (``<storePathRootDir>/config/auth.json`` on brokers, mode 0600: it holds the SecretKeys,
+as RocketMQ's local metadata store does): ``{"version": n, "users": [UserInfo...],
 "acls": [AclInfo...]}``, replaced atomically and fsynced on every change (as the broker's
 other config files, ``write_file_durably``). Slaves replace their copy with the master's
 (:meth:`AuthMetadataStore.replace_all`).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,26 @@ from typing import Any
 from rocket.auth.model import Acl, AuthError, PolicyType, Resource, User, UserType, normalize_subject
 
 log = logging.getLogger("rocket.auth")
+
+
+def _write_private_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably, readable by the owner only (0600):
+    the file holds SecretKeys. Same steps as the broker's ``write_file_durably``. Raises ``OSError``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
 
 
 class AuthMetadataStore:
@@ -71,11 +93,9 @@ class AuthMetadataStore:
     def _commit(self, users: dict[str, User], acls: dict[str, Acl], version: int | None = None) -> None:
         new_version = self.version + 1 if version is None else version
         if self.path is not None:
-            from rocket.broker.tasks import write_file_durably
-
             data = {"version": new_version, "users": [u.to_json() for u in users.values()],
                     "acls": [a.to_json() for a in acls.values()]}
-            write_file_durably(self.path, json.dumps(data, indent=1).encode())
+            _write_private_durably(self.path, json.dumps(data, indent=1).encode())
         self.users, self.acls, self.version = users, acls, new_version
 
     # -- users -----------------------------------------------------------------------------

@@ -588,11 +588,13 @@ def local_up(
     flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
     foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
+    secure: bool = typer.Option(False, "--secure", help="ACL on (an admin user whose keys are written to "
+                                                        "<dir>/secrets/admin.credentials) and a locked HTTP API."),
 ) -> None:
     """Start 2 NameServers and broker-a/broker-b as local processes."""
     from rocket.local import LocalCluster, LocalClusterError, print_state
 
-    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves)
+    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves, secure=secure)
     try:
         state = cluster.start(detach=not foreground, timeout=timeout)
     except LocalClusterError as exc:
