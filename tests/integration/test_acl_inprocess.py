@@ -197,3 +197,35 @@ async def test_rocket_user_and_acl_commands(tmp_path: Path) -> None:
         assert _stored(broker, topic) == 2
         code, out = await _rocket("acl", "grant", "cli", "-r", "Topic:x", "-a", "Publish", env=admin_env)
         assert code == 2 and "unknown action" in out, out
+
+
+async def test_slave_replicates_with_signed_handshake_and_copies_users(tmp_path: Path) -> None:
+    from rocket.store.api import BrokerRole
+    from rocket.store.ha.protocol import encode_report
+
+    async with _cluster(tmp_path) as (_ns, master, namesrv):
+        await eventually(lambda: master.registered_namesrvs)
+        async with Admin(namesrv, credentials=ROOT) as admin:
+            await admin.put_user(APP.access_key, APP.secret_key)
+        slave_cfg = BrokerConfig(broker_name="aclgrp", broker_id=1, broker_role=BrokerRole.SLAVE,
+                                 listen_port=broker_port(), namesrv_addr=namesrv,
+                                 store_path_root_dir=str(tmp_path / "slave"), bind_address="127.0.0.1",
+                                 vip_channel_enable=False, register_name_server_period=1000,
+                                 slave_sync_interval=300, ha_send_heartbeat_interval=500,
+                                 acl_enable=True, init_authentication_user=INIT_USER)
+        slave_cfg.store_overrides.update(master.config.store_overrides)
+        slave = BrokerController(slave_cfg)
+        await slave.start()
+        try:
+            await eventually(lambda: slave.ha.client.state == "transferring", 15)
+            await eventually(lambda: slave.auth_store.get_user("app") is not None, 15)
+            assert (tmp_path / "slave" / "config" / "auth.json").stat().st_mode & 0o777 == 0o600
+        finally:
+            await slave.shutdown()
+        # a plain (unsigned, 4.x-style) replication connection is closed at once
+        port = master.ha.service.port
+        assert port is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(0))
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()

@@ -216,3 +216,22 @@ def test_local_secure_plan(tmp_path: Path) -> None:
     again.plan()
     assert parse_credentials_file(tmp_path / "secrets" / "admin.credentials") == creds  # kept across runs
     assert "aclEnable" not in " ".join(LocalCluster(tmp_path, 30000, brokers=1).plan()[-1].argv)
+
+
+def test_ha_hello_signature() -> None:
+    from rocket.auth.ha import sign_hello, verify_hello
+
+    store = AuthMetadataStore()
+    store.create_user(User("root", "rootpw", UserType.SUPER))
+    store.create_user(User("app", "apppw"))
+    hello = {"brokerName": "b", "maxOffset": 5, "epochs": [[1, 0]]}
+    assert verify_hello(sign_hello(hello, SessionCredentials("root", "rootpw")), store) is None
+    assert "signature" in (verify_hello(sign_hello(hello, SessionCredentials("root", "x")), store) or "")
+    assert "Super" in (verify_hello(sign_hello(hello, SessionCredentials("app", "apppw")), store) or "")
+    tampered = sign_hello(hello, SessionCredentials("root", "rootpw"))
+    tampered["maxOffset"] = 6
+    assert verify_hello(tampered, store) is not None
+    old = sign_hello(hello, SessionCredentials("root", "rootpw"), now_ms=1)
+    assert "Timestamp" in (verify_hello(old, store) or "")
+    assert verify_hello(None, store) is not None
+    assert verify_hello(hello, store) is not None
