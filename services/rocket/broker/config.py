@@ -165,10 +165,10 @@ class BrokerConfig:
     authorization_enabled: bool = False
     #: The initial Super user: JSON ``{"username","password"}`` or a file with it
     #: (``initAuthenticationUser``); also ``ROCKET_INIT_AUTH_USER``.
-    init_authentication_user: str = ""
+    init_authentication_user: str = field(default="", metadata={"secret": "1"})
     #: What the broker signs its own requests with: JSON ``{"accessKey","secretKey"}`` or a
     #: file (``innerClientAuthenticationCredentials``); default the initial user.
-    inner_client_authentication_credentials: str = ""
+    inner_client_authentication_credentials: str = field(default="", metadata={"secret": "1"})
     #: Request codes never checked, comma separated (``authenticationWhitelist``).
     authentication_whitelist: str = ""
     #: Bearer token file for the HTTP admin API (``/api/v1``); empty = the inner credentials'
@@ -313,12 +313,16 @@ class BrokerConfig:
             raise ConfigError(f"messageDelayLevel: {exc}") from None
 
     def to_properties(self) -> dict[str, str]:
-        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence)."""
+        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence). Secrets given
+        inline (JSON credentials rather than a file path) read ``******``."""
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):
             if f.metadata.get("internal"):
                 continue
-            out[_java_name(f.name)] = _to_text(getattr(self, f.name))
+            text = _to_text(getattr(self, f.name))
+            if f.metadata.get("secret") and text.lstrip().startswith("{"):
+                text = "******"
+            out[_java_name(f.name)] = text
         out.update(self.store_overrides)
         return out
 
