@@ -30,6 +30,8 @@ from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 log = logging.getLogger("rocket.auth")
 
+#: Authorization decisions remembered per store version (RocketMQ caches them too, ``aclCacheMaxNum``).
+_MAX_CACHED_DECISIONS = 10_000
 #: Environment variables naming the initial Super user (``initAuthenticationUser``).
 ENV_INIT_USER = "ROCKET_INIT_AUTH_USER"
 
@@ -127,6 +129,10 @@ class ServerAuth:
         self.whitelist = {int(c) for c in config.authentication_whitelist.replace(" ", "").split(",") if c}
         self.checked = 0
         self.denied = 0
+        # (user, resource, actions, source IP) -> refusal detail or "" (allowed), valid for one
+        # version of the store; bounded (cleared when full).
+        self._decisions: dict[tuple[str, Any, tuple[Any, ...], str], str] = {}
+        self._decisions_version = -1
         user = initial_user(config)
         if user is not None and self.store.ensure_user(user):
             log.info("initial Super user %s created", user.username)
@@ -179,11 +185,22 @@ class ServerAuth:
         if not checks:
             return
         source_ip = _host(peer)
-        acl = self.store.acls.get(f"User:{username}")
+        store = self.store
+        decisions = self._decisions
+        if self._decisions_version != store.version or len(decisions) > _MAX_CACHED_DECISIONS:
+            decisions.clear()
+            self._decisions_version = store.version
+        acl = None
         for resource, actions in checks:
-            entry = acl.decide(resource, actions, source_ip) if acl is not None else None
-            detail = ("no matched policies." if entry is None
-                      else "the decision is deny." if entry.decision is Decision.DENY else "")
+            key = (username, resource, actions, source_ip)
+            detail = decisions.get(key)
+            if detail is None:
+                if acl is None:
+                    acl = store.acls.get(f"User:{username}")
+                entry = acl.decide(resource, actions, source_ip) if acl is not None else None
+                detail = ("no matched policies." if entry is None
+                          else "the decision is deny." if entry.decision is Decision.DENY else "")
+                decisions[key] = detail
             if detail:
                 wanted = ",".join(a.value for a in actions)
                 raise AuthError(f"User:{username} has no permission to access {resource.key} ({wanted}) "

@@ -49,14 +49,14 @@ def combine_request_content(fields: Mapping[str, str], body: bytes | None, *, ve
     the body (``AclUtils.combineRequestContent``). ``version`` is the request's ``version``; at or
     below V4_9_3 the ``_UNIQUE_KEY_QUERY`` field is left out, as the server side does."""
     skip_unique = version is not None and version <= _V4_9_3
-    parts = []
-    for key in sorted(fields, key=_sort_key):
-        if key == SIGNATURE or (skip_unique and key == UNIQUE_MSG_QUERY_FLAG):
-            continue
-        value = fields[key]
-        if value is not None:
-            parts.append(value)
-    head = "".join(parts).encode("utf-8")
+    keys = sorted(fields)
+    if not all(k.isascii() for k in keys):  # code points and UTF-16 units only differ beyond ASCII
+        keys.sort(key=_sort_key)
+    head = "".join([
+        value for key in keys
+        if (value := fields[key]) is not None and key != SIGNATURE
+        and not (skip_unique and key == UNIQUE_MSG_QUERY_FLAG)
+    ]).encode("utf-8")
     return head + body if body else head
 
 
