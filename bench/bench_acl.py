@@ -1,13 +1,16 @@
 """ACL benchmark: produce throughput with ACL off and ACL on, side by side in one run.
 
-Two local clusters (``rocket.local.LocalCluster``, loopback, ASYNC_FLUSH, 1 NameServer and 1
-master each; the second with ``--secure``, i.e. ``aclEnable``). On the secured one a Normal user
+Three local clusters (``rocket.local.LocalCluster``, loopback, ASYNC_FLUSH, 1 NameServer and 1
+master each): ACL off; ACL on (``--secure``, i.e. ``aclEnable``) with RocketMQ's default
+stateless authentication (every signature verified); ACL on with
+``authenticationStrategy=stateful`` (verified once per connection and user). On the secured one a Normal user
 with ``Pub`` on the bench topic sends, so every request is signed by the client, verified
 (HmacSHA1) and authorized by the broker. Same load generator as ``bench_broker`` (1 KiB
 messages, ``LOAD_PROCS`` processes); single-send rounds alternate between the two clusters
 (3 rounds of 6 s, the median round counts), then one batched round each.
 
-Target (issue #14): ACL on >= 90 % of ACL off (single sends, medians).
+Target (issue #14): ACL on >= 90 % of ACL off (single sends, medians); reported for both
+strategies.
 
 Run: ``make bench BENCH=acl`` or ``python -m bench acl [--short]``.
 """
@@ -53,15 +56,16 @@ class Setup:
     env: dict[str, str]
 
 
-def _start(secure: bool) -> Setup:
+def _start(secure: bool, strategy: str = "stateless") -> Setup:
     from rocket.auth import SessionCredentials
     from rocket.auth.signature import parse_credentials_file
     from rocket.client import Admin
     from rocket.runtime import run
 
-    name = "ACL on" if secure else "ACL off"
-    folder = Path(tempfile.mkdtemp(prefix=f"rocket-bench-acl-{'on' if secure else 'off'}-"))
-    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, slaves=False, secure=secure)
+    name = f"ACL on, {strategy}" if secure else "ACL off"
+    folder = Path(tempfile.mkdtemp(prefix=f"rocket-bench-acl-{strategy if secure else 'off'}-"))
+    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, slaves=False, secure=secure,
+                           extra_broker_args=["--set", f"authenticationStrategy={strategy}"] if secure else [])
     state = cluster.start(detach=False, timeout=90)
     broker = next(p for p in state.processes if p.kind == "broker")
     admin_creds = parse_credentials_file(state.credentials_file) if secure else None
@@ -135,10 +139,11 @@ def run(short: bool) -> None:
           f"queues, {per_proc * LOAD_PROCS} sends in flight from {LOAD_PROCS} load process(es), {rounds} "
           f"alternating round(s) of {duration:.0f} s, {os.cpu_count()} CPUs, load average {load:.1f}", flush=True)
     setups: list[Setup] = []
-    single: dict[str, list[Round]] = {"ACL off": [], "ACL on": []}
+    names = ("ACL off", "ACL on, stateless", "ACL on, stateful")
+    single: dict[str, list[Round]] = {name: [] for name in names}
     batched: dict[str, Round] = {}
     try:
-        setups = [_start(False), _start(True)]
+        setups = [_start(False), _start(True, "stateless"), _start(True, "stateful")]
         with concurrent.futures.ProcessPoolExecutor(max_workers=LOAD_PROCS, mp_context=ctx) as pool:
             for i in range(rounds):
                 for s in setups:
@@ -158,20 +163,22 @@ def run(short: bool) -> None:
     def med(name: str) -> Round:
         return sorted(single[name], key=lambda r: r.rate)[len(single[name]) // 2]
 
-    off, on = med("ACL off"), med("ACL on")
-    print("\nsummary (single sends: the median round):")
-    print(f"{'':34}{'ACL off':>14}{'ACL on':>14}{'on/off':>10}")
-    for label, a, b, fmt, ratio in (
-        ("single sends, msgs/s", off.rate, on.rate, ",.0f", True),
-        ("single send p50, ms", percentile(off.lat, 50), percentile(on.lat, 50), ".2f", False),
-        ("single send p99, ms", percentile(off.lat, 99), percentile(on.lat, 99), ".2f", False),
-        ("broker CPU per message, us", off.broker_us, on.broker_us, ".0f", False),
-        ("batched sends, msgs/s", batched["ACL off"].rate, batched["ACL on"].rate, ",.0f", True),
+    meds = [med(name) for name in names]
+    print("\nsummary (single sends: the median round; ratios against ACL off):")
+    print(f"{'':30}" + "".join(f"{name:>22}" for name in names))
+    for label, values, fmt, ratio in (
+        ("single sends, msgs/s", [m.rate for m in meds], ",.0f", True),
+        ("single send p50, ms", [percentile(m.lat, 50) for m in meds], ".2f", False),
+        ("single send p99, ms", [percentile(m.lat, 99) for m in meds], ".2f", False),
+        ("broker CPU per message, us", [m.broker_us for m in meds], ".0f", False),
+        ("batched sends, msgs/s", [batched[name].rate for name in names], ",.0f", True),
     ):
-        r = f"{b / a:.0%}" if ratio and a else ""
-        print(f"{label:34}{format(a, fmt):>14}{format(b, fmt):>14}{r:>10}")
+        cells = [format(v, fmt) + (f" ({v / values[0]:.0%})" if ratio and i and values[0] else "")
+                 for i, v in enumerate(values)]
+        print(f"{label:30}" + "".join(f"{c:>22}" for c in cells))
     errors = sum(r.errors for rs in single.values() for r in rs) + sum(r.errors for r in batched.values())
-    ratio = on.rate / off.rate if off.rate else 0.0
-    verdict = "met" if ratio >= TARGET_RATIO and errors == 0 else "NOT met"
-    print(f"\ntarget ACL on >= {TARGET_RATIO:.0%} of ACL off (single sends, medians), no errors: "
-          f"{ratio:.0%}, {errors} errors — {verdict}")
+    for name, m in zip(names[1:], meds[1:], strict=True):
+        ratio = m.rate / meds[0].rate if meds[0].rate else 0.0
+        verdict = "met" if ratio >= TARGET_RATIO and errors == 0 else "NOT met"
+        print(f"target {name} >= {TARGET_RATIO:.0%} of ACL off (single sends, medians), no errors: "
+              f"{ratio:.0%}, {errors} errors — {verdict}")

@@ -235,3 +235,31 @@ def test_ha_hello_signature() -> None:
     assert "Timestamp" in (verify_hello(old, store) or "")
     assert verify_hello(None, store) is not None
     assert verify_hello(hello, store) is not None
+
+
+def test_stateful_authentication_verifies_once_per_connection(tmp_path: Path) -> None:
+    cfg = AuthConfig(authentication_enabled=True, authorization_enabled=True,
+                     init_authentication_user='{"username":"root","password":"rootpw"}',
+                     authentication_strategy="StatefulAuthenticationStrategy")
+    hook = ServerAuth(cfg)
+    hook.store.create_user(User("app", "apppw"))
+    hook.store.put_acl(Acl.from_json({"subject": "User:app", "policies": [{"entries": [
+        {"resource": "Topic:orders", "actions": ["Pub"]}]}]}))
+
+    class Conn:
+        peer = "127.0.0.1:1"
+
+        def __init__(self) -> None:
+            self.attributes: dict[str, object] = {}
+
+    first, other = Conn(), Conn()
+    forged = _send("orders", SessionCredentials("app", "guess"))
+    assert hook(forged, first) is not None  # type: ignore[arg-type]  # unproven connection: verified
+    assert hook(_send("orders", SessionCredentials("app", "apppw")), first) is None  # type: ignore[arg-type]
+    assert hook(forged, first) is None  # type: ignore[arg-type]  # proven connection: not re-verified
+    assert hook(forged, other) is not None  # type: ignore[arg-type]
+    assert hook(_send("payments", SessionCredentials("app", "apppw")), first) is not None  # type: ignore[arg-type]
+    hook.store.update_user(User("app", "newpw"))  # users changed: verify again
+    assert hook(forged, first) is not None  # type: ignore[arg-type]
+    with pytest.raises(AuthError, match="stateless or stateful"):
+        ServerAuth(AuthConfig(authentication_enabled=True, authentication_strategy="sometimes"))

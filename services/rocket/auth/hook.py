@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 log = logging.getLogger("rocket.auth")
 
+#: Connection attribute of stateful authentication: (user, store version, valid until).
+_SESSION_KEY = "auth.session"
 #: Authorization decisions remembered per store version (RocketMQ caches them too, ``aclCacheMaxNum``).
 _MAX_CACHED_DECISIONS = 10_000
 #: Environment variables naming the initial Super user (``initAuthenticationUser``).
@@ -55,6 +58,21 @@ class AuthConfig:
     authentication_whitelist: str = ""
     #: Where users and ACLs are kept; None = memory only.
     metadata_path: str | None = None
+    #: ``stateless`` (every request's signature is verified, RocketMQ's default
+    #: ``StatelessAuthenticationStrategy``) or ``stateful`` (``StatefulAuthenticationStrategy``: once a
+    #: connection proved a user's signature, later requests of that user on that connection skip
+    #: the HMAC for ``stateful_authentication_cache_expired_second`` s or until users change).
+    authentication_strategy: str = "stateless"
+    stateful_authentication_cache_expired_second: float = 60.0
+
+    @property
+    def stateful(self) -> bool:
+        """Whether authentication is stateful (see ``authentication_strategy``). Raises
+        :class:`AuthError` for an unknown strategy."""
+        name = self.authentication_strategy.strip().lower().removesuffix("authenticationstrategy")
+        if name not in ("stateless", "stateful", ""):
+            raise AuthError(f"authenticationStrategy {self.authentication_strategy!r}: stateless or stateful")
+        return name == "stateful"
 
     @property
     def enabled(self) -> bool:
@@ -127,6 +145,8 @@ class ServerAuth:
         self.config = config
         self.store = store if store is not None else AuthMetadataStore(config.metadata_path)
         self.whitelist = {int(c) for c in config.authentication_whitelist.replace(" ", "").split(",") if c}
+        self.stateful = config.stateful
+        self.session_ttl = config.stateful_authentication_cache_expired_second
         self.checked = 0
         self.denied = 0
         # (user, resource, actions, source IP) -> refusal detail or "" (allowed), valid for one
@@ -142,16 +162,16 @@ class ServerAuth:
         if request.code in self.whitelist:
             return None
         try:
-            self.check(request, conn.peer)
+            self.check(request, conn.peer, conn.attributes if self.stateful else None)
         except AuthError as exc:
             self.denied += 1
             log.info("denied request %d from %s: %s", request.code, conn.peer, exc)
             return request.response(ResponseCode.NO_PERMISSION, str(exc))
         return None
 
-    def check(self, request: RemotingCommand, peer: str) -> None:
+    def check(self, request: RemotingCommand, peer: str, session: dict[str, Any] | None = None) -> None:
         """Raise :class:`AuthError` (the remark) unless ``request`` from ``peer`` (``host:port``)
-        may be served."""
+        may be served. ``session``: the connection's attributes, with stateful authentication."""
         fields = request.ext_fields
         username = fields.get(ACCESS_KEY)
         if not username:
@@ -166,9 +186,14 @@ class ServerAuth:
                 raise AuthError(f"User:{username} is disabled.")
             if SIGNATURE not in fields:
                 raise AuthError(f"request code {request.code} from User:{username} has no Signature")
-            if not verify_signature(request, user.password):
-                raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
-                                "(wrong SecretKey?)")
+            proven = session.get(_SESSION_KEY) if session is not None else None
+            now = time.monotonic()
+            if proven is None or proven[0] != username or proven[1] != self.store.version or proven[2] < now:
+                if not verify_signature(request, user.password):
+                    raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
+                                    "(wrong SecretKey?)")
+                if session is not None:
+                    session[_SESSION_KEY] = (username, self.store.version, now + self.session_ttl)
         if not self.config.authorization_enabled:
             return
         if user is None:

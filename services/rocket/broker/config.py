@@ -171,6 +171,10 @@ class BrokerConfig:
     inner_client_authentication_credentials: str = field(default="", metadata={"secret": "1"})
     #: Request codes never checked, comma separated (``authenticationWhitelist``).
     authentication_whitelist: str = ""
+    #: ``stateless`` (verify every signature) or ``stateful`` (verify once per connection and user,
+    #: then for ``statefulAuthenticationCacheExpiredSecond``; ``authenticationStrategy``).
+    authentication_strategy: str = "stateless"
+    stateful_authentication_cache_expired_second: int = 60
     #: Bearer token file for the HTTP admin API (``/api/v1``); empty = the inner credentials'
     #: SecretKey when authentication is on, else the API is open.
     http_auth_token_file: str = ""

@@ -809,6 +809,8 @@ def auth_config(config: BrokerConfig) -> AuthConfig:
         init_authentication_user=config.init_authentication_user,
         inner_client_authentication_credentials=config.inner_client_authentication_credentials,
         authentication_whitelist=config.authentication_whitelist,
+        authentication_strategy=config.authentication_strategy,
+        stateful_authentication_cache_expired_second=config.stateful_authentication_cache_expired_second,
         metadata_path=str(Path(config.store_path_root_dir) / "config" / "auth.json"),
     )
 
