@@ -20,7 +20,7 @@ import dataclasses
 import enum
 import ipaddress
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
@@ -104,9 +104,9 @@ class PolicyType(_Named):
     DEFAULT = "Default"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Resource:
-    """A resource (``Resource``); ``name`` is None for the ANY pattern."""
+class Resource(NamedTuple):
+    """A resource (``Resource``); ``name`` is None for the ANY pattern. A tuple: built and
+    hashed on every request, so it must be cheap."""
 
     type: ResourceType
     name: str | None

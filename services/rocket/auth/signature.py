@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import hmac
 import os
 from collections.abc import Mapping
@@ -50,7 +49,7 @@ def combine_request_content(fields: Mapping[str, str], body: bytes | None, *, ve
     below V4_9_3 the ``_UNIQUE_KEY_QUERY`` field is left out, as the server side does."""
     skip_unique = version is not None and version <= _V4_9_3
     keys = sorted(fields)
-    if not all(k.isascii() for k in keys):  # code points and UTF-16 units only differ beyond ASCII
+    if not "".join(keys).isascii():  # code points and UTF-16 units only differ beyond ASCII
         keys.sort(key=_sort_key)
     head = "".join([
         value for key in keys
@@ -62,8 +61,7 @@ def combine_request_content(fields: Mapping[str, str], body: bytes | None, *, ve
 
 def cal_signature(content: bytes, secret_key: str) -> str:
     """Base64 of HmacSHA1(``content``) keyed by ``secret_key`` in UTF-8 (``AclSigner.calSignature``)."""
-    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
+    return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content, "sha1")).decode("ascii")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
