@@ -8,7 +8,8 @@ broker of ours (processes) with ``aclEnable``:
 * the C++ client (``set_session_credentials``, ``tests/compat/driver.py``): signed sends go
   through, unsigned ones fail;
 * ``mqadmin`` 5.4.0 (credentials from ``$ROCKETMQ_HOME/conf/tools.yml``): createUser and
-  createAcl make a user whose policy then takes effect for the Java client; listUser shows it.
+  createAcl make a user whose policy then takes effect for the Java client; listUser shows it;
+  ``updateTopic`` run with that user's keys is refused until ``updateAcl`` lets it Create.
 
 If the Java jars, javac/java or the compat venv are missing, these tests fail and say why.
 """
@@ -63,13 +64,16 @@ class AclCluster:
         result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
         return result
 
-    def mqadmin(self, *args: str) -> str:
-        argv = [java.java(), "-Xms64m", "-Xmx256m", java.QUIET_LOGBACK, f"-Drocketmq.home.dir={self.home}",
-                f"-Duser.home={self.home}", "-cp", java.classpath(self.lib),
+    def mqadmin(self, *args: str, home: Path | None = None, check: bool = True) -> str:
+        """Run mqadmin with the keys of ``home``/conf/tools.yml (default: the Super user's)."""
+        home = home or self.home
+        argv = [java.java(), "-Xms64m", "-Xmx256m", java.QUIET_LOGBACK, f"-Drocketmq.home.dir={home}",
+                f"-Duser.home={home}", "-cp", java.classpath(self.lib),
                 "org.apache.rocketmq.tools.command.MQAdminStartup", *args, "-n", self.namesrv]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0, f"mqadmin {args[0]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
+        if check:
+            assert proc.returncode == 0, f"mqadmin {args[0]} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout + proc.stderr
 
 
 async def _admin_setup(namesrv: str, c: AclCluster) -> None:
@@ -197,3 +201,15 @@ def test_mqadmin_user_and_acl_commands_take_effect(cluster: AclCluster) -> None:
         after = c.java("produce", f"topic={c.orders}", "group=PID_bob", "ak=bob", "sk=bob-secret", "count=1")
         return bool(after["sent"] == 1)
     wait_for(allowed, 30, interval=1, what="bob's new policy to take effect on the NameServer and broker")
+
+    # a real tool creating a topic as bob: refused until bob may Create it
+    bob_home = c.home.parent / "bob-home"
+    (bob_home / "conf").mkdir(parents=True)
+    (bob_home / "conf" / "tools.yml").write_text("accessKey: bob\nsecretKey: bob-secret\n")
+    topic = unique("BobTopic")
+    refused = c.mqadmin("updateTopic", "-c", CLUSTER_NAME, "-t", topic, home=bob_home, check=False)
+    assert "CODE: 16" in refused and f"Topic:{topic}" in refused, refused
+    c.mqadmin("updateAcl", "-c", CLUSTER_NAME, "-s", "User:bob", "-r", "Topic:BobTopic*", "-a", "Create",
+              "-d", "Allow")
+    created = c.mqadmin("updateTopic", "-c", CLUSTER_NAME, "-t", topic, home=bob_home)
+    assert "success" in created.lower(), created
