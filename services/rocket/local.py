@@ -705,10 +705,12 @@ DEFAULT_REPORT_DIR = Path("data/analytics")
 
 
 def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool = False,
-         report_dir: Path | None = DEFAULT_REPORT_DIR) -> int:
+         report_dir: Path | None = DEFAULT_REPORT_DIR, secure: bool = False) -> int:
     """``make run``: start a cluster, publish and consume LogHub, print a summary, run the
     Spark logs job on the published topics (unless ``report_dir`` is None), print its
-    summary, stop. Returns the process exit code (0 when every message came back)."""
+    summary, stop. ``secure``: ACL on (as ``rocket local up --secure``); the demo's clients
+    sign with the admin credentials (``ROCKET_CREDENTIALS_FILE``). Returns the process exit
+    code (0 when every message came back)."""
     from rich.console import Console
 
     console = Console()
@@ -723,10 +725,12 @@ def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool 
     if not logs:
         console.print(f"[red]no LogHub logs found in {source}[/red]")
         return 1
-    cluster = LocalCluster(data_dir, base)
+    cluster = LocalCluster(data_dir, base, secure=secure)
     console.print(f"starting a local cluster in {data_dir} (base port {base}) ...")
     try:
         state = cluster.start(detach=False)
+        if state.credentials_file:  # the demo's clients (and the Spark job's) sign with the admin keys
+            os.environ["ROCKET_CREDENTIALS_FILE"] = state.credentials_file
         print_state(state)
         console.print(f"publishing {sum(len(v) for v in logs.values())} lines of {len(logs)} systems "
                       f"from {source} ...")
@@ -779,9 +783,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_demo.add_argument("--report-dir", type=Path, default=DEFAULT_REPORT_DIR,
                         help=f"where the logs job writes its report (default: {DEFAULT_REPORT_DIR})")
     p_demo.add_argument("--no-analytics", action="store_true", help="skip the Spark logs job")
+    p_demo.add_argument("--secure", action="store_true", help="ACL on (rocket local up --secure)")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo(args.dir, args.base_port, args.keep, None if args.no_analytics else args.report_dir)
+        return demo(args.dir, args.base_port, args.keep, None if args.no_analytics else args.report_dir,
+                    secure=args.secure)
     return 2
 
 

@@ -145,6 +145,9 @@ def _hook(tmp_path: Path) -> ServerAuth:
 class _Conn:
     peer = "127.0.0.1:5555"
 
+    def __init__(self) -> None:
+        self.attributes: dict[str, object] = {}
+
 
 def _send(topic: str, creds: SessionCredentials | None) -> RemotingCommand:
     cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"a": "PG", "b": topic}, body=b"m")

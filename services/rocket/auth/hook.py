@@ -165,7 +165,11 @@ class ServerAuth:
             self.check(request, conn.peer, conn.attributes if self.stateful else None)
         except AuthError as exc:
             self.denied += 1
-            log.info("denied request %d from %s: %s", request.code, conn.peer, exc)
+            # a few lines per connection, then every 1000th: a misconfigured client cannot flood the log
+            attrs = conn.attributes
+            count = attrs["auth.denied"] = attrs.get("auth.denied", 0) + 1
+            if count <= 3 or count % 1000 == 0:
+                log.info("denied request %d from %s (%d on this connection): %s", request.code, conn.peer, count, exc)
             return request.response(ResponseCode.NO_PERMISSION, str(exc))
         return None
 
