@@ -69,9 +69,11 @@ class AuthAdminProcessor:
             raise AuthError(f"the body is not JSON: {exc}") from None
 
     async def create_user(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_CREATE_USER (3001): header ``username``, body ``UserInfo``; a Super user only by a Super user."""
         return await self._put_user(request, create=True)
 
     async def update_user(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_UPDATE_USER (3002): change an existing user; fields missing from the body are kept."""
         return await self._put_user(request, create=False)
 
     async def _put_user(self, request: RemotingCommand, *, create: bool) -> RemotingCommand:
@@ -90,6 +92,7 @@ class AuthAdminProcessor:
         return await self._write(request, lambda: (self.store.create_user if create else self.store.update_user)(user))
 
     async def delete_user(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_DELETE_USER (3003): remove the user and its ACL (no error when it does not exist)."""
         name = (request.ext_fields.get("username") or "").strip()
         if not name:
             return request.response(ResponseCode.INVALID_PARAMETER, "The username is blank")
@@ -98,6 +101,7 @@ class AuthAdminProcessor:
         return await self._write(request, lambda: self.store.delete_user(name))
 
     async def get_user(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_GET_USER (3004): the ``UserInfo`` as body, or no body when there is no such user."""
         name = (request.ext_fields.get("username") or "").strip()
         if not name:
             return request.response(ResponseCode.INVALID_PARAMETER, "The username is blank")
@@ -108,6 +112,7 @@ class AuthAdminProcessor:
         return resp
 
     async def list_users(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_LIST_USER (3005): every ``UserInfo`` whose name contains header ``filter``."""
         users = self.store.list_users(request.ext_fields.get("filter"))
         resp = request.response(ResponseCode.SUCCESS)
         if users:
@@ -115,6 +120,7 @@ class AuthAdminProcessor:
         return resp
 
     async def create_acl(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_CREATE_ACL (3006) / AUTH_UPDATE_ACL (3007): merge the ``AclInfo`` body into the subject's ACL."""
         try:
             acl = Acl.from_json(self._body(request), request.ext_fields.get("subject"))
         except AuthError as exc:
@@ -122,6 +128,7 @@ class AuthAdminProcessor:
         return await self._write(request, lambda: self.store.put_acl(acl))
 
     async def delete_acl(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_DELETE_ACL (3008): the subject's whole ACL, or its entries for header ``resource``."""
         fields = request.ext_fields
         try:
             subject = fields.get("subject") or ""
@@ -132,6 +139,7 @@ class AuthAdminProcessor:
         return await self._write(request, lambda: self.store.delete_acl(subject, ptype, resource))
 
     async def get_acl(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_GET_ACL (3009): the subject's ``AclInfo`` as body, or no body."""
         try:
             acl = self.store.get_acl(request.ext_fields.get("subject") or "")
         except AuthError as exc:
@@ -142,6 +150,7 @@ class AuthAdminProcessor:
         return resp
 
     async def list_acls(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """AUTH_LIST_ACL (3010): ACLs matching ``subjectFilter`` / ``resourceFilter``."""
         acls = self.store.list_acls(request.ext_fields.get("subjectFilter"), request.ext_fields.get("resourceFilter"))
         resp = request.response(ResponseCode.SUCCESS)
         if acls:
