@@ -266,3 +266,35 @@ def test_stateful_authentication_verifies_once_per_connection(tmp_path: Path) ->
     assert hook(forged, first) is not None  # type: ignore[arg-type]
     with pytest.raises(AuthError, match="stateless or stateful"):
         ServerAuth(AuthConfig(authentication_enabled=True, authentication_strategy="sometimes"))
+
+
+async def test_auth_admin_processor_answers_bad_input_clearly() -> None:
+    from rocket.auth.processor import AuthAdminProcessor
+
+    store = AuthMetadataStore()
+    slave = False
+    proc = AuthAdminProcessor(store, read_only=lambda: slave)
+    conn: object = None
+
+    async def call(code: RequestCode, fields: dict[str, str], body: bytes = b"") -> RemotingCommand:
+        handler = proc.handlers()[code]
+        return await handler(RemotingCommand(code=code, ext_fields=fields, body=body), conn)  # type: ignore[operator,no-any-return]
+
+    resp = await call(RequestCode.AUTH_CREATE_USER, {}, b'{"password":"x"}')
+    assert (resp.code, resp.remark) == (ResponseCode.INVALID_PARAMETER, "The username is blank")
+    resp = await call(RequestCode.AUTH_CREATE_USER, {"username": "u"}, b"{not json")
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "JSON" in (resp.remark or "")
+    resp = await call(RequestCode.AUTH_CREATE_USER, {"username": "u"}, b'{"password":"p","userType":"Boss"}')
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "userType" in (resp.remark or "")
+    assert (await call(RequestCode.AUTH_CREATE_USER, {"username": "u"}, b'{"password":"p"}')).code == 0
+    resp = await call(RequestCode.AUTH_CREATE_ACL, {"subject": "User:u"},
+                      b'{"policies":[{"entries":[{"resource":"Queue:x","actions":["Pub"]}]}]}')
+    assert resp.code == ResponseCode.NO_PERMISSION and "Queue:x" in (resp.remark or "")
+    resp = await call(RequestCode.AUTH_DELETE_ACL, {"subject": "User:u"})
+    assert resp.code == ResponseCode.NO_PERMISSION and "not exist" in (resp.remark or "")
+    got = await call(RequestCode.AUTH_GET_USER, {"username": "u"})
+    assert json.loads(got.body)["userType"] == "Normal"
+    slave = True
+    resp = await call(RequestCode.AUTH_DELETE_USER, {"username": "u"})
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "slave" in (resp.remark or "")
+    assert store.get_user("u") is not None

@@ -23,11 +23,14 @@ from rocket.remoting import RemotingCommand, RemotingConnection, RequestCode, Re
 
 class AuthAdminProcessor:
     """Serves AUTH_* on a broker from ``store``. ``on_change`` is called after every change
-    (e.g. to log or count)."""
+    (e.g. to log or count). While ``read_only()`` is true (a slave, whose users are copied from
+    its master) changes are refused with SYSTEM_ERROR and a remark saying so."""
 
-    def __init__(self, store: AuthMetadataStore, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, store: AuthMetadataStore, on_change: Callable[[], None] | None = None,
+                 read_only: Callable[[], bool] | None = None) -> None:
         self.store = store
         self.on_change = on_change
+        self.read_only = read_only
 
     def handlers(self) -> dict[int, Callable[..., object]]:
         """Request code -> coroutine handler, to register on a remoting server."""
@@ -49,6 +52,9 @@ class AuthAdminProcessor:
         return bool(ak) and not self.store.is_super(ak)
 
     async def _write(self, request: RemotingCommand, change: Callable[[], None]) -> RemotingCommand:
+        if self.read_only is not None and self.read_only():
+            return request.response(ResponseCode.SYSTEM_ERROR, "this broker is a slave: its users and ACLs are "
+                                    "copied from its master; change them there")
         try:
             await asyncio.to_thread(change)
         except AuthError as exc:

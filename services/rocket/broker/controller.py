@@ -149,7 +149,7 @@ class BrokerController:
         #: Users and ACLs (``<storePathRootDir>/config/auth.json``), served by the AUTH_* codes.
         self.auth_config = auth_config(config)
         self.auth_store = AuthMetadataStore(self.auth_config.metadata_path)
-        self.auth_processor = AuthAdminProcessor(self.auth_store)
+        self.auth_processor = AuthAdminProcessor(self.auth_store, read_only=lambda: self.config.is_slave)
         #: The request check on every remoting port (None when ACL is off).
         self.auth: ServerAuth | None = (
             ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
