@@ -45,9 +45,10 @@ class AuthConfig:
 
     ``init_authentication_user``: JSON ``{"username": ..., "password": ...}`` or the path of a file
     holding it (or credentials in ``AccessKey=``/``SecretKey=`` form); created as a Super user at
-    start. ``inner_client_authentication_credentials``: JSON ``{"accessKey", "secretKey"}`` or a
-    file, what this server signs its own requests with (registration, slave copies); defaults to
-    the initial user. ``authentication_whitelist``: comma-separated request codes not checked.
+    start unless a user of that name exists. ``inner_client_authentication_credentials``: JSON
+    ``{"accessKey", "secretKey"}`` or a file, what this server signs its own requests with
+    (registration, slave copies; also created as a Super user); defaults to the initial user.
+    ``authentication_whitelist``: comma-separated request codes not checked.
     """
 
     cluster_name: str = "DefaultCluster"
@@ -156,6 +157,11 @@ class ServerAuth:
         user = initial_user(config)
         if user is not None and self.store.ensure_user(user):
             log.info("initial Super user %s created", user.username)
+        if config.inner_client_authentication_credentials:  # RocketMQ creates this one as Super too
+            inner = inner_credentials(config)
+            if inner is not None and self.store.ensure_user(
+                    User(inner.access_key, inner.secret_key, UserType.SUPER, UserStatus.ENABLE)):
+                log.info("inner client Super user %s created", inner.access_key)
 
     def __call__(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
         self.checked += 1

@@ -117,9 +117,10 @@ class AuthMetadataStore:
             self._commit({**self.users, user.username: user}, self.acls)
 
     def ensure_user(self, user: User) -> bool:
-        """Add or replace ``user`` unless an identical one exists (initial users). True if written."""
+        """Add ``user`` unless a user of that name exists (initial users, as RocketMQ's
+        ``initUser``: a changed password is kept). True if written."""
         with self._lock:
-            if self.users.get(user.username) == user:
+            if user.username in self.users:
                 return False
             self._commit({**self.users, user.username: user}, self.acls)
             return True
