@@ -20,7 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rocket.auth.model import RETRY_GROUP_TOPIC_PREFIX, Action, Resource
-from rocket.remoting import RemotingCommand, RequestCode, loads_lenient
+from rocket.protocol import loads_lenient
+from rocket.remoting import RemotingCommand, RequestCode
 
 Check = tuple[Resource, tuple[Action, ...]]
 #: ``(request, cluster name) -> checks``
@@ -226,6 +227,36 @@ CLASSIFIERS: dict[int, Classifier] = {
     C.PUT_KV_CONFIG: _cluster(UPDATE),
     C.DELETE_KV_CONFIG: _cluster(UPDATE),
     C.GET_KV_CONFIG: _cluster(GET),
+    # mqadmin's operational commands (rocket.broker.processor.tools)
+    C.UPDATE_AND_CREATE_TOPIC_LIST: _cluster(UPDATE),
+    C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: _cluster(UPDATE),
+    C.GET_PRODUCER_CONNECTION_LIST: _group(GET, "producerGroup"),
+    C.INVOKE_BROKER_TO_RESET_OFFSET: _group(UPDATE, "group"),
+    C.QUERY_TOPIC_CONSUME_BY_WHO: _topic(GET),
+    C.QUERY_CONSUME_QUEUE: _topic(GET),
+    C.GET_TOPIC_CONFIG: _topic(GET),
+    C.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _cluster(LIST),
+    C.VIEW_BROKER_STATS_DATA: _cluster(GET),
+    C.GET_BROKER_CONSUME_STATS: _cluster(GET),
+    C.GET_ALL_PRODUCER_INFO: _cluster(GET),
+    C.CLEAN_EXPIRED_CONSUMEQUEUE: _cluster(UPDATE),
+    C.CLEAN_UNUSED_TOPIC: _cluster(UPDATE),
+    C.DELETE_EXPIRED_COMMITLOG: _cluster(UPDATE),
+    C.UPDATE_NAMESRV_CONFIG: _cluster(UPDATE),
+    C.GET_NAMESRV_CONFIG: _cluster(GET),
+    # controller (rocket.controller) and broker heartbeats to it
+    C.BROKER_HEARTBEAT: _cluster(UPDATE),
+    C.CONTROLLER_ALTER_SYNC_STATE_SET: _cluster(UPDATE),
+    C.CONTROLLER_ELECT_MASTER: _cluster(UPDATE),
+    C.CONTROLLER_REGISTER_BROKER: _cluster(UPDATE),
+    C.CONTROLLER_APPLY_BROKER_ID: _cluster(UPDATE),
+    C.CONTROLLER_GET_NEXT_BROKER_ID: _cluster(GET),
+    C.CONTROLLER_GET_REPLICA_INFO: _cluster(GET),
+    C.CONTROLLER_GET_METADATA_INFO: _cluster(GET),
+    C.CONTROLLER_GET_SYNC_STATE_DATA: _cluster(GET),
+    C.UPDATE_CONTROLLER_CONFIG: _cluster(UPDATE),
+    C.GET_CONTROLLER_CONFIG: _cluster(GET),
+    C.CLEAN_BROKER_DATA: _cluster(UPDATE),
     # ACL 2.0 administration (CreateUserRequestHeader ... ListAclsRequestHeader)
     C.AUTH_CREATE_USER: _cluster(UPDATE),
     C.AUTH_UPDATE_USER: _cluster(UPDATE),

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rocket.auth.classify import ClassifyError, classify
+from rocket.auth.classify import Check, ClassifyError, classify
 from rocket.auth.model import AuthError, Decision, User, UserStatus, UserType
 from rocket.auth.signature import ACCESS_KEY, SIGNATURE, SessionCredentials, resolve_credentials, verify_signature
 from rocket.auth.store import AuthMetadataStore
@@ -190,20 +190,7 @@ class ServerAuth:
                 "(AccessKey/Signature, see AclClientRPCHook)")
         user = self.store.get_user(username)
         if self.config.authentication_enabled:
-            if user is None:
-                raise AuthError(f"User:{username} is not found.")
-            if user.user_status is UserStatus.DISABLE:
-                raise AuthError(f"User:{username} is disabled.")
-            if SIGNATURE not in fields:
-                raise AuthError(f"request code {request.code} from User:{username} has no Signature")
-            proven = session.get(_SESSION_KEY) if session is not None else None
-            now = time.monotonic()
-            if proven is None or proven[0] != username or proven[1] != self.store.version or proven[2] < now:
-                if not verify_signature(request, user.password):
-                    raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
-                                    "(wrong SecretKey?)")
-                if session is not None:
-                    session[_SESSION_KEY] = (username, self.store.version, now + self.session_ttl)
+            self._authenticate(request, username, user, session)
         if not self.config.authorization_enabled:
             return
         if user is None:
@@ -217,9 +204,30 @@ class ServerAuth:
         if checks is None:
             raise AuthError(f"request code {request.code} is not classified for authorization; "
                             "only Super users may send it")
-        if not checks:
-            return
-        source_ip = _host(peer)
+        if checks:
+            self._authorize(username, checks, _host(peer))
+
+    def _authenticate(self, request: RemotingCommand, username: str, user: User | None,
+                      session: dict[str, Any] | None) -> None:
+        """The signature check (``DefaultAuthenticationHandler``), skipped on a connection that
+        already proved this user's signature when authentication is stateful."""
+        if user is None:
+            raise AuthError(f"User:{username} is not found.")
+        if user.user_status is UserStatus.DISABLE:
+            raise AuthError(f"User:{username} is disabled.")
+        if SIGNATURE not in request.ext_fields:
+            raise AuthError(f"request code {request.code} from User:{username} has no Signature")
+        proven = session.get(_SESSION_KEY) if session is not None else None
+        now = time.monotonic()
+        if proven is None or proven[0] != username or proven[1] != self.store.version or proven[2] < now:
+            if not verify_signature(request, user.password):
+                raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
+                                "(wrong SecretKey?)")
+            if session is not None:
+                session[_SESSION_KEY] = (username, self.store.version, now + self.session_ttl)
+
+    def _authorize(self, username: str, checks: list[Check], source_ip: str) -> None:
+        """Every check must be allowed by the user's ACL (``AclAuthorizationHandler``)."""
         store = self.store
         decisions = self._decisions
         if self._decisions_version != store.version or len(decisions) > _MAX_CACHED_DECISIONS:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from rocket.auth.model import Acl, AuthError, PolicyType, Resource, User, UserType
 from rocket.auth.signature import ACCESS_KEY
 from rocket.auth.store import AuthMetadataStore
-from rocket.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode, loads_lenient
+from rocket.protocol import loads_lenient
+from rocket.remoting import RemotingCommand, RemotingConnection, RequestCode, ResponseCode
 
 
 class AuthAdminProcessor:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
+from rocket.protocol import loads_lenient
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 
 async def fetch_auth_metadata(client: RemotingClient, addr: str, timeout: float = 3.0) -> dict[str, Any]:

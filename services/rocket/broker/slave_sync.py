@@ -23,13 +23,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rocket.auth.sync import fetch_auth_metadata
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
-from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from rocket.auth.store import AuthMetadataStore
+    from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.schedule import ScheduleMessageService
-    from rocket.store import DefaultMessageStore
 
 log = logging.getLogger("rocket.broker.slave_sync")
 
@@ -37,10 +37,10 @@ FIRST_DELAY = 3.0
 
 
 class SlaveSyncBroker(Protocol):
-    """What the copy writes into: the broker's store (topic, subscription-group and consumer-offset
+    """What the copy writes into: the broker's metadata (topic, subscription-group and consumer-offset
     tables) and its delayed delivery (delay offsets). ``BrokerController`` satisfies it."""
 
-    store: DefaultMessageStore
+    metadata: BrokerMetadata
     schedule: ScheduleMessageService
     auth_store: AuthMetadataStore
 
@@ -143,7 +143,7 @@ class SlaveSynchronize:
         table = obj.get("topicConfigTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no topicConfigTable in GET_ALL_TOPIC_CONFIG's answer")
-        mgr = self.broker.store.topic_configs
+        mgr = self.broker.metadata.topic_configs
         _replace_table(mgr, {str(k): TopicConfig.from_json(v) for k, v in table.items()}, obj.get("dataVersion"))
 
     async def _apply_groups(self, body: bytes) -> None:
@@ -151,7 +151,7 @@ class SlaveSynchronize:
         table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no subscriptionGroupTable in GET_ALL_SUBSCRIPTIONGROUP_CONFIG's answer")
-        mgr = self.broker.store.subscription_groups
+        mgr = self.broker.metadata.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
 
@@ -162,7 +162,7 @@ class SlaveSynchronize:
             log.info("users and ACLs copied from master %s", addr)
 
     async def _apply_offsets(self, body: bytes) -> None:
-        self.broker.store.consumer_offsets.replace_all(body)
+        self.broker.metadata.consumer_offsets.replace_all(body)
 
     async def _apply_delay_offsets(self, body: bytes) -> None:
         obj = loads_lenient(body)
@@ -190,4 +190,4 @@ def _replace_table(mgr: Any, table: dict[str, Any], version: Any) -> None:
     if gone:
         mgr.delete_many(gone)
     if master_version is not None:
-        mgr.data_version = master_version.copy()
+        mgr.data_version = master_version

@@ -37,10 +37,10 @@ from rocket.client.errors import (
     TopicRouteError,
 )
 from rocket.client.producer import Producer, SendResult, SendStatus, build_message
-from rocket.client.route import ClusterInfo, MessageQueue, TopicRouteData
 from rocket.client.subscription import ConsumeFrom, MessageModel
 from rocket.client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 from rocket.message import Message, MessageExt
+from rocket.protocol import ClusterInfo, MessageQueue, TopicRouteData
 
 __all__ = [
     "Admin",

@@ -1,9 +1,11 @@
-"""Client-side ``rocket`` commands: produce, consume, topic, cluster, group, local.
+"""Client-side ``rocket`` commands: produce, consume, topic, cluster, group.
 
 :func:`register` adds them to the ``rocket`` typer app (``rocket/cli.py``).
 Every command takes ``--namesrv/-n`` (``"host:port;host:port"``); without it
 the address comes from ``$ROCKET_NAMESRV``, else from a running ``rocket
-local up`` cluster in ``./data/local``, else ``127.0.0.1:9876``.
+local up`` cluster in ``./data/local`` (asked through the hook given to
+:func:`register`, so that the client does not depend on :mod:`rocket.local`),
+else ``127.0.0.1:9876``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from rocket.runtime import run
 
 console = stdout_console()
 err_console = Console(stderr=True)
+#: Where :func:`resolve_namesrv` finds a running local cluster's NameServers (set by :func:`register`).
+_local_namesrv: Callable[[], str | None] | None = None
 
 NAMESRV_HELP = "NameServers 'host:port;host:port' (default: $ROCKET_NAMESRV, a running local cluster, 127.0.0.1:9876)"
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "SCHEDULE_TOPIC", "RMQ_SYS_", "TBW102", "SELF_TEST_TOPIC",
@@ -41,9 +45,8 @@ def resolve_namesrv(namesrv: str | None) -> str:
     env = os.environ.get("ROCKET_NAMESRV")
     if env:
         return env
-    from rocket.local import DEFAULT_DIR, namesrv_from_state
-
-    return namesrv_from_state(DEFAULT_DIR) or "127.0.0.1:9876"
+    local = _local_namesrv() if _local_namesrv is not None else None
+    return local or "127.0.0.1:9876"
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -106,7 +109,7 @@ def produce(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rocket.client import Producer, build_message
-    from rocket.local import percentile
+    from rocket.percentiles import percentile
 
     addr = resolve_namesrv(namesrv)
     bodies = list(_payloads(count if (file or stdin) else (count or 1), size, file, stdin))
@@ -245,8 +248,6 @@ def consume(
 topic_app = typer.Typer(help="Create, list and delete topics.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Brokers of the cluster; write permission.", no_args_is_help=True)
 group_app = typer.Typer(help="Consumer groups: progress and lag.", no_args_is_help=True)
-local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups of master + slave).",
-                        no_args_is_help=True)
 
 
 @topic_app.command("create")
@@ -300,14 +301,14 @@ def topic_list(
     ``-o json|yaml`` ``{"topics": [{"topic", "queueDatas"?}]}`` (README.md, "Output for scripts").
     """
     from rocket.client import Admin, TopicRouteError
-    from rocket.client.route import QueueData
+    from rocket.protocol import QueueData
 
     with_routes = routes or output is OutputFormat.WIDE
 
     async def main() -> list[tuple[str, list[QueueData] | None]]:
         async with Admin(resolve_namesrv(namesrv)) as admin:
             info = await admin.cluster_info()
-            hidden = set(info.brokers) | set(info.clusters)
+            hidden = set(info.broker_addr_table) | set(info.cluster_addr_table)
             names = [t for t in await admin.topic_list()
                      if all_topics or (t not in hidden and not t.startswith(SYSTEM_TOPIC_PREFIXES))]
             rows: list[tuple[str, list[QueueData] | None]] = []
@@ -576,118 +577,16 @@ def group_lag(
                                                               else ""))
 
 
-# -- local -------------------------------------------------------------------------------
+def register(app: typer.Typer, local_namesrv: Callable[[], str | None] | None = None) -> None:
+    """Add the client commands to the ``rocket`` app.
 
-
-@local_app.command("up")
-def local_up(
-    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
-    base_port: int = typer.Option(9876, "--base-port", "-p", help="First NameServer port; the others follow."),
-    brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
-    slaves: bool = typer.Option(True, "--slaves/--no-slaves", help="A slave per broker group (replication)."),
-    flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
-    foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
-    secure: bool = typer.Option(False, "--secure", help="ACL on (an admin user whose keys are written to "
-                                                        "<dir>/secrets/admin.credentials) and a locked HTTP API."),
-) -> None:
-    """Start 2 NameServers and broker-a/broker-b as local processes."""
-    from rocket.local import LocalCluster, LocalClusterError, print_state
-
-    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves, secure=secure)
-    try:
-        state = cluster.start(detach=not foreground, timeout=timeout)
-    except LocalClusterError as exc:
-        raise _fail(str(exc)) from None
-    except KeyboardInterrupt:
-        err_console.print("interrupted; stopped")
-        raise typer.Exit(130) from None
-    stop = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    if foreground:
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-    print_state(state)
-    if not foreground:
-        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
-        return
-    console.print("running in the foreground; Ctrl-C stops the cluster")
-    try:
-        while not stop:
-            if any(p.poll() is not None for p in cluster.procs.values()):
-                err_console.print("[red]a cluster process exited; stopping the others[/red]")
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    console.print("stopping ...")
-    cluster.stop()
-
-
-@local_app.command("down")
-def local_down(
-    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
-    timeout: float = typer.Option(20.0, "--timeout", help="Seconds to wait before SIGKILL."),
-) -> None:
-    """Stop the local cluster (SIGTERM, wait, SIGKILL after --timeout)."""
-    from rocket.local import LocalClusterError, down
-
-    try:
-        stopped = down(data_dir, timeout)
-    except LocalClusterError as exc:
-        raise _fail(str(exc)) from None
-    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (already stopped)'}")
-
-
-@local_app.command("status")
-def local_status(
-    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
-    output: OutputFormat = output_option(),
-) -> None:
-    """Show the local cluster's processes; exit code 1 unless all are running and ready.
-
-    ``-o json|yaml``: ``{"dataDir", "namesrv", "processes": [{"name", "kind", "addr", "httpPort", "pid",
-    "running", "ready", "log"}]}`` (README.md, "Output for scripts"); ``-o wide`` adds kind and log file.
+    ``local_namesrv`` returns the NameServer list of a running local cluster
+    (or None); :func:`resolve_namesrv` falls back on it.
     """
-    from rocket.local import LocalClusterError, status
-
-    try:
-        state, rows = status(data_dir)
-    except LocalClusterError as exc:
-        raise _fail(str(exc)) from None
-    if output.machine:
-        print_document({"dataDir": str(state.data_dir), "namesrv": state.namesrv, "processes": [
-            {"name": r.name, "kind": r.kind, "addr": r.addr, "httpPort": r.http_port, "pid": r.pid,
-             "running": r.running, "ready": r.ready, "log": r.log} for r in rows]}, output)
-    else:
-        wide = output is OutputFormat.WIDE
-        columns: list[tuple[str, Any]] = [("process", "left"), ("address", "left"), ("http", "right"),
-                                          ("pid", "right"), ("state", "left")]
-        if wide:
-            columns += [("kind", "left"), ("log", "left")]
-        table = new_table(columns, title=f"local cluster in {state.data_dir}")
-        for r in rows:
-            st = ("[green]ready[/green]" if r.ready else
-                  ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]"))
-            row = [r.name, r.addr, str(r.http_port), str(r.pid), st]
-            if wide:
-                row += [r.kind, r.log]
-            table.add_row(*row)
-        console.print(table)
-        console.print(f"NameServers: {state.namesrv}", highlight=False)
-    if not all(r.ready for r in rows):
-        raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the client commands to the ``rocket`` app."""
+    global _local_namesrv
+    _local_namesrv = local_namesrv
     app.command("produce")(produce)
     app.command("consume")(consume)
     app.add_typer(topic_app, name="topic")
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(group_app, name="group")
-    app.add_typer(local_app, name="local")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import cast
 
-from rocket.remoting.codes import ResponseCode
+from rocket.protocol.codes import ResponseCode
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE, RemotingCommand
 from rocket.remoting.connection import Handler, HandlerResult, Processors, RemotingConnection
 
@@ -64,7 +65,7 @@ class HookedProcessors(Processors):
                 refused = hook(request, conn)
                 if refused is not None:
                     return refused
-                return await handler(request, conn)  # type: ignore[misc]
+                return await cast(Awaitable[HandlerResult], handler(request, conn))
 
             return hooked_async, True
 
