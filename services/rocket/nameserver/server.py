@@ -115,6 +115,8 @@ class NameServer:
         if controller is not None:
             self.controller = ControllerManager(controller)
             self.controller.register(processors)
+            if self._auth_client is not None:  # its requests to brokers are signed like ours
+                self.controller.client.rpc_hook = self._auth_client.rpc_hook
             self.remoting.on_connection_closed.append(self.controller.connection_closed)
             self.metrics.registry.register(ControllerCollector(self.controller))
         self._http_runner: web.AppRunner | None = None
