@@ -191,6 +191,29 @@ class BrokerConfig:
     default_query_max_num: int = 32
     #: Upper bound on QUERY_MESSAGE's maxNum.
     max_msgs_num_batch: int = 64
+    #: RocketMQ 4.x switch: turns on both authentication and authorization (ACL 2.0 here).
+    acl_enable: bool = False
+    #: Requests must be signed by a known, enabled user (``authenticationEnabled``).
+    authentication_enabled: bool = False
+    #: Signed-in users need an ACL allowing each request (``authorizationEnabled``).
+    authorization_enabled: bool = False
+    #: The initial Super user: JSON ``{"username","password"}`` or a file with it
+    #: (``initAuthenticationUser``); also ``ROCKET_INIT_AUTH_USER``.
+    init_authentication_user: str = field(default="", metadata={"secret": "1"})
+    #: What the broker signs its own requests with: JSON ``{"accessKey","secretKey"}`` or a
+    #: file (``innerClientAuthenticationCredentials``); default the initial user.
+    inner_client_authentication_credentials: str = field(default="", metadata={"secret": "1"})
+    #: Request codes never checked, comma separated (``authenticationWhitelist``).
+    authentication_whitelist: str = ""
+    #: ``stateless`` (verify every signature) or ``stateful`` (verify once per connection and user,
+    #: then for ``statefulAuthenticationCacheExpiredSecond``; ``authenticationStrategy``).
+    authentication_strategy: str = "stateless"
+    stateful_authentication_cache_expired_second: int = 60
+    #: Bearer token file for the HTTP admin API (``/api/v1``); empty = the inner credentials'
+    #: SecretKey when authentication is on, else the API is open.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
     #: Store keys (see module doc), as given.
     store_overrides: dict[str, str] = field(default_factory=dict, metadata={"internal": "1"})
 
@@ -314,12 +337,16 @@ class BrokerConfig:
             raise ConfigError(f"messageDelayLevel: {exc}") from None
 
     def to_properties(self) -> dict[str, str]:
-        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence)."""
+        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence). Secrets given
+        inline (JSON credentials rather than a file path) read ``******``."""
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):
             if f.metadata.get("internal"):
                 continue
-            out[_java_name(f.name)] = _to_text(getattr(self, f.name))
+            text = _to_text(getattr(self, f.name))
+            if f.metadata.get("secret") and text.lstrip().startswith("{"):
+                text = "******"
+            out[_java_name(f.name)] = text
         out.update(self.store_overrides)
         return out
 

@@ -28,6 +28,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rocket.auth import AuthConfig, AuthMetadataStore, ServerAuth, inner_credentials
+from rocket.auth.http import HttpAuth, read_token
+from rocket.auth.processor import AuthAdminProcessor
 from rocket.broker.client_manager import ConsumerManager, ProducerManager
 from rocket.broker.config import (
     BrokerConfig,
@@ -155,16 +158,37 @@ class BrokerController:
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.tools_processor = ToolsAdminProcessor(self)
+        #: Users and ACLs (``<storePathRootDir>/config/auth.json``), served by the AUTH_* codes.
+        self.auth_config = auth_config(config)
+        self.auth_store = AuthMetadataStore(self.auth_config.metadata_path)
+        self.auth_processor = AuthAdminProcessor(self.auth_store, read_only=lambda: self.config.is_slave)
+        #: The request check on every remoting port (None when ACL is off).
+        self.auth: ServerAuth | None = (
+            ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
+        )
+        #: Credentials this broker signs its own requests with (registration, slave copies).
+        self.inner_credentials = inner_credentials(self.auth_config) if self.auth_config.enabled else None
+        #: Credential check of the HTTP ``/api/v1`` routes (None: open, ACL off and no token file).
+        self.http_auth: HttpAuth | None = None
+        if self.auth_config.enabled or config.http_auth_token_file:
+            token = read_token(config.http_auth_token_file) if config.http_auth_token_file else None
+            self.http_auth = HttpAuth(token, self.auth_store if self.auth_config.enabled else None,
+                                      protect_probes=config.http_auth_probes)
         self.remoting = RemotingServer(
-            self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker"
+            self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
+            rpc_hook=self.auth,
         )
         self.vip_remoting: RemotingServer | None = None
         if config.vip_channel_enable:
             self.vip_remoting = RemotingServer(
-                self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip"
+                self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip",
+                rpc_hook=self.auth,
             )
         for server in self._servers():
             server.on_connection_closed.append(self._connection_closed)
+        if self.inner_credentials is not None:
+            self.outer_api.client.rpc_hook = self.inner_credentials.sign
+            self.ha.sync.client.rpc_hook = self.inner_credentials.sign
         #: Sends being handled right now (overload protection).
         self.in_flight_sends = 0
         #: Body bytes of those sends.
@@ -264,6 +288,8 @@ class BrokerController:
             (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.ha.process_role_change),
         ):
             p.register(code, handler)
+        for auth_code, auth_handler in self.auth_processor.handlers().items():
+            p.register(auth_code, auth_handler)  # type: ignore[arg-type]
         p.observers.append(self.metrics.observe_request)
         return p
 
@@ -869,6 +895,22 @@ class BrokerController:
             "timer": self.timer.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
+
+
+def auth_config(config: BrokerConfig) -> AuthConfig:
+    """The :class:`AuthConfig` of a broker: ``aclEnable`` turns on both checks; users and ACLs
+    live in ``<storePathRootDir>/config/auth.json``."""
+    return AuthConfig(
+        cluster_name=config.broker_cluster_name,
+        authentication_enabled=config.authentication_enabled or config.acl_enable,
+        authorization_enabled=config.authorization_enabled or config.acl_enable,
+        init_authentication_user=config.init_authentication_user,
+        inner_client_authentication_credentials=config.inner_client_authentication_credentials,
+        authentication_whitelist=config.authentication_whitelist,
+        authentication_strategy=config.authentication_strategy,
+        stateful_authentication_cache_expired_second=config.stateful_authentication_cache_expired_second,
+        metadata_path=str(Path(config.store_path_root_dir) / "config" / "auth.json"),
+    )
 
 
 def _stop_listening(server: RemotingServer) -> None:

@@ -18,6 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from rocket.auth.http import HttpAuth
     from rocket.broker.client_manager import ConsumerManager, ProducerManager
     from rocket.broker.config import BrokerConfig
     from rocket.broker.inner import MessageInner
@@ -307,6 +308,11 @@ class ToolsBroker(AdminBroker, HasProducers, Protocol):
 
 class HttpBroker(BrokerCore, HasConsumers, HasReplication, TopicAdmin, Protocol):
     """What the broker's HTTP side (:mod:`rocket.broker.http`) uses."""
+
+    @property
+    def http_auth(self) -> HttpAuth | None:
+        """The credential check of ``/api/v1`` (``rocket.auth.http``), None when open."""
+        ...
 
     @property
     def registered_namesrvs(self) -> list[str]:

@@ -53,6 +53,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from rocket.auth.ha import sign_hello, verify_hello
+from rocket.auth.hook import ServerAuth
+from rocket.auth.signature import SessionCredentials
+from rocket.auth.store import AuthMetadataStore
 from rocket.broker.config import BrokerConfig
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
@@ -146,6 +150,11 @@ class ReplicationBroker(Protocol):
     #: Timer messages: enqueued everywhere, delivered by masters only (``set_should_run_dequeue``).
     timer: TimerMessageStore
     outer_api: BrokerOuterAPI
+    #: Users and ACLs (copied from the master by the slave's metadata copy).
+    auth_store: AuthMetadataStore
+    #: The request check (None when ACL is off) and what this broker signs with.
+    auth: ServerAuth | None
+    inner_credentials: SessionCredentials | None
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
     ha_master_addr: str | None
@@ -205,6 +214,17 @@ class ReplicationManager:
     def is_master(self) -> bool:
         """This broker is its group's master now."""
         return self.config.is_master
+
+    def sign_hello(self, hello: dict[str, Any]) -> dict[str, Any]:
+        """The HA hello, signed with the broker's inner credentials when ACL is on."""
+        creds = self.broker.inner_credentials
+        return sign_hello(hello, creds) if creds is not None else hello
+
+    def check_slave(self, hello: dict[str, Any] | None) -> str | None:
+        """With ACL on, only slaves whose hello a Super user signed may replicate."""
+        if self.broker.auth is None:
+            return None
+        return verify_hello(hello, self.broker.auth_store)
 
     def master_ha_address(self) -> str | None:
         """Where a slave replicates from: ``haMasterAddress``, else the NameServer's answer."""

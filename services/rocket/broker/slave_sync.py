@@ -8,6 +8,8 @@ the interval if shorter) for
 * 45 GET_ALL_DELAY_OFFSET — delayed-delivery progress (replaced wholesale),
 * 60 GET_TIMER_CHECK_POINT — the timer wheel's read time (RocketMQ 5 ``syncTimerCheckPoint``;
   adopted once this slave's CommitLog reaches the master's end at the time of the answer),
+* 3005 AUTH_LIST_USER and 3010 AUTH_LIST_ACL — users and ACLs (replaced wholesale, written
+  durably when they changed; ``rocket.auth.sync``),
 
 so that a promoted slave serves consumers where they were and delivers
 delayed messages from where the master stopped. Each step fails on its own
@@ -22,10 +24,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rocket.auth.sync import fetch_auth_metadata
 from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
+    from rocket.auth.store import AuthMetadataStore
     from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.schedule import ScheduleMessageService
     from rocket.store.timer import TimerMessageStore
@@ -42,6 +46,7 @@ class SlaveSyncBroker(Protocol):
     metadata: BrokerMetadata
     schedule: ScheduleMessageService
     timer: TimerMessageStore
+    auth_store: AuthMetadataStore
 
 
 class SlaveSynchronize:
@@ -115,10 +120,14 @@ class SlaveSynchronize:
             ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._apply_offsets),
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
             ("timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, None),
+            ("users and ACLs", RequestCode.AUTH_LIST_USER, None),
         ):
             try:
-                if apply is None:
-                    await self._sync_timer_checkpoint(addr)
+                if apply is None:  # these make their own calls and read their own answers
+                    if code == RequestCode.GET_TIMER_CHECK_POINT:
+                        await self._sync_timer_checkpoint(addr)
+                    else:
+                        await self._apply_auth(addr)
                     continue
                 body = await self._call(addr, code)
                 await apply(body)
@@ -165,6 +174,12 @@ class SlaveSynchronize:
         mgr = self.broker.metadata.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
+
+    async def _apply_auth(self, addr: Any) -> None:
+        metadata = await fetch_auth_metadata(self.client, str(addr), self.timeout)
+        store = self.broker.auth_store
+        if await asyncio.to_thread(store.replace_all, metadata):
+            log.info("users and ACLs copied from master %s", addr)
 
     async def _apply_offsets(self, body: bytes) -> None:
         self.broker.metadata.consumer_offsets.replace_all(body)

@@ -60,6 +60,7 @@ from typing import Any
 
 import orjson
 
+from rocket.auth.signature import SessionCredentials
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
@@ -318,12 +319,13 @@ class PullConsumer(_OffsetAPI):
         instance_name: str | None = None,
         poll_namesrv_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.timeout = timeout
         self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
                                poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval)
+                               heartbeat_interval=heartbeat_interval, credentials=credentials)
         self.client.heartbeat_body = self._heartbeat_body
         self.client.heartbeat_slaves = True
         self._puller = _Puller(self.client, group)
@@ -526,6 +528,7 @@ class PushConsumer(_OffsetAPI):
         timeout: float = DEFAULT_TIMEOUT,
         offset_store_dir: Path | str | None = None,
         instance_name: str | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.handler = handler
@@ -546,7 +549,7 @@ class PushConsumer(_OffsetAPI):
         self.timeout = timeout
         self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
                                poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval)
+                               heartbeat_interval=heartbeat_interval, credentials=credentials)
         self.client.heartbeat_body = self._heartbeat_body
         self.client.heartbeat_slaves = True
         self.client.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)

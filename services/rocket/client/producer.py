@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rocket.auth.signature import SessionCredentials
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient
 from rocket.client.errors import MQClientError, NotStartedError, SendFailedError, TopicRouteError
 from rocket.client.route import FaultTracker, PublishInfo
@@ -240,6 +241,7 @@ class Producer:
         heartbeat_interval: float = 30.0,
         instance_name: str | None = None,
         client: MQClient | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.retries = max(0, retries)
@@ -254,6 +256,7 @@ class Producer:
             timeout=send_timeout,
             poll_namesrv_interval=poll_namesrv_interval,
             heartbeat_interval=heartbeat_interval,
+            credentials=credentials,
         )
         self.faults = FaultTracker()
         self._publish: dict[str, PublishInfo] = {}

@@ -66,6 +66,23 @@ class NameServerConfig:
     enable_topic_list: bool = True
     kv_config_path: str | None = None
     log_level: str = "INFO"
+    #: ACL (RocketMQ 5.x ``AuthConfig`` names, as on brokers): requests must be signed by a known
+    #: user (authentication) whose ACL allows them (authorization). ``acl_enable`` sets both.
+    acl_enable: bool = False
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    #: The initial Super user, JSON ``{"username","password"}`` or a file (``ROCKET_INIT_AUTH_USER``).
+    init_authentication_user: str = ""
+    #: What this NameServer signs its copies of the brokers' users with (default: the initial user).
+    inner_client_authentication_credentials: str = ""
+    #: Cluster name of the ``Cluster:`` resource checked for administrative requests.
+    cluster_name: str = "DefaultCluster"
+    #: Seconds between copies of the users and ACLs from a registered master broker.
+    auth_sync_interval: float = 10.0
+    #: Bearer token file for ``/api/v1`` (``rocket.auth.http``); with ACL on, Super users' keys work too.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an out-of-range value."""

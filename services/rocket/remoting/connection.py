@@ -116,6 +116,8 @@ class RemotingConnection(asyncio.Protocol):
         self.peer = "?"
         self.local = "?"
         self.attributes: dict[str, Any] = {}
+        #: Called with every request this end sends, before encoding (signing, ``RemotingClient``).
+        self.rpc_hook: Callable[[RemotingCommand], None] | None = None
         self._decoder = FrameDecoder(max_frame_size)
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
@@ -349,6 +351,8 @@ class RemotingConnection(asyncio.Protocol):
         opaque = self._next_opaque = (self._next_opaque + 1) & 0x7FFFFFFF
         cmd.opaque = opaque
         cmd.flag &= ~FLAG_ONEWAY
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         data = encode(cmd)
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         deadline = loop.time() + timeout
@@ -391,6 +395,8 @@ class RemotingConnection(asyncio.Protocol):
         """
         cmd.opaque = self._opaque()
         cmd.flag |= FLAG_ONEWAY
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         self._write(encode(cmd))
 
     async def drain(self) -> None:
