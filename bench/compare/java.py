@@ -177,3 +177,36 @@ def driver_argv(lib: Path, classes: Path, home: Path, command: str, *args: str, 
     """``java ... Driver <command> <args>``; the client's logs go to ``home/logs``."""
     home.mkdir(parents=True, exist_ok=True)
     return [java(), *DRIVER_JVM, *jvm, f"-Duser.home={home}", "-cp", classpath(lib, classes), "Driver", command, *args]
+
+
+def compile_java(lib: Path, source: Path) -> Path:
+    """Compile one Java ``source`` file against the jars in ``lib`` (once per content); the classes folder.
+
+    Used by the compat tests for their small Java programs (e.g. ``tests/compat/java/SlaveRead.java``).
+    Raises :class:`JavaSetupError` when javac is missing or fails.
+    """
+    text = source.read_bytes()
+    digest = hashlib.sha256(text).hexdigest()[:12]
+    out = lib.parent / f"{source.stem.lower()}-{digest}"
+    if (out / f"{source.stem}.class").exists():
+        return out
+    javac = _tool("javac")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    proc = subprocess.run([javac, "-encoding", "UTF-8", "-nowarn", "-Xlint:none", "-cp", classpath(lib),
+                           "-d", str(tmp), str(source)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise JavaSetupError(f"javac failed on {source}:\n{proc.stdout}{proc.stderr}")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def java_argv(lib: Path, classes: Path, home: Path, main: str, *args: str) -> list[str]:
+    """``java ... <main> <args>`` with a small heap; the client's logs go to ``home/logs``."""
+    home.mkdir(parents=True, exist_ok=True)
+    return [java(), "-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", QUIET_LOGBACK, f"-Duser.home={home}",
+            "-cp", classpath(lib, classes), main, *args]

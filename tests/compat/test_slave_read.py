@@ -1,0 +1,142 @@
+"""Compatibility: Apache RocketMQ's Java client reads every message from a slave after its master died.
+
+Issue 19: a slave that still believed its master reachable answered PULL_MESSAGE with
+PULL_RETRY_IMMEDIATELY (20) and a ``nextBeginOffset`` past the messages it had read. The Java
+client takes 20 as NO_MATCHED_MSG, moves to ``nextBeginOffset`` and commits it: every message was
+skipped, and the group's offsets on the slave said they were consumed.
+
+Here, with real processes on loopback: a NameServer, a SYNC_MASTER and its slave (RocketMQ's
+defaults: ``slaveReadEnable`` false; ``haHousekeepingInterval`` raised to 60 s so the slave keeps
+believing its master reachable for the whole test). The Java producer sends 300 messages (all
+SEND_OK, so the slave has each one), the master is killed with SIGKILL, and a Java push consumer of
+a fresh group subscribes within seconds: it must receive every one of the 300 messages, and the
+offsets it commits (held by the slave) must be each queue's end, no more. The Java program is
+``tests/compat/java/SlaveRead.java``, compiled against the client jars of ``bench/compare/java.py``
+(Maven); if they cannot be had, the test fails and says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.compare import java
+
+from rocket.remoting import RemotingClient, RequestCode, ResponseCode
+from tests.integration.broker_harness import BrokerProc, RawBroker, broker_port, nameserver_process, route
+from tests.integration.replication_support import group_broker, ha_status, wait_until
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(420)]
+
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "SlaveRead.java"
+TOPIC = "SlaveReadT"
+QUEUES = 4
+COUNT = 300
+#: RocketMQ's defaults for slave reads, and a slave that believes its master alive for a minute.
+GROUP_SETTINGS = {"slaveReadEnable": "false", "haHousekeepingInterval": "60000"}
+
+
+@pytest.fixture(scope="module")
+def java_program() -> tuple[Path, Path]:
+    """(folder of Apache RocketMQ jars, folder of the compiled SlaveRead); fails when unavailable."""
+    try:
+        lib = java.ensure_jars()
+        return lib, java.compile_java(lib, JAVA_SOURCE)
+    except java.JavaSetupError as exc:
+        pytest.fail(f"the Apache RocketMQ Java client is not available: {exc}", pytrace=False)
+
+
+def _run_java(program: tuple[Path, Path], home: Path, *args: str, timeout: float) -> dict[str, Any]:
+    lib, classes = program
+    argv = java.java_argv(lib, classes, home, "SlaveRead", *args)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(f"SlaveRead {args[0]} exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                             f"stderr:\n{proc.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
+    return result
+
+
+async def _queue_offsets(rb: RawBroker, group: str) -> tuple[dict[int, int], dict[int, int]]:
+    """Per queue: (the broker's max offset, the group's committed offset or -1)."""
+    maxes: dict[int, int] = {}
+    committed: dict[int, int] = {}
+    for q in range(QUEUES):
+        r = await rb.call(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": q})
+        assert r.code == ResponseCode.SUCCESS, r
+        maxes[q] = int(r.ext_fields["offset"])
+        r = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": TOPIC, "queueId": q})
+        committed[q] = int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else -1
+    return maxes, committed
+
+
+def _logs(*brokers: BrokerProc) -> str:
+    return "\n".join(f"--- {b.name} {b.addr} ---\n{b.log_text()[-4000:]}" for b in brokers)
+
+
+async def test_java_consumer_reads_every_message_from_the_slave_after_the_master_is_killed(
+        tmp_path: Path, java_program: tuple[Path, Path]) -> None:
+    client = RemotingClient()
+    with contextlib.ExitStack() as stack:
+        ns = stack.enter_context(nameserver_process(tmp_path))
+        master = stack.enter_context(group_broker(tmp_path, "sr-a", ns.addr, port=broker_port(), role="SYNC_MASTER",
+                                                  broker_id=0, extra=GROUP_SETTINGS))
+        slave = stack.enter_context(group_broker(tmp_path, "sr-a", ns.addr, port=broker_port(), role="SLAVE",
+                                                 broker_id=1, extra=GROUP_SETTINGS))
+        try:
+            assert (await RawBroker(client, master.addr).create_topic(TOPIC, queues=QUEUES)).code == 0
+            await wait_until(lambda: route(client, ns.addr, TOPIC), 10, "the topic's route")
+
+            async def slave_in_sync() -> bool:
+                return any(s["inSync"] for s in (await ha_status(master))["slaves"])
+
+            await wait_until(slave_in_sync, 20, "the slave to replicate")
+
+            sent = _run_java(java_program, tmp_path / "home-producer", "produce", f"namesrv={ns.addr}",
+                             f"topic={TOPIC}", f"count={COUNT}", timeout=120)
+            assert sent["statuses"] == {"SEND_OK": COUNT}, sent
+
+            rb_slave = RawBroker(client, slave.addr)
+
+            async def slave_has_all() -> bool:
+                maxes, _ = await _queue_offsets(rb_slave, "CG_NONE")
+                return sum(maxes.values()) == COUNT
+
+            await wait_until(slave_has_all, 10, "the slave's ConsumeQueues to hold every message")
+
+            master.proc.send_signal(signal.SIGKILL)
+            master.proc.wait(10)
+            killed = time.monotonic()
+
+            async def master_gone_from_route() -> bool:
+                r = await route(client, ns.addr, TOPIC)
+                addrs = {str(k) for bd in (r or {}).get("brokerDatas", []) for k in bd["brokerAddrs"]}
+                return r is not None and "0" not in addrs and "1" in addrs
+
+            await wait_until(master_gone_from_route, 10, "the NameServer to drop the killed master")
+            master_state = (await ha_status(slave))["master"]
+            # the situation of the defect: the slave still believes its master reachable
+            assert master_state["reachable"] is True, master_state
+            assert time.monotonic() - killed < 10
+
+            group = "CG_SLAVE_READ"
+            got = _run_java(java_program, tmp_path / "home-consumer", "consume", f"namesrv={ns.addr}",
+                            f"topic={TOPIC}", f"expect={COUNT}", f"group={group}", "timeout=45", timeout=150)
+            context = f"{got}\n{_logs(slave)}"
+            assert got["missing_count"] == 0 and got["received"] == COUNT, f"messages skipped: {context}"
+            assert got["distinct"] == COUNT, context
+
+            maxes, committed = await _queue_offsets(rb_slave, group)
+            assert sum(maxes.values()) == COUNT
+            # the consumer's own offsets, and those it committed to the slave: each queue's end
+            assert got["offsets"] == {f"sr-a:{q}": maxes[q] for q in range(QUEUES)}, context
+            assert committed == maxes, f"committed {committed}, queue ends {maxes}\n{context}"
+        finally:
+            await client.close()
