@@ -63,7 +63,8 @@ class NameServer:
         self.processor.metrics = self.metrics
         processors.observers.append(self.metrics.observe_request)
         self.remoting = RemotingServer(
-            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver"
+            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
+            flow_control=cfg.flow_control(),
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
         self._http_runner: web.AppRunner | None = None

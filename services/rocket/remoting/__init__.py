@@ -30,7 +30,7 @@ from rocket.remoting.command import (
     encode,
     loads_lenient,
 )
-from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
+from rocket.remoting.connection import FlowControl, Processors, RemotingConnection, parse_addr
 from rocket.remoting.server import RemotingServer
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "PERM_PRIORITY",
     "PERM_READ",
     "PERM_WRITE",
+    "FlowControl",
     "FrameDecoder",
     "FrameError",
     "HeaderFieldError",

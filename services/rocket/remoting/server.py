@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
-from rocket.remoting.connection import Handler, Processors, RemotingConnection
+from rocket.remoting.connection import FlowControl, Handler, Processors, RemotingConnection
 
 log = logging.getLogger("rocket.remoting")
 
@@ -19,6 +19,9 @@ class RemotingServer:
     :meth:`start`. ``on_connection_closed`` callbacks receive the closed
     :class:`RemotingConnection` (the NameServer uses this to drop a broker's
     routes at once). A malformed frame closes only its own connection.
+    ``flow_control``: every connection's backpressure bounds (unsent replies,
+    pending requests; :class:`~rocket.remoting.connection.FlowControl`,
+    defaults when None).
     """
 
     def __init__(
@@ -29,12 +32,14 @@ class RemotingServer:
         port: int = 0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         name: str = "server",
+        flow_control: FlowControl | None = None,
     ) -> None:
         self.processors = processors or Processors()
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
         self.name = name
+        self.flow_control = flow_control or FlowControl()
         self.connections: set[RemotingConnection] = set()
         self.on_connection_closed: list[Callable[[RemotingConnection], None]] = []
         self._server: asyncio.AbstractServer | None = None
@@ -49,6 +54,7 @@ class RemotingServer:
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             role=self.name,
+            flow_control=self.flow_control,
         )
         self.connections.add(conn)
         return conn

@@ -262,6 +262,7 @@ class SendMessageProcessor:
         """The store confirmed (or failed) the append: answer the send."""
         self._done(size, started)
         if put.cancelled():  # the store shut down under it: no answer, as a cancelled task gives none
+            conn.answer(request, None, started)  # (None: nothing is sent; the request is no longer pending)
             return
         try:
             result = put.result()
