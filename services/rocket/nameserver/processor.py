@@ -30,7 +30,8 @@ from rocket.nameserver.model import (
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.remoting.codes import RequestCode, ResponseCode
 from rocket.remoting.command import RemotingCommand
-from rocket.remoting.connection import Processors, RemotingConnection
+from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
+from rocket.remoting.validation import LONG_MAX, invalid, topic_counts_problem
 
 if TYPE_CHECKING:
     from rocket.nameserver.metrics import NameServerMetrics
@@ -145,8 +146,13 @@ class DefaultRequestProcessor:
             epoch = int(epoch_text) if epoch_text not in (None, "") else None
         except ValueError:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad epoch {epoch_text!r}")
+        if epoch is not None and not 0 <= epoch <= LONG_MAX:
+            return invalid(request, f"epoch {epoch} is out of range (0..{LONG_MAX})")
         compressed = request.get_bool("compressed", False)
-        body_crc = request.get_int("bodyCrc32", 0)
+        body_crc = request.get_int("bodyCrc32", 0, bits=32)
+        problem = _broker_identity_problem(broker_name, broker_addr, cluster_name, broker_id, ha_server_addr)
+        if problem is not None:
+            return invalid(request, problem)
         if body_crc != 0 and crc32_masked(request.body) != body_crc:
             log.warning("register from %s (%s): body crc32 does not match", broker_addr, conn.peer)
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
@@ -155,6 +161,10 @@ class DefaultRequestProcessor:
         except BodyError as exc:
             log.warning("register from %s (%s): bad body: %s", broker_addr, conn.peer, exc)
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {exc}")
+        for tc in body.topicConfigSerializeWrapper.topicConfigTable.values():
+            problem = topic_counts_problem(tc.readQueueNums, tc.writeQueueNums, tc.perm, tc.topicSysFlag)
+            if problem is not None:
+                return invalid(request, f"{problem}, topic[{tc.topicName}] of broker {broker_addr}")
 
         result = self.routes.register_broker(
             cluster_name,
@@ -192,6 +202,8 @@ class DefaultRequestProcessor:
         broker_addr = request.require("brokerAddr")
         cluster_name = request.require("clusterName")
         broker_id = request.require_int("brokerId")
+        if broker_id < 0:
+            return invalid(request, f"brokerId {broker_id} is out of range (0..{LONG_MAX})")
         self.routes.unregister_broker(cluster_name, broker_addr, broker_name, broker_id)
         addrs = conn.attributes.get(CONN_BROKER_ADDRS)
         if addrs is not None:
@@ -304,3 +316,22 @@ class DefaultRequestProcessor:
         if not self.order_message_enable:
             return None
         return self.kv_config.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+
+
+def _broker_identity_problem(name: str, addr: str, cluster: str, broker_id: int, ha_addr: str) -> str | None:
+    """A remark when a registering broker's identity is out of range, else None: names not
+    empty, ``brokerId`` >= 0, ``brokerAddr`` (and a non-empty ``haServerAddr``) ``host:port``."""
+    if not name or not cluster:
+        return "brokerName and clusterName must not be empty"
+    if broker_id < 0:
+        return f"brokerId {broker_id} is out of range (0..{LONG_MAX})"
+    for field, value in (("brokerAddr", addr), ("haServerAddr", ha_addr)):
+        if field == "haServerAddr" and not value:
+            continue
+        try:
+            host, _ = parse_addr(value)
+        except ValueError as exc:
+            return f"{field}: {exc}"
+        if not host:
+            return f"{field} {value!r} has no host"
+    return None

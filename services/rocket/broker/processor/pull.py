@@ -54,6 +54,7 @@ from rocket.broker.headers import PullMessageRequestHeader
 from rocket.broker.long_polling import PullRequest
 from rocket.broker.topics import is_readable
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+from rocket.remoting.validation import invalid
 from rocket.store.api import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ class PullMessageProcessor:
         broker = self.broker
         cfg = broker.config
         header = PullMessageRequestHeader.parse(request)
+        problem = header.problem()
+        if problem is not None:
+            return invalid(request, problem), None
         if not is_readable(cfg.broker_permission):
             return request.response(
                 ResponseCode.NO_PERMISSION,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+from rocket.remoting.validation import INT_MAX, LONG_MAX, invalid
 
 if TYPE_CHECKING:
     from rocket.broker.controller import BrokerController
@@ -28,9 +29,11 @@ class QueryMessageProcessor:
         broker = self.broker
         topic = request.require("topic")
         key = request.require("key")
-        max_num = request.require_int("maxNum")
+        max_num = request.require_int("maxNum", bits=32)
         begin = request.require_int("beginTimestamp")
         end = request.require_int("endTimestamp")
+        if max_num < 1:
+            return invalid(request, f"maxNum {max_num} is out of range (1..{INT_MAX})")
         if request.get_bool("_UNIQUE_KEY_QUERY", False):
             max_num = broker.config.default_query_max_num
         max_num = max(1, min(max_num, broker.config.max_msgs_num_batch))
@@ -48,6 +51,8 @@ class QueryMessageProcessor:
     def view_message_by_id(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """The stored record at CommitLog offset ``offset``; code 1 when there is none."""
         offset = request.require_int("offset")
+        if offset < 0:
+            return invalid(request, f"offset {offset} is out of range (0..{LONG_MAX})")
         record = self.broker.store.read_record(offset)
         if record is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")

@@ -64,6 +64,7 @@ from rocket.message import (
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting.connection import ANSWER_LATER
+from rocket.remoting.validation import invalid
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -360,6 +361,9 @@ class SendMessageProcessor:
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden "
                 f"(brokerPermission={cfg.broker_permission})",
             )
+        problem = header.problem()
+        if problem is not None:
+            return invalid(request, problem)
         problem = _topic_problem(header.topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
@@ -546,6 +550,9 @@ class SendMessageProcessor:
         broker = self.broker
         cfg = broker.config
         header = ConsumerSendMsgBackRequestHeader.parse(request)
+        problem = header.problem()
+        if problem is not None:
+            return invalid(request, problem)
         group_config = broker.find_subscription_group(header.group)
         if group_config is None:
             return request.response(
