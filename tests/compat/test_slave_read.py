@@ -8,11 +8,12 @@ skipped, and the group's offsets on the slave said they were consumed.
 Here, with real processes on loopback: a NameServer, a SYNC_MASTER and its slave (RocketMQ's
 defaults: ``slaveReadEnable`` false; ``haHousekeepingInterval`` raised to 60 s so the slave keeps
 believing its master reachable for the whole test). The Java producer sends 300 messages (all
-SEND_OK, so the slave has each one), the master is killed with SIGKILL, and a Java push consumer of
-a fresh group subscribes within seconds: it must receive every one of the 300 messages, and the
+SEND_OK, so the slave has each one), the master is killed with SIGKILL, and a push consumer of a
+fresh group subscribes within seconds, once with Apache's Java client and once with the C++
+client (``rocketmq==0.4.4``, ``driver.py``): it must receive every one of the 300 messages, and the
 offsets it commits (held by the slave) must be each queue's end, no more. The Java program is
 ``tests/compat/java/SlaveRead.java``, compiled against the client jars of ``bench/compare/java.py``
-(Maven); if they cannot be had, the test fails and says why.
+(Maven); if a client cannot be had, the test fails and says why.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import pytest
 from bench.compare import java
 
 from rocket.remoting import RemotingClient, RequestCode, ResponseCode
+from tests.compat.realclient import Driver, cpp_log_tail
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_port, nameserver_process, route
 from tests.integration.replication_support import group_broker, ha_status, wait_until
 
@@ -81,9 +84,41 @@ def _logs(*brokers: BrokerProc) -> str:
     return "\n".join(f"--- {b.name} {b.addr} ---\n{b.log_text()[-4000:]}" for b in brokers)
 
 
-async def test_java_consumer_reads_every_message_from_the_slave_after_the_master_is_killed(
-        tmp_path: Path, java_program: tuple[Path, Path]) -> None:
-    client = RemotingClient()
+@dataclass
+class Consumed:
+    """What a real client's fresh consumer group got from the slave."""
+
+    #: How many of the COUNT bodies never arrived, and some of them.
+    missing_count: int
+    missing: list[str]
+    #: ``broker:queueId`` → the offset the client held in memory at the end (Java only).
+    client_offsets: dict[str, int] | None
+    context: str
+
+
+def _java_consume(program: tuple[Path, Path], home: Path, namesrv: str, group: str) -> Consumed:
+    got = _run_java(program, home, "consume", f"namesrv={namesrv}", f"topic={TOPIC}", f"expect={COUNT}",
+                    f"group={group}", "timeout=45", timeout=150)
+    return Consumed(int(got["missing_count"]), list(got["missing"]), dict(got["offsets"]), json.dumps(got))
+
+
+def _cpp_consume(compat_python: Path, home: Path, namesrv: str, group: str) -> Consumed:
+    driver = Driver(compat_python, namesrv, home)
+    events = driver.run("push-consume", "--topic", TOPIC, "--group", group, "--expect", str(COUNT),
+                        "--timeout", "45", "--linger", "6", timeout=150)
+    bodies = {str(e["body"]) for e in events if e["event"] == "msg" and e["result"] == "ok"}
+    missing = [f"sr-{i}" for i in range(COUNT) if f"sr-{i}" not in bodies]
+    done = [e for e in events if e["event"] == "done"]
+    return Consumed(len(missing), missing[:20], None,
+                    f"done: {done}; {len(bodies)} distinct bodies; {cpp_log_tail(home, 3000)}")
+
+
+@pytest.mark.parametrize("client", ["java", "cpp"])
+async def test_real_consumer_reads_every_message_from_the_slave_after_the_master_is_killed(
+        tmp_path: Path, client: str, request: pytest.FixtureRequest) -> None:
+    program: tuple[Path, Path] = request.getfixturevalue("java_program")
+    compat_python: Path | None = request.getfixturevalue("compat_python") if client == "cpp" else None
+    rpc = RemotingClient()
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(nameserver_process(tmp_path))
         master = stack.enter_context(group_broker(tmp_path, "sr-a", ns.addr, port=broker_port(), role="SYNC_MASTER",
@@ -91,19 +126,19 @@ async def test_java_consumer_reads_every_message_from_the_slave_after_the_master
         slave = stack.enter_context(group_broker(tmp_path, "sr-a", ns.addr, port=broker_port(), role="SLAVE",
                                                  broker_id=1, extra=GROUP_SETTINGS))
         try:
-            assert (await RawBroker(client, master.addr).create_topic(TOPIC, queues=QUEUES)).code == 0
-            await wait_until(lambda: route(client, ns.addr, TOPIC), 10, "the topic's route")
+            assert (await RawBroker(rpc, master.addr).create_topic(TOPIC, queues=QUEUES)).code == 0
+            await wait_until(lambda: route(rpc, ns.addr, TOPIC), 10, "the topic's route")
 
             async def slave_in_sync() -> bool:
                 return any(s["inSync"] for s in (await ha_status(master))["slaves"])
 
             await wait_until(slave_in_sync, 20, "the slave to replicate")
 
-            sent = _run_java(java_program, tmp_path / "home-producer", "produce", f"namesrv={ns.addr}",
+            sent = _run_java(program, tmp_path / "home-producer", "produce", f"namesrv={ns.addr}",
                              f"topic={TOPIC}", f"count={COUNT}", timeout=120)
             assert sent["statuses"] == {"SEND_OK": COUNT}, sent
 
-            rb_slave = RawBroker(client, slave.addr)
+            rb_slave = RawBroker(rpc, slave.addr)
 
             async def slave_has_all() -> bool:
                 maxes, _ = await _queue_offsets(rb_slave, "CG_NONE")
@@ -116,7 +151,7 @@ async def test_java_consumer_reads_every_message_from_the_slave_after_the_master
             killed = time.monotonic()
 
             async def master_gone_from_route() -> bool:
-                r = await route(client, ns.addr, TOPIC)
+                r = await route(rpc, ns.addr, TOPIC)
                 addrs = {str(k) for bd in (r or {}).get("brokerDatas", []) for k in bd["brokerAddrs"]}
                 return r is not None and "0" not in addrs and "1" in addrs
 
@@ -126,17 +161,20 @@ async def test_java_consumer_reads_every_message_from_the_slave_after_the_master
             assert master_state["reachable"] is True, master_state
             assert time.monotonic() - killed < 10
 
-            group = "CG_SLAVE_READ"
-            got = _run_java(java_program, tmp_path / "home-consumer", "consume", f"namesrv={ns.addr}",
-                            f"topic={TOPIC}", f"expect={COUNT}", f"group={group}", "timeout=45", timeout=150)
-            context = f"{got}\n{_logs(slave)}"
-            assert got["missing_count"] == 0 and got["received"] == COUNT, f"messages skipped: {context}"
-            assert got["distinct"] == COUNT, context
+            group = f"CG_SLAVE_READ_{client.upper()}"
+            if client == "java":
+                got = _java_consume(program, tmp_path / "home-consumer", ns.addr, group)
+            else:
+                assert compat_python is not None
+                got = _cpp_consume(compat_python, tmp_path / "home-consumer", ns.addr, group)
+            context = f"{got.context}\n{_logs(slave)}"
+            assert got.missing_count == 0, f"{got.missing_count} messages skipped, e.g. {got.missing}: {context}"
 
             maxes, committed = await _queue_offsets(rb_slave, group)
             assert sum(maxes.values()) == COUNT
-            # the consumer's own offsets, and those it committed to the slave: each queue's end
-            assert got["offsets"] == {f"sr-a:{q}": maxes[q] for q in range(QUEUES)}, context
+            # the offsets the client committed (held by the slave): each queue's end, no more, no less
             assert committed == maxes, f"committed {committed}, queue ends {maxes}\n{context}"
+            if got.client_offsets is not None:
+                assert got.client_offsets == {f"sr-a:{q}": maxes[q] for q in range(QUEUES)}, context
         finally:
-            await client.close()
+            await rpc.close()
