@@ -182,7 +182,7 @@ def driver_argv(lib: Path, classes: Path, home: Path, command: str, *args: str, 
 def compile_java(lib: Path, source: Path) -> Path:
     """Compile one Java ``source`` file against the jars in ``lib`` (once per content); the classes folder.
 
-    Used by the compat tests for their small Java programs (e.g. ``tests/compat/java/SlaveRead.java``).
+    Used by the compat tests for their small Java programs (e.g. ``tests/compat/java/PullCheck.java``).
     Raises :class:`JavaSetupError` when javac is missing or fails.
     """
     text = source.read_bytes()

@@ -12,32 +12,26 @@ SEND_OK, so the slave has each one), the master is killed with SIGKILL, and a pu
 fresh group subscribes within seconds, once with Apache's Java client and once with the C++
 client (``rocketmq==0.4.4``, ``driver.py``): it must receive every one of the 300 messages, and the
 offsets it commits (held by the slave) must be each queue's end, no more. The Java program is
-``tests/compat/java/SlaveRead.java``, compiled against the client jars of ``bench/compare/java.py``
+``tests/compat/java/PullCheck.java``, compiled against the client jars of ``bench/compare/java.py``
 (Maven); if a client cannot be had, the test fails and says why.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bench.compare import java
 
-from rocket.remoting import RemotingClient, RequestCode, ResponseCode
-from tests.compat.realclient import Driver, cpp_log_tail
+from rocket.remoting import RemotingClient
+from tests.compat import pullcheck
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_port, nameserver_process, route
 from tests.integration.replication_support import group_broker, ha_status, wait_until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(420)]
 
-JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "SlaveRead.java"
 TOPIC = "SlaveReadT"
 QUEUES = 4
 COUNT = 300
@@ -47,70 +41,12 @@ GROUP_SETTINGS = {"slaveReadEnable": "false", "haHousekeepingInterval": "60000"}
 
 @pytest.fixture(scope="module")
 def java_program() -> tuple[Path, Path]:
-    """(folder of Apache RocketMQ jars, folder of the compiled SlaveRead); fails when unavailable."""
-    try:
-        lib = java.ensure_jars()
-        return lib, java.compile_java(lib, JAVA_SOURCE)
-    except java.JavaSetupError as exc:
-        pytest.fail(f"the Apache RocketMQ Java client is not available: {exc}", pytrace=False)
-
-
-def _run_java(program: tuple[Path, Path], home: Path, *args: str, timeout: float) -> dict[str, Any]:
-    lib, classes = program
-    argv = java.java_argv(lib, classes, home, "SlaveRead", *args)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise AssertionError(f"SlaveRead {args[0]} exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-                             f"stderr:\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
-    return result
-
-
-async def _queue_offsets(rb: RawBroker, group: str) -> tuple[dict[int, int], dict[int, int]]:
-    """Per queue: (the broker's max offset, the group's committed offset or -1)."""
-    maxes: dict[int, int] = {}
-    committed: dict[int, int] = {}
-    for q in range(QUEUES):
-        r = await rb.call(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": q})
-        assert r.code == ResponseCode.SUCCESS, r
-        maxes[q] = int(r.ext_fields["offset"])
-        r = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": TOPIC, "queueId": q})
-        committed[q] = int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else -1
-    return maxes, committed
+    """(folder of Apache RocketMQ jars, folder of the compiled PullCheck); fails when unavailable."""
+    return pullcheck.java_program()
 
 
 def _logs(*brokers: BrokerProc) -> str:
     return "\n".join(f"--- {b.name} {b.addr} ---\n{b.log_text()[-4000:]}" for b in brokers)
-
-
-@dataclass
-class Consumed:
-    """What a real client's fresh consumer group got from the slave."""
-
-    #: How many of the COUNT bodies never arrived, and some of them.
-    missing_count: int
-    missing: list[str]
-    #: ``broker:queueId`` → the offset the client held in memory at the end (Java only).
-    client_offsets: dict[str, int] | None
-    context: str
-
-
-def _java_consume(program: tuple[Path, Path], home: Path, namesrv: str, group: str) -> Consumed:
-    got = _run_java(program, home, "consume", f"namesrv={namesrv}", f"topic={TOPIC}", f"expect={COUNT}",
-                    f"group={group}", "timeout=45", timeout=150)
-    return Consumed(int(got["missing_count"]), list(got["missing"]), dict(got["offsets"]), json.dumps(got))
-
-
-def _cpp_consume(compat_python: Path, home: Path, namesrv: str, group: str) -> Consumed:
-    driver = Driver(compat_python, namesrv, home)
-    events = driver.run("push-consume", "--topic", TOPIC, "--group", group, "--expect", str(COUNT),
-                        "--timeout", "45", "--linger", "6", timeout=150)
-    bodies = {str(e["body"]) for e in events if e["event"] == "msg" and e["result"] == "ok"}
-    missing = [f"sr-{i}" for i in range(COUNT) if f"sr-{i}" not in bodies]
-    done = [e for e in events if e["event"] == "done"]
-    return Consumed(len(missing), missing[:20], None,
-                    f"done: {done}; {len(bodies)} distinct bodies; {cpp_log_tail(home, 3000)}")
 
 
 @pytest.mark.parametrize("client", ["java", "cpp"])
@@ -134,14 +70,14 @@ async def test_real_consumer_reads_every_message_from_the_slave_after_the_master
 
             await wait_until(slave_in_sync, 20, "the slave to replicate")
 
-            sent = _run_java(program, tmp_path / "home-producer", "produce", f"namesrv={ns.addr}",
+            sent = pullcheck.run_java(program, tmp_path / "home-producer", "produce", f"namesrv={ns.addr}",
                              f"topic={TOPIC}", f"count={COUNT}", timeout=120)
             assert sent["statuses"] == {"SEND_OK": COUNT}, sent
 
             rb_slave = RawBroker(rpc, slave.addr)
 
             async def slave_has_all() -> bool:
-                maxes, _ = await _queue_offsets(rb_slave, "CG_NONE")
+                maxes, _ = await pullcheck.queue_offsets(rb_slave, TOPIC, QUEUES, "CG_NONE")
                 return sum(maxes.values()) == COUNT
 
             await wait_until(slave_has_all, 10, "the slave's ConsumeQueues to hold every message")
@@ -163,14 +99,14 @@ async def test_real_consumer_reads_every_message_from_the_slave_after_the_master
 
             group = f"CG_SLAVE_READ_{client.upper()}"
             if client == "java":
-                got = _java_consume(program, tmp_path / "home-consumer", ns.addr, group)
+                got = pullcheck.java_consume(program, tmp_path / "home-consumer", ns.addr, TOPIC, group, COUNT)
             else:
                 assert compat_python is not None
-                got = _cpp_consume(compat_python, tmp_path / "home-consumer", ns.addr, group)
+                got = pullcheck.cpp_consume(compat_python, tmp_path / "home-consumer", ns.addr, TOPIC, group, COUNT)
             context = f"{got.context}\n{_logs(slave)}"
             assert got.missing_count == 0, f"{got.missing_count} messages skipped, e.g. {got.missing}: {context}"
 
-            maxes, committed = await _queue_offsets(rb_slave, group)
+            maxes, committed = await pullcheck.queue_offsets(rb_slave, TOPIC, QUEUES, group)
             assert sum(maxes.values()) == COUNT
             # the offsets the client committed (held by the slave): each queue's end, no more, no less
             assert committed == maxes, f"committed {committed}, queue ends {maxes}\n{context}"

@@ -1,13 +1,14 @@
-// Apache RocketMQ's Java client for tests/compat/test_slave_read.py (compiled by bench/compare/java.py's
-// compile_java, run on the client jars of bench/compare/java.py). Two commands, each printing one line
-// "RESULT {json}" at the end:
+// Apache RocketMQ's Java client for the pull-answer compat tests (tests/compat/test_slave_read.py,
+// test_pull_answers.py; compiled by bench/compare/java.py's compile_java against the client jars).
+// Two commands, each printing one line "RESULT {json}" at the end:
 //
-//   produce namesrv=H:P topic=T count=N group=G
-//       N sync sends of bodies "sr-<i>" (tag TagA); counts send statuses.
-//   consume namesrv=H:P topic=T expect=N group=G timeout=SECONDS
+//   produce namesrv=H:P topic=T (count=N [prefix=sr-] [tag=TagA] | runs=prefix:tag:count,...) [group=G]
+//       sync sends of bodies "<prefix><i>" with that tag, run after run; counts send statuses.
+//   consume namesrv=H:P topic=T expect=N group=G [prefix=sr-] [expression=*] [timeout=SECONDS]
 //       a DefaultMQPushConsumer of group G (CONSUME_FROM_FIRST_OFFSET, offsets persisted every second)
-//       until it has every body "sr-0" .. "sr-<N-1>" or the timeout; then it waits 3 s, prints the
-//       offsets it holds in memory per queue, shuts down (persisting them) and reports what it got.
+//       subscribed with the expression, until it has every body "<prefix>0" .. "<prefix><N-1>" or the
+//       timeout; then it waits 3 s, prints the offsets it holds in memory per queue, shuts down
+//       (persisting them) and reports what it got (bodies without the prefix count as "unexpected").
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -29,7 +30,7 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
-public class SlaveRead {
+public class PullCheck {
     public static void main(String[] args) throws Exception {
         Map<String, String> o = new HashMap<>();
         for (int i = 1; i < args.length; i++) {
@@ -41,7 +42,7 @@ public class SlaveRead {
             case "produce": rc = produce(o); break;
             case "consume": rc = consume(o); break;
             default:
-                System.err.println("usage: SlaveRead produce|consume key=value ...");
+                System.err.println("usage: PullCheck produce|consume key=value ...");
                 rc = 2;
         }
         System.exit(rc);
@@ -53,17 +54,23 @@ public class SlaveRead {
         p.setRetryTimesWhenSendFailed(0);
         p.setSendMsgTimeout(10000);
         p.start();
-        int count = Integer.parseInt(o.get("count"));
+        // runs=prefix:tag:count,... (in order), else one run of count=N bodies prefix<i> with tag
+        String runs = o.getOrDefault("runs",
+            o.getOrDefault("prefix", "sr-") + ":" + o.getOrDefault("tag", "TagA") + ":" + o.get("count"));
         Map<String, Integer> statuses = new TreeMap<>();
         List<String> errors = new ArrayList<>();
-        for (int i = 0; i < count; i++) {
-            Message m = new Message(o.get("topic"), "TagA", ("sr-" + i).getBytes(StandardCharsets.UTF_8));
-            try {
-                SendResult r = p.send(m);
-                statuses.merge(r.getSendStatus().name(), 1, Integer::sum);
-            } catch (Exception e) {
-                statuses.merge("EXCEPTION", 1, Integer::sum);
-                if (errors.size() < 5) errors.add(e.toString());
+        for (String run : runs.split(",")) {
+            String[] parts = run.split(":");
+            int count = Integer.parseInt(parts[2]);
+            for (int i = 0; i < count; i++) {
+                Message m = new Message(o.get("topic"), parts[1], (parts[0] + i).getBytes(StandardCharsets.UTF_8));
+                try {
+                    SendResult r = p.send(m);
+                    statuses.merge(r.getSendStatus().name(), 1, Integer::sum);
+                } catch (Exception e) {
+                    statuses.merge("EXCEPTION", 1, Integer::sum);
+                    if (errors.size() < 5) errors.add(e.toString());
+                }
             }
         }
         p.shutdown();
@@ -81,6 +88,7 @@ public class SlaveRead {
 
     static int consume(Map<String, String> o) throws Exception {
         String topic = o.get("topic");
+        String prefix = o.getOrDefault("prefix", "sr-");
         int expect = Integer.parseInt(o.get("expect"));
         long timeoutMs = (long) (Double.parseDouble(o.getOrDefault("timeout", "40")) * 1000);
         Map<String, AtomicInteger> got = new ConcurrentHashMap<>();
@@ -88,7 +96,7 @@ public class SlaveRead {
         c.setNamesrvAddr(o.get("namesrv"));
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setPersistConsumerOffsetInterval(1000);
-        c.subscribe(topic, "*");
+        c.subscribe(topic, o.getOrDefault("expression", "*"));
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             for (MessageExt m : msgs) {
                 got.computeIfAbsent(new String(m.getBody(), StandardCharsets.UTF_8), k -> new AtomicInteger())
@@ -98,7 +106,7 @@ public class SlaveRead {
         });
         long start = System.currentTimeMillis();
         c.start();
-        while (System.currentTimeMillis() - start < timeoutMs && countExpected(got, expect) < expect) {
+        while (System.currentTimeMillis() - start < timeoutMs && countExpected(got, prefix, expect) < expect) {
             Thread.sleep(100);
         }
         long elapsed = System.currentTimeMillis() - start;
@@ -114,13 +122,15 @@ public class SlaveRead {
         List<String> missing = new ArrayList<>();
         int duplicates = 0;
         for (int i = 0; i < expect; i++) {
-            AtomicInteger n = got.get("sr-" + i);
-            if (n == null) missing.add("sr-" + i);
+            AtomicInteger n = got.get(prefix + i);
+            if (n == null) missing.add(prefix + i);
             else duplicates += n.get() - 1;
         }
         StringBuilder sb = new StringBuilder("{");
-        sb.append("\"received\":").append(countExpected(got, expect));
+        int received = countExpected(got, prefix, expect);
+        sb.append("\"received\":").append(received);
         sb.append(",\"distinct\":").append(got.size());
+        sb.append(",\"unexpected\":").append(got.size() - received);
         sb.append(",\"duplicates\":").append(duplicates);
         sb.append(",\"elapsed_ms\":").append(elapsed);
         sb.append(",\"missing_count\":").append(missing.size());
@@ -137,9 +147,9 @@ public class SlaveRead {
         return 0;
     }
 
-    static int countExpected(Map<String, AtomicInteger> got, int expect) {
+    static int countExpected(Map<String, AtomicInteger> got, String prefix, int expect) {
         int n = 0;
-        for (int i = 0; i < expect; i++) if (got.containsKey("sr-" + i)) n++;
+        for (int i = 0; i < expect; i++) if (got.containsKey(prefix + i)) n++;
         return n;
     }
 
