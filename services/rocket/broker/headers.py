@@ -3,7 +3,10 @@
 Each ``parse`` reads a :class:`RemotingCommand` whose ext values are already
 strings (the remoting layer coerces numbers and booleans, A2) and raises
 :class:`HeaderFieldError` for a missing required field or a value of the wrong
-type; the connection layer answers that with SYSTEM_ERROR (1) and the message.
+type (including a number outside the field's Java ``int``/``long``); the
+connection layer answers that with SYSTEM_ERROR (1) and the message. Each
+header's ``problem()`` then names a value of the right type outside what the
+field allows (``rocket.remoting.validation``; answered INVALID_PARAMETER, 29).
 
 Sources: RocketMQ 4.9.8 ``SendMessageRequestHeader``(V2),
 ``PullMessageRequestHeader``, ``ConsumerSendMsgBackRequestHeader``
@@ -182,26 +185,35 @@ class SendMessageRequestHeader:
         )
 
     def problem(self) -> str | None:
-        """A remark for a field outside its range, else None. Java ``int`` fields
-        (``defaultTopicQueueNums``, ``queueId``, ``sysFlag``, ``flag``, ``reconsumeTimes``,
-        ``maxReconsumeTimes``) within an int, ``bornTimestamp`` within a long, ``sysFlag`` only
-        ``MessageSysFlag`` bits, counts not negative. A negative ``queueId`` means "any queue"
-        (Java picks one at random); its upper bound is checked against the topic."""
+        """A remark for a field outside what it allows (INVALID_PARAMETER), else None: ``sysFlag``
+        only ``MessageSysFlag`` bits, ``defaultTopicQueueNums`` and ``reconsumeTimes`` not
+        negative. A negative ``queueId`` means "any queue" (Java picks one at random); its upper
+        bound is checked against the topic.
+
+        Raises :class:`HeaderFieldError` for a Java ``int`` field (``defaultTopicQueueNums``,
+        ``queueId``, ``sysFlag``, ``flag``, ``reconsumeTimes``, ``maxReconsumeTimes``) outside an
+        int, or ``bornTimestamp`` outside a long (a header decoding error, as in Java).
+        """
         mrt = self.max_reconsume_times
         if (0 <= self.sys_flag <= MESSAGE_SYS_FLAG_BITS and 0 <= self.reconsume_times <= INT_MAX
                 and _INT_MIN <= self.queue_id <= INT_MAX and 0 <= self.default_topic_queue_nums <= INT_MAX
                 and _INT_MIN <= self.flag <= INT_MAX and _LONG_MIN <= self.born_timestamp <= LONG_MAX
                 and (mrt is None or _INT_MIN <= mrt <= INT_MAX)):
             return None  # the usual send: one comparison chain
+        ints = [("defaultTopicQueueNums", self.default_topic_queue_nums), ("queueId", self.queue_id),
+                ("sysFlag", self.sys_flag), ("flag", self.flag), ("reconsumeTimes", self.reconsume_times)]
+        if mrt is not None:
+            ints.append(("maxReconsumeTimes", mrt))
+        for name, value in ints:
+            if not _INT_MIN <= value <= INT_MAX:
+                raise HeaderFieldError(f"the custom field <{name}> is out of the range of an int: {value}")
+        if not _LONG_MIN <= self.born_timestamp <= LONG_MAX:
+            raise HeaderFieldError(f"the custom field <bornTimestamp> is out of the range of a long: "
+                                   f"{self.born_timestamp}")
         return first_problem(
             out_of_range("defaultTopicQueueNums", self.default_topic_queue_nums, 0, INT_MAX),
-            out_of_range("queueId", self.queue_id, _INT_MIN, INT_MAX),
             flags_problem("sysFlag", self.sys_flag, MESSAGE_SYS_FLAG_BITS),
-            out_of_range("bornTimestamp", self.born_timestamp, _LONG_MIN, LONG_MAX),
-            out_of_range("flag", self.flag, _INT_MIN, INT_MAX),
             out_of_range("reconsumeTimes", self.reconsume_times, 0, INT_MAX),
-            None if self.max_reconsume_times is None
-            else out_of_range("maxReconsumeTimes", self.max_reconsume_times, _INT_MIN, INT_MAX),
         )
 
     def to_ext_fields(self, v2: bool = True) -> dict[str, str]:
