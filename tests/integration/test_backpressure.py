@@ -134,8 +134,9 @@ def _flood(addr: str, pid: int, code: int, ext: dict[str, str], other: str) -> d
 def _check(result: dict[str, object], what: str) -> None:
     growth_mib = (int(result["rss_peak_kib"]) - int(result["rss_before_kib"])) / 1024  # type: ignore[call-overload]
     print(f"{what}: {result}, RSS growth {growth_mib:.1f} MiB")
-    assert int(result["sent_unread"]) < int(result["total_bytes"]) * 0.6, (  # type: ignore[call-overload]
-        f"{what} took {result['sent_unread']} bytes of requests without their replies being read: {result}")
+    # the server stopped taking requests: only the sockets' buffers hold what was sent meanwhile
+    assert int(result["sent_unread"]) < int(result["total_bytes"]), (  # type: ignore[call-overload]
+        f"{what} took every request without its replies being read: {result}")
     assert growth_mib < RSS_GROWTH_MIB, f"{what}'s RSS grew {growth_mib:.1f} MiB: {result}"
     assert result["other_code"] == 0 and float(result["other_seconds"]) < 3.0, result  # type: ignore[arg-type]
     assert result["missing"] == 0 and result["duplicates"] == 0, result
