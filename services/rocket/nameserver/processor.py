@@ -131,6 +131,11 @@ class DefaultRequestProcessor:
         code 0, ext ``haServerAddr``/``masterAddr`` for a slave whose master
         is live, body = KVTable of ORDER_TOPIC_CONFIG when not empty.
 
+        Answers INVALID_PARAMETER (29) for an empty ``brokerName``/``clusterName``, a negative
+        ``brokerId`` or ``epoch``, or an address that is not ``host:port``; a topic of the body
+        whose queue counts, perm or topicSysFlag are out of range
+        (``rocket.remoting.validation.topic_counts_problem``) is left out of the routes, logged.
+
         Optional ext ``epoch`` (RocketCluster replication epoch of a master):
         when another live master of the group has a newer or equal epoch, the
         registration is not applied and the answer (code 0) carries that
@@ -161,10 +166,13 @@ class DefaultRequestProcessor:
         except BodyError as exc:
             log.warning("register from %s (%s): bad body: %s", broker_addr, conn.peer, exc)
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {exc}")
-        for tc in body.topicConfigSerializeWrapper.topicConfigTable.values():
+        table = body.topicConfigSerializeWrapper.topicConfigTable
+        for name, tc in list(table.items()):
             problem = topic_counts_problem(tc.readQueueNums, tc.writeQueueNums, tc.perm, tc.topicSysFlag)
-            if problem is not None:
-                return invalid(request, f"{problem}, topic[{tc.topicName}] of broker {broker_addr}")
+            if problem is not None:  # one odd topic must not take the whole broker out of the routes
+                log.warning("register from %s (%s): topic %s left out of the routes: %s", broker_addr, conn.peer,
+                            name, problem)
+                del table[name]
 
         result = self.routes.register_broker(
             cluster_name,
