@@ -49,7 +49,8 @@ from bench.bench_broker import (
     _proc_cpu,
     _send_worker,
 )
-from rocket.local import LocalCluster, find_free_base_port, percentile
+from rocket.local import LocalCluster, find_free_base_port
+from rocket.percentiles import percentile
 
 TARGET_RATIO = 0.80
 #: Sends in flight (all load processes): enough to keep the master busy while replication
@@ -247,12 +248,16 @@ def run(short: bool) -> None:
           f"{ratio:.0%} — {verdict}")
 
 
+#: Loggers of replication (``rocket.store.ha``) and of the broker's role changes and metadata copy.
+_HA_LOGGERS = ("rocket.store.ha", "rocket.broker.replicas", "rocket.broker.slave_sync")
+
+
 def _print_ha_warnings(g: Group) -> None:
     """Replication warnings the brokers logged during the run (a dropped connection explains a lag spike)."""
     lines: list[str] = []
     for log in sorted((g.folder / "logs").glob("broker-*.log")):
         for line in log.read_text(errors="replace").splitlines():
-            if "rocket.broker.ha" in line and ("WARNING" in line or "ERROR" in line):
+            if any(name in line for name in _HA_LOGGERS) and ("WARNING" in line or "ERROR" in line):
                 lines.append(f"{log.stem}: {line}")
     for line in lines[:5]:
         print(f"    [{g.role}] {line}")

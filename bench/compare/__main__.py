@@ -16,7 +16,7 @@ per cell, 1 KiB messages, topics of 8 queues:
 * ``e2e``: a push consumer, then 4 paced producer threads at 1,000 msgs/s in all; latency =
   receive time - send time (System.nanoTime() in the body; same JVM).
 
-With replication (``rocket.broker.ha`` present, or ``--replication yes``), the 64-producer
+With replication (``rocket.store.ha`` present, or ``--replication yes``), the 64-producer
 and batch cells also run against a master + slave pair, ASYNC_MASTER and SYNC_MASTER
 (ASYNC_FLUSH). Apache's pair is measured regardless; ours shows "n/a (no replication yet)"
 until our broker replicates (``--replication skip`` leaves these rows out).
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", action="store_true", help="2 s cells: a smoke run (saves nothing unless --save)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per cell (default 10, short 2)")
     parser.add_argument("--replication", choices=("auto", "yes", "no", "skip"), default="auto",
-                        help="measure our master+slave: auto = when rocket.broker.ha exists; skip = no such rows")
+                        help="measure our master+slave: auto = when rocket.store.ha exists; skip = no such rows")
     parser.add_argument("--flush", default=",".join(FLUSH_MODES), help="flush modes to run (comma-separated)")
     parser.add_argument("--ours-ref", default=None,
                         help="run our servers from this git commit (exported to a temp folder) instead of the tree")
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     if ours_path is not None:
         spec_ok = (ours_path / "rocket" / "broker" / "ha").is_dir()
     else:
-        spec_ok = importlib.util.find_spec("rocket.broker.ha") is not None
+        spec_ok = importlib.util.find_spec("rocket.store.ha") is not None
     ours_replicates = {"auto": spec_ok, "yes": True, "no": False, "skip": False}[args.replication]
     settings = Settings(seconds, warmup, 12.0 if args.short else 60.0, lib, classes, ours_path, args.keep,
                         args.max_load, args.max_wait,

@@ -131,22 +131,24 @@ def classpath(lib: Path, *extra: Path) -> str:
     return os.pathsep.join([*(str(p) for p in extra), f"{lib}/*"])
 
 
-def ensure_driver(lib: Path) -> Path:
-    """Compile ``Driver.java`` against the client jars (once per source version); the classes folder."""
-    source = DRIVER_SOURCE.read_bytes()
+def ensure_driver(lib: Path, source_path: Path = DRIVER_SOURCE) -> Path:
+    """Compile ``Driver.java`` (or another one-class driver, ``source_path``) against the client
+    jars (once per source version); the classes folder."""
+    source = source_path.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
-    out = lib.parent / f"driver-{digest}"
-    if (out / "Driver.class").exists():
+    prefix = "driver" if source_path == DRIVER_SOURCE else source_path.stem.lower()
+    out = lib.parent / f"{prefix}-{digest}"
+    if (out / f"{source_path.stem}.class").exists():
         return out
     javac = _tool("javac")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     proc = subprocess.run([javac, "-encoding", "UTF-8", "-nowarn", "-Xlint:none", "-cp", classpath(lib),
-                           "-d", str(tmp), str(DRIVER_SOURCE)],
+                           "-d", str(tmp), str(source_path)],
                           capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:
-        raise JavaSetupError(f"javac failed on {DRIVER_SOURCE}:\n{proc.stdout}{proc.stderr}")
+        raise JavaSetupError(f"javac failed on {source_path}:\n{proc.stdout}{proc.stderr}")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
@@ -173,40 +175,8 @@ QUIET_LOGBACK = "-Dlogback.statusListenerClass=org.apache.rocketmq.logging.ch.qo
 DRIVER_JVM = ["-Xms1g", "-Xmx1g", "-XX:+UseG1GC", QUIET_LOGBACK]
 
 
-def driver_argv(lib: Path, classes: Path, home: Path, command: str, *args: str, jvm: tuple[str, ...] = ()) -> list[str]:
-    """``java ... Driver <command> <args>``; the client's logs go to ``home/logs``."""
+def driver_argv(lib: Path, classes: Path, home: Path, command: str, *args: str, jvm: tuple[str, ...] = (),
+                main: str = "Driver") -> list[str]:
+    """``java ... <main> <command> <args>`` (``main``: the driver class); the client's logs go to ``home/logs``."""
     home.mkdir(parents=True, exist_ok=True)
-    return [java(), *DRIVER_JVM, *jvm, f"-Duser.home={home}", "-cp", classpath(lib, classes), "Driver", command, *args]
-
-
-def compile_java(lib: Path, source: Path) -> Path:
-    """Compile one Java ``source`` file against the jars in ``lib`` (once per content); the classes folder.
-
-    Used by the compat tests for their small Java programs (e.g. ``tests/compat/java/PullCheck.java``).
-    Raises :class:`JavaSetupError` when javac is missing or fails.
-    """
-    text = source.read_bytes()
-    digest = hashlib.sha256(text).hexdigest()[:12]
-    out = lib.parent / f"{source.stem.lower()}-{digest}"
-    if (out / f"{source.stem}.class").exists():
-        return out
-    javac = _tool("javac")
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    proc = subprocess.run([javac, "-encoding", "UTF-8", "-nowarn", "-Xlint:none", "-cp", classpath(lib),
-                           "-d", str(tmp), str(source)],
-                          capture_output=True, text=True, timeout=300, check=False)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise JavaSetupError(f"javac failed on {source}:\n{proc.stdout}{proc.stderr}")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
-
-
-def java_argv(lib: Path, classes: Path, home: Path, main: str, *args: str) -> list[str]:
-    """``java ... <main> <args>`` with a small heap; the client's logs go to ``home/logs``."""
-    home.mkdir(parents=True, exist_ok=True)
-    return [java(), "-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", QUIET_LOGBACK, f"-Duser.home={home}",
-            "-cp", classpath(lib, classes), main, *args]
+    return [java(), *DRIVER_JVM, *jvm, f"-Duser.home={home}", "-cp", classpath(lib, classes), main, command, *args]

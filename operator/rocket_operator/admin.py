@@ -2,8 +2,8 @@
 
 :class:`ClusterAdmin` is the interface the reconciler uses (tests may pass a
 fake); :class:`RemotingClusterAdmin` implements it with
-:class:`rocket.remoting.client.RemotingClient` and the request codes of
-``shared/reference/rocketmq-protocol.md``:
+:class:`rocket.remoting.client.RemotingClient` and RocketMQ's request codes
+(``RequestCode``; what mqadmin sends through ``MQAdminExt``):
 
 ========================================  ===============================================
 registration check                        106 GET_BROKER_CLUSTER_INFO on every NameServer
@@ -31,14 +31,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocket.nameserver import client as ns_client
-from rocket.nameserver.model import TopicConfig, TopicConfigSerializeWrapper, dumps, parse_kv_table
+from rocket.protocol import (
+    PERM_READ,
+    PERM_WRITE,
+    RequestCode,
+    ResponseCode,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    dumps,
+    loads_lenient,
+    parse_kv_table,
+)
 from rocket.remoting.client import RemotingClient
-from rocket.remoting.codes import RequestCode, ResponseCode
-from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError, loads_lenient
+from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError
 
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_READ_WRITE = 6
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
 #: Topics of the broker itself, never copied to another group nor counted as backlog.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -153,10 +160,10 @@ _OFFSET_PAIR = re.compile(r"\{[^{}]*\"brokerOffset\"\s*:\s*(-?\d+)[^{}]*\"consum
 
 
 def parse_consume_stats_lag(body: bytes) -> int:
-    """Sum of ``brokerOffset - consumerOffset`` over a ConsumeStats body (208).
+    """Sum of ``brokerOffset - consumerOffset`` over a ``GET_CONSUME_STATS`` answer (RocketMQ's ``ConsumeStats``).
 
-    The body maps MessageQueue *objects* to OffsetWrapper objects (quirk Q4),
-    which is not JSON; every ``{"brokerOffset":..,"consumerOffset":..}`` object
+    Its ``offsetTable`` maps MessageQueue *objects* to OffsetWrapper objects: fastjson writes
+    a map with object keys, which is not JSON; every ``{"brokerOffset":..,"consumerOffset":..}`` object
     is read wherever it appears.
     """
     text = body.decode("utf-8", errors="replace")
@@ -189,7 +196,7 @@ class RemotingClusterAdmin(ClusterAdmin):
         return response
 
     async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
-        """Ask every NameServer in parallel (106); unreachable ones are listed, not raised."""
+        """Ask every NameServer in parallel (``GET_BROKER_CLUSTER_INFO``); unreachable ones are listed, not raised."""
         result = Registration()
 
         async def one(addr: str) -> None:
@@ -198,10 +205,10 @@ class RemotingClusterAdmin(ClusterAdmin):
             except (RemotingError, OSError, TimeoutError, ValueError):
                 result.unreachable.append(addr)
                 return
-            members = set(info.clusterAddrTable.get(cluster_name, []))
+            members = set(info.cluster_addr_table.get(cluster_name, []))
             result.per_nameserver[addr] = {
-                name: {int(k): v for k, v in data.brokerAddrs.items()}
-                for name, data in info.brokerAddrTable.items() if name in members
+                name: {int(k): v for k, v in data.broker_addrs.items()}
+                for name, data in info.broker_addr_table.items() if name in members
             }
 
         await asyncio.gather(*(one(addr) for addr in nameservers))
@@ -222,18 +229,19 @@ class RemotingClusterAdmin(ClusterAdmin):
         await asyncio.gather(*(self._call(ns, code, {"brokerName": broker_name}) for ns in nameservers))
 
     async def topic_configs(self, broker: str) -> dict[str, TopicConfig]:
-        """Every topic config of ``broker`` (21); empty when it has none (code 1 "No topic")."""
+        """Every topic config of ``broker`` (``GET_ALL_TOPIC_CONFIG``); empty when it has none (code 1 "No topic")."""
         response = await self._call(broker, RequestCode.GET_ALL_TOPIC_CONFIG,
                                     accept=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         if response.code != ResponseCode.SUCCESS or not response.body:
             return {}
         try:
-            return dict(TopicConfigSerializeWrapper.from_json(response.body).topicConfigTable)
+            return dict(TopicConfigSerializeWrapper.from_json(response.body).topic_config_table)
         except ValueError as exc:
             raise AdminError(f"GET_ALL_TOPIC_CONFIG from {broker}: bad body: {exc}") from exc
 
     async def subscription_groups(self, broker: str) -> dict[str, dict[str, Any]]:
-        """Every subscription group config of ``broker`` (201), as JSON objects by group name."""
+        """Every subscription group config of ``broker`` (``GET_ALL_SUBSCRIPTIONGROUP_CONFIG``), as JSON
+        objects by group name."""
         response = await self._call(broker, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         if not response.body:
             return {}
@@ -246,13 +254,13 @@ class RemotingClusterAdmin(ClusterAdmin):
 
     async def _create_topic(self, broker: str, tc: TopicConfig) -> None:
         ext = {
-            "topic": tc.topicName,
+            "topic": tc.topic_name,
             "defaultTopic": "TBW102",
-            "readQueueNums": str(tc.readQueueNums),
-            "writeQueueNums": str(tc.writeQueueNums),
+            "readQueueNums": str(tc.read_queue_nums),
+            "writeQueueNums": str(tc.write_queue_nums),
             "perm": str(tc.perm),
-            "topicFilterType": tc.topicFilterType or "SINGLE_TAG",
-            "topicSysFlag": str(tc.topicSysFlag),
+            "topicFilterType": tc.topic_filter_type or "SINGLE_TAG",
+            "topicSysFlag": str(tc.topic_sys_flag),
             "order": "true" if tc.order else "false",
         }
         await self._call(broker, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
@@ -285,74 +293,98 @@ class RemotingClusterAdmin(ClusterAdmin):
     async def create_topics(self, broker: str, topics: Iterable[tuple[str, int, int]]) -> None:
         """17 UPDATE_AND_CREATE_TOPIC per ``(name, queues, perm)``; read and write queue counts equal."""
         for name, queues, perm in topics:
-            await self._create_topic(broker, TopicConfig(topicName=name, readQueueNums=queues,
-                                                         writeQueueNums=queues, perm=perm))
+            await self._create_topic(broker, TopicConfig(topic_name=name, read_queue_nums=queues,
+                                                         write_queue_nums=queues, perm=perm))
 
     async def _offset(self, broker: str, code: int, topic: str, queue: int) -> int:
         response = await self._call(broker, code, {"topic": topic, "queueId": str(queue)})
         return response.get_int("offset", 0)
 
     async def drain_progress(self, broker: str, exclude_topics: frozenset[str] = frozenset()) -> DrainProgress:
-        """Backlog on ``broker`` from its consumer offsets (43) and queue offsets (30/31), delays (45).
+        """Backlog on ``broker`` from its consumer offsets (``GET_ALL_CONSUMER_OFFSET``), its queue
+        offsets (``GET_MAX_OFFSET`` / ``GET_MIN_OFFSET``) and delays (``GET_ALL_DELAY_OFFSET``).
 
         A ``topic@group`` pair counts ``max - committed`` per queue (a queue the
         group never committed counts from the queue's min offset). A non-system
         topic holding messages that no group has consumed here counts in
-        ``unconsumed``. Brokers without 43 fall back to 208 per subscription group.
+        ``unconsumed`` (topics in ``exclude_topics`` do not). Brokers without
+        ``GET_ALL_CONSUMER_OFFSET`` fall back to ``GET_CONSUME_STATS`` per subscription
+        group. Raises :class:`AdminError` for a failed request or an unreadable body.
         """
-        progress = DrainProgress()
         topics = await self.topic_configs(broker)
         response = await self._call(broker, RequestCode.GET_ALL_CONSUMER_OFFSET,
                                     accept=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                             ResponseCode.SYSTEM_ERROR))
-        consumed_topics: set[str] = set()
         if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
-            for group in await self.subscription_groups(broker):
-                if group in SYSTEM_GROUPS:
-                    continue
-                stats = await self._call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group},
-                                         accept=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-                if stats.code == ResponseCode.SUCCESS:
-                    lag = parse_consume_stats_lag(stats.body)
-                    if lag:
-                        progress.lag[f"*@{group}"] = lag
-            return progress
-        table: dict[str, Any] = {}
-        if response.code == ResponseCode.SUCCESS and response.body:
-            try:
-                obj = loads_lenient(response.body)
-            except ValueError as exc:
-                raise AdminError(f"GET_ALL_CONSUMER_OFFSET from {broker}: bad body: {exc}") from exc
-            table = (obj.get("offsetTable") if isinstance(obj, dict) else None) or {}
-        for key, offsets in sorted(table.items()):
+            return DrainProgress(lag=await self._lag_from_consume_stats(broker))
+        progress = DrainProgress()
+        consumed_topics: set[str] = set()
+        for key, offsets in sorted(self._consumer_offset_table(broker, response).items()):
             topic, _, group = str(key).partition("@")
             tc = topics.get(topic)
             if tc is None or not isinstance(offsets, dict) or group in SYSTEM_GROUPS:
                 continue
             consumed_topics.add(topic)
-            committed = {int(q): int(o) for q, o in offsets.items()}
-            lag = 0
-            for queue in range(tc.readQueueNums):
-                high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, topic, queue)
-                low = committed.get(queue)
-                if low is None:
-                    low = await self._offset(broker, RequestCode.GET_MIN_OFFSET, topic, queue) if high else 0
-                lag += max(0, high - low)
+            lag = await self._group_lag(broker, topic, tc.read_queue_nums, {int(q): int(o) for q, o in offsets.items()})
             if lag:
                 progress.lag[str(key)] = lag
+        progress.unconsumed = await self._unconsumed(broker, topics, consumed_topics | exclude_topics)
+        progress.delayed = await self._delayed(broker, topics.get(SCHEDULE_TOPIC))
+        return progress
+
+    async def _lag_from_consume_stats(self, broker: str) -> dict[str, int]:
+        """``"*@group" -> lag`` from ``GET_CONSUME_STATS`` of every non-system subscription group."""
+        lags: dict[str, int] = {}
+        for group in await self.subscription_groups(broker):
+            if group in SYSTEM_GROUPS:
+                continue
+            stats = await self._call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group},
+                                     accept=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+            if stats.code == ResponseCode.SUCCESS:
+                lag = parse_consume_stats_lag(stats.body)
+                if lag:
+                    lags[f"*@{group}"] = lag
+        return lags
+
+    @staticmethod
+    def _consumer_offset_table(broker: str, response: RemotingCommand) -> dict[str, Any]:
+        """``offsetTable`` (``"topic@group" -> {queueId: offset}``) of a ``GET_ALL_CONSUMER_OFFSET``
+        answer (RocketMQ's ``ConsumerOffsetSerializeWrapper``); empty for a ``SYSTEM_ERROR``."""
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            return {}
+        try:
+            obj = loads_lenient(response.body)
+        except ValueError as exc:
+            raise AdminError(f"GET_ALL_CONSUMER_OFFSET from {broker}: bad body: {exc}") from exc
+        return (obj.get("offsetTable") if isinstance(obj, dict) else None) or {}
+
+    async def _group_lag(self, broker: str, topic: str, queues: int, committed: Mapping[int, int]) -> int:
+        """Messages of ``topic`` a group has not consumed: ``max - committed`` per queue, from the
+        queue's min offset where the group never committed."""
+        lag = 0
+        for queue in range(queues):
+            high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, topic, queue)
+            low = committed.get(queue)
+            if low is None:
+                low = await self._offset(broker, RequestCode.GET_MIN_OFFSET, topic, queue) if high else 0
+            lag += max(0, high - low)
+        return lag
+
+    async def _unconsumed(self, broker: str, topics: Mapping[str, TopicConfig], skip: set[str] | frozenset[str]
+                          ) -> dict[str, int]:
+        """``topic -> messages held`` (max - min over its queues) of the non-system topics not in ``skip``."""
+        unconsumed: dict[str, int] = {}
         for topic, tc in sorted(topics.items()):
-            if (topic in consumed_topics or topic in SYSTEM_TOPICS or topic in exclude_topics
-                    or topic.startswith((DLQ_PREFIX, SYSTEM_TOPIC_PREFIX))):
+            if topic in skip or topic in SYSTEM_TOPICS or topic.startswith((DLQ_PREFIX, SYSTEM_TOPIC_PREFIX)):
                 continue
             pending = 0
-            for queue in range(tc.readQueueNums):
+            for queue in range(tc.read_queue_nums):
                 high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, topic, queue)
                 if high:
                     pending += high - await self._offset(broker, RequestCode.GET_MIN_OFFSET, topic, queue)
             if pending:
-                progress.unconsumed[topic] = pending
-        progress.delayed = await self._delayed(broker, topics.get(SCHEDULE_TOPIC))
-        return progress
+                unconsumed[topic] = pending
+        return unconsumed
 
     async def _delayed(self, broker: str, schedule: TopicConfig | None) -> int:
         if schedule is None:
@@ -367,7 +399,7 @@ class RemotingClusterAdmin(ClusterAdmin):
             raise AdminError(f"GET_ALL_DELAY_OFFSET from {broker}: bad body: {exc}") from exc
         delivered = {int(k): int(v) for k, v in ((obj or {}).get("offsetTable") or {}).items()}
         pending = 0
-        for queue in range(schedule.readQueueNums):  # queue id = delay level - 1
+        for queue in range(schedule.read_queue_nums):  # queue id = delay level - 1
             high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, SCHEDULE_TOPIC, queue)
             pending += max(0, high - delivered.get(queue + 1, 0))
         return pending

@@ -3,21 +3,29 @@
 The broker StatefulSets use ``updateStrategy: OnDelete``: after a template
 change (image, resources, ``broker.conf``) the StatefulSet controller makes a
 new revision but replaces a pod only when it is deleted. The operator deletes
-outdated pods one at a time:
+outdated pods one at a time, in :func:`restart_order`, and only when every
+gate of :func:`next_restart` is open, in this order:
 
-1. slaves before masters (slave StatefulSets from the highest slave index
-   down, each from the highest group down), then masters from the highest
-   group down, so a group always keeps a serving broker for reads and loses
-   its master only after its slaves run the new revision;
-2. only when no broker pod is terminating or missing and every broker pod is
-   Ready (the restarted one came back);
-3. only when every slave has caught up with its master (checked by the
-   reconciler through the admin protocol, passed in as ``slaves_caught_up``).
+1. order: slaves before masters (slave StatefulSets from the highest slave
+   index down, each from the highest group down), then masters from the highest
+   group down, so a group always keeps a serving broker for reads and loses its
+   master only after its slaves run the new revision;
+2. no broker pod is terminating;
+3. no broker pod is missing (each StatefulSet has a pod for every group kept);
+4. every broker pod is Ready (the restarted one came back);
+5. every active broker group is registered in every NameServer;
+6. every slave has caught up with its master. This is the only gate that needs a
+   remoting call, so it is checked last: :func:`next_restart` returns
+   ``check_slaves`` when the other gates are open and the answer is not known
+   yet; the reconciler asks the brokers and calls it again with the answer.
+
+:func:`update_revisions` and :func:`unobserved` read what the decision needs from
+the StatefulSets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +51,7 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
         return False
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return str(cond.get("status")) == "True"
     return False
 
 
@@ -77,34 +85,68 @@ class RolloutDecision:
     outdated: tuple[str, ...]
     delete: PodView | None
     waiting: str
+    #: every gate but the slaves' catching up is open and that one was not checked: check, then decide again
+    check_slaves: bool = False
 
 
 def next_restart(pods: Sequence[PodView], update_revisions: Mapping[int, str], expected: Mapping[int, int],
-                 slaves_caught_up: bool | None) -> RolloutDecision:
-    """Decide the next pod to delete.
+                 slaves_caught_up: bool | None, *, unregistered: Sequence[str] = (), lagging: str = ""
+                 ) -> RolloutDecision:
+    """Decide the next pod to delete (the gates of the module doc, in order).
 
     ``update_revisions``: brokerId -> the StatefulSet's ``status.updateRevision``
     (a StatefulSet without one yet is skipped). ``expected``: brokerId -> how
     many pods its StatefulSet should have (groups being kept). ``pods``: the
-    broker pods of those groups. ``slaves_caught_up``: None when not checked yet
-    (the reconciler checks only when this returns a candidate needing it).
+    broker pods of those groups. ``unregistered``: names of active broker groups
+    not registered in every NameServer. ``slaves_caught_up``: whether every slave
+    has caught up with its master; True when the cluster has no slaves; None when
+    not checked yet, which yields ``check_slaves`` (and no deletion) once every
+    other gate is open. ``lagging``: why the slaves have not caught up (the
+    waiting reason when ``slaves_caught_up`` is False).
     """
     outdated = [p for p in pods if update_revisions.get(p.broker_id) and p.revision
                 and p.revision != update_revisions[p.broker_id]]
     names_out = tuple(p.name for p in restart_order(outdated))
     if not outdated:
         return RolloutDecision((), None, "")
+    why = _pods_not_settled(pods, expected)
+    if not why and unregistered:
+        why = f"waiting for {', '.join(unregistered)} to register in every NameServer"
+    if not why and slaves_caught_up is None:
+        return RolloutDecision(names_out, None, "", check_slaves=True)
+    if not why and slaves_caught_up is False:
+        why = lagging or "waiting for slaves to catch up with their masters"
+    if why:
+        return RolloutDecision(names_out, None, why)
+    return RolloutDecision(names_out, restart_order(outdated)[0], "")
+
+
+def _pods_not_settled(pods: Sequence[PodView], expected: Mapping[int, int]) -> str:
+    """Why the broker pods are not all there and Ready (empty when they are)."""
     terminating = [p.name for p in pods if p.terminating]
     if terminating:
-        return RolloutDecision(names_out, None, f"waiting for {', '.join(sorted(terminating))} to terminate")
+        return f"waiting for {', '.join(sorted(terminating))} to terminate"
     for broker_id, count in expected.items():
         have = sum(1 for p in pods if p.broker_id == broker_id)
         if have < count:
-            return RolloutDecision(names_out, None,
-                                   f"waiting for brokerId {broker_id} pods to be created ({have}/{count})")
+            return f"waiting for brokerId {broker_id} pods to be created ({have}/{count})"
     not_ready = sorted(p.name for p in pods if not p.ready)
     if not_ready:
-        return RolloutDecision(names_out, None, f"waiting for {', '.join(not_ready)} to become ready")
-    if slaves_caught_up is False:
-        return RolloutDecision(names_out, None, "waiting for slaves to catch up with their masters")
-    return RolloutDecision(names_out, restart_order(outdated)[0], "")
+        return f"waiting for {', '.join(not_ready)} to become ready"
+    return ""
+
+
+def update_revisions(statefulsets: Mapping[int, Mapping[str, Any]], slaves: int) -> dict[int, str]:
+    """brokerId -> ``status.updateRevision`` of the broker StatefulSets still wanted (brokerId <= ``slaves``);
+    "" for one the StatefulSet controller has not given a revision yet."""
+    return {bid: (sts.get("status") or {}).get("updateRevision", "")
+            for bid, sts in statefulsets.items() if bid <= slaves}
+
+
+def unobserved(statefulsets: Mapping[int, Mapping[str, Any]], wanted: Iterable[int]) -> list[str]:
+    """Names of the ``wanted`` StatefulSets whose latest spec the StatefulSet controller has not
+    observed yet (``status.observedGeneration < metadata.generation``), sorted."""
+    ids = set(wanted)
+    return sorted(sts["metadata"]["name"] for bid, sts in statefulsets.items()
+                  if bid in ids and int((sts.get("status") or {}).get("observedGeneration") or 0)
+                  < int(sts["metadata"].get("generation") or 0))

@@ -353,40 +353,47 @@ def _analytics(an: Mapping[str, Any]) -> AnalyticsSpec:
     job_names: set[str] = set()
     for i, raw in enumerate(an.get("jobs") or []):
         where = f"spec.analytics.jobs[{i}]"
-        j = _obj(raw, where)
-        name = j.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > 40:
-            raise SpecError(f"{where}.name must be a DNS-1035 label of at most 40 characters")
-        if name in job_names:
-            raise SpecError(f"{where}.name {name!r} is listed twice")
-        job_names.add(name)
-        job = _enum(j, "job", None, ANALYTICS_JOBS, where)
-        topics = j.get("topics") or []
-        if not isinstance(topics, list) or not topics:
-            raise SpecError(f"{where}.topics must list at least one topic")
-        for k, topic in enumerate(topics):
-            if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
-                raise SpecError(f"{where}.topics[{k}] must match {_TOPIC_RE.pattern}")
-        schedule = _optional_str(j, "schedule", where)
-        output = _output(j, where)
-        claim = _claim_name(j, where) or default_claim
-        if claim is not None and output is not None:
-            if posixpath.basename(output.rstrip("/")) != name:
-                raise SpecError(f"{where}.output must end in /{name} (the job's name) with an outputVolumeClaim, "
-                                f"so that jobs sharing the claim do not write to one directory; got {output!r}")
-            output_mount(output, f"{where}.output")
-        res = _obj(j.get("resources"), f"{where}.resources")
-        jobs.append(AnalyticsJobSpec(
-            name=name, job=job, topics=tuple(topics), schedule=schedule.strip() if schedule else None,
-            suspend=_bool(j, "suspend", False, where),
-            concurrency_policy=_enum(j, "concurrencyPolicy", "Forbid", CONCURRENCY_POLICIES, where),
-            image=_optional_str(j, "image", where), output=output, output_volume_claim=claim,
-            driver=_spark_pod(res.get("driver"), f"{where}.resources.driver", executor=False),
-            executor=_spark_pod(res.get("executor"), f"{where}.resources.executor", executor=True),
-        ))
+        jobs.append(_analytics_job(_obj(raw, where), where, default_claim, job_names))
     return AnalyticsSpec(image=_optional_str(an, "image", "spec.analytics"), image_pull_policy=pull,
                          service_account=_optional_str(an, "serviceAccount", "spec.analytics"),
                          output_volume_claim=default_claim, spark_version=spark_version, jobs=tuple(jobs))
+
+
+def _analytics_job(j: Mapping[str, Any], where: str, default_claim: str | None, job_names: set[str]
+                   ) -> AnalyticsJobSpec:
+    """One entry of ``spec.analytics.jobs`` (at ``where``); ``default_claim``: ``spec.analytics``'s
+    ``outputVolumeClaim``; ``job_names``: the names of the entries before it (this one's is added).
+    Raises :class:`SpecError` as :func:`_analytics` says."""
+    name = j.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > 40:
+        raise SpecError(f"{where}.name must be a DNS-1035 label of at most 40 characters")
+    if name in job_names:
+        raise SpecError(f"{where}.name {name!r} is listed twice")
+    job_names.add(name)
+    job = _enum(j, "job", None, ANALYTICS_JOBS, where)
+    topics = j.get("topics") or []
+    if not isinstance(topics, list) or not topics:
+        raise SpecError(f"{where}.topics must list at least one topic")
+    for k, topic in enumerate(topics):
+        if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
+            raise SpecError(f"{where}.topics[{k}] must match {_TOPIC_RE.pattern}")
+    schedule = _optional_str(j, "schedule", where)
+    output = _output(j, where)
+    claim = _claim_name(j, where) or default_claim
+    if claim is not None and output is not None:
+        if posixpath.basename(output.rstrip("/")) != name:
+            raise SpecError(f"{where}.output must end in /{name} (the job's name) with an outputVolumeClaim, "
+                            f"so that jobs sharing the claim do not write to one directory; got {output!r}")
+        output_mount(output, f"{where}.output")
+    res = _obj(j.get("resources"), f"{where}.resources")
+    return AnalyticsJobSpec(
+        name=name, job=job, topics=tuple(topics), schedule=schedule.strip() if schedule else None,
+        suspend=_bool(j, "suspend", False, where),
+        concurrency_policy=_enum(j, "concurrencyPolicy", "Forbid", CONCURRENCY_POLICIES, where),
+        image=_optional_str(j, "image", where), output=output, output_volume_claim=claim,
+        driver=_spark_pod(res.get("driver"), f"{where}.resources.driver", executor=False),
+        executor=_spark_pod(res.get("executor"), f"{where}.resources.executor", executor=True),
+    )
 
 
 def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:

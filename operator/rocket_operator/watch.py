@@ -88,25 +88,30 @@ class SparkWatch:
         if cluster:
             self.on_change(namespace, str(cluster))
 
+    async def _follow(self, namespace: str, kind: str, version: str | None) -> str | None:
+        """List (when ``version`` is None) and watch ``kind`` in ``namespace`` until the server ends the
+        watch; returns the resourceVersion to go on from (None: list again, after an ERROR event).
+        Raises :class:`ApiError` and connection errors."""
+        if version is None:
+            _, version = await self.kube.list_with_version(names.SPARK_API_VERSION, kind, namespace,
+                                                           ANALYTICS_SELECTOR)
+        async for event in self.kube.watch(names.SPARK_API_VERSION, kind, namespace, version,
+                                           label_selector=ANALYTICS_SELECTOR, timeout_seconds=self.timeout_seconds):
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                log.debug("watch of %s in %s: %s; listing again", kind, namespace, obj.get("message"))
+                return None  # 410 Gone (or another error): start from a fresh list
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                self._notify(namespace, obj)
+        return version
+
     async def _run(self, namespace: str, kind: str) -> None:
         failing = False
         version: str | None = None
         while True:
             try:
-                if version is None:
-                    _, version = await self.kube.list_with_version(
-                        names.SPARK_API_VERSION, kind, namespace, ANALYTICS_SELECTOR)
-                async for event in self.kube.watch(names.SPARK_API_VERSION, kind, namespace, version,
-                                                   label_selector=ANALYTICS_SELECTOR,
-                                                   timeout_seconds=self.timeout_seconds):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        log.debug("watch of %s in %s: %s; listing again", kind, namespace, obj.get("message"))
-                        version = None  # 410 Gone (or another error): start from a fresh list
-                        break
-                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        self._notify(namespace, obj)
+                version = await self._follow(namespace, kind, version)
                 if failing:
                     log.info("watching %s in %s again", kind, namespace)
                 failing = False

@@ -17,6 +17,8 @@ from tests.compat.realclient import Driver, cpp_log_tail
 from tests.integration.broker_harness import RawBroker
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "PullCheck.java"
+#: A small heap (these programs hold a few hundred messages; later flags win over the driver's 1 GiB).
+SMALL_HEAP = ("-Xms128m", "-Xmx256m")
 #: JVM flags for the consumer: rebalance every second instead of every 20 s (``RebalanceService``).
 FAST_REBALANCE = "-Drocketmq.client.rebalance.waitInterval=1000"
 
@@ -25,7 +27,7 @@ def java_program() -> tuple[Path, Path]:
     """(folder of Apache RocketMQ jars, folder of the compiled PullCheck); fails the test when unavailable."""
     try:
         lib = java.ensure_jars()
-        return lib, java.compile_java(lib, JAVA_SOURCE)
+        return lib, java.ensure_driver(lib, JAVA_SOURCE)
     except java.JavaSetupError as exc:
         pytest.fail(f"the Apache RocketMQ Java client is not available: {exc}", pytrace=False)
 
@@ -34,9 +36,7 @@ def run_java(program: tuple[Path, Path], home: Path, *args: str, timeout: float,
              jvm: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run ``PullCheck <args>``; its RESULT object. Raises AssertionError with its output on failure."""
     lib, classes = program
-    argv = java.java_argv(lib, classes, home, "PullCheck", *args)
-    if jvm:
-        argv[1:1] = list(jvm)
+    argv = java.driver_argv(lib, classes, home, args[0], *args[1:], jvm=(*SMALL_HEAP, *jvm), main="PullCheck")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:

@@ -5,7 +5,6 @@ delayed delivery, auto-creation, notifications and bad input."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,17 +23,10 @@ from tests.integration.broker_harness import (
     nameserver_process,
     records,
     route,
-    wait_for,
 )
+from tests.support import eventually, unique
 
 pytestmark = pytest.mark.timeout(60)
-
-_seq = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{next(_seq)}_{int(time.time() * 1000) % 100000}"
-
 
 @pytest.fixture(scope="module")
 def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -78,7 +70,7 @@ async def new_topic(rb: RawBroker, queues: int = 4, perm: int = 6) -> str:
 
 async def test_registered_with_tbw102_route(client: RemotingClient, nameserver: NameServerProc,
                                             broker: BrokerProc) -> None:
-    data = await wait_for(lambda: route(client, nameserver.addr, "TBW102"))
+    data = await eventually(lambda: route(client, nameserver.addr, "TBW102"))
     (bd,) = data["brokerDatas"]
     assert bd["brokerName"] == "broker-a" and bd["cluster"] == "TestCluster"
     assert bd["brokerAddrs"]["0"] == broker.addr
@@ -115,7 +107,7 @@ async def test_auto_create_from_tbw102(rb: RawBroker, client: RemotingClient, na
     assert resp.code == 0, resp.remark
     table = orjson.loads((await rb.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
     assert table[topic]["readQueueNums"] == 3 and table[topic]["perm"] == 6
-    data = await wait_for(lambda: route(client, nameserver.addr, topic))
+    data = await eventually(lambda: route(client, nameserver.addr, topic))
     assert data["queueDatas"][0]["writeQueueNums"] == 3
 
 
@@ -231,11 +223,11 @@ async def test_parked_pull_dropped_when_client_goes(broker: BrokerProc) -> None:
         async def none_parked() -> bool:
             return await parked() == 0
 
-        await wait_for(parked)
+        await eventually(parked)
         await c1.close()
         with pytest.raises(RemotingConnectError):
             await task
-        await wait_for(none_parked)
+        await eventually(none_parked)
     finally:
         await c1.close()
         await c2.close()
@@ -248,7 +240,7 @@ async def test_consumer_offsets_and_q9(rb: RawBroker) -> None:
     topic = await new_topic(rb)
     group = unique("G_off")
     fresh = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 0})
-    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # quirk Q9
+    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # ConsumerManageProcessor.queryConsumerOffset
     upd = await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
                         {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 7})
     assert upd.code == 0
@@ -302,12 +294,12 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
         a, b = RawBroker(ca, broker.addr), RawBroker(cb, broker.addr)
         topics = [topic, f"%RETRY%{group}"]
         assert (await a.heartbeat("client-a", [(group, topics)], ["PID_HB"])).code == 0
-        await wait_for(lambda: notices["a"] == [group])
+        await eventually(lambda: notices["a"] == [group])
         listing = await a.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         assert orjson.loads(listing.body) == {"consumerIdList": ["client-a"]}
         # the C++ form joins the group: both members are told
         assert (await b.heartbeat("client-b", [(group, topics)], cpp=True)).code == 0
-        await wait_for(lambda: len(notices["a"]) == 2 and len(notices["b"]) == 1)
+        await eventually(lambda: len(notices["a"]) == 2 and len(notices["b"]) == 1)
         listing = await a.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         assert orjson.loads(listing.body)["consumerIdList"] == ["client-a", "client-b"]
         # a repeated heartbeat changes nothing
@@ -317,17 +309,17 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
         # retry topic created and registered
         table = orjson.loads((await a.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
         assert table[f"%RETRY%{group}"]["readQueueNums"] == 1
-        await wait_for(lambda: route(client, nameserver.addr, f"%RETRY%{group}"))
+        await eventually(lambda: route(client, nameserver.addr, f"%RETRY%{group}"))
         conns = await a.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
         assert {c["clientId"] for c in orjson.loads(conns.body)["connectionSet"]} == {"client-a", "client-b"}
         # unregister b: a is told
         unreg = await b.call(RequestCode.UNREGISTER_CLIENT,
                              {"clientID": "client-b", "consumerGroup": group, "producerGroup": ""})
         assert unreg.code == 0
-        await wait_for(lambda: len(notices["a"]) == 3)
+        await eventually(lambda: len(notices["a"]) == 3)
         # a's connection closes: the group is empty at once
         await ca.close()
-        gone = await wait_for(lambda: _consumer_list_code(b, group, ResponseCode.SYSTEM_ERROR))
+        gone = await eventually(lambda: _consumer_list_code(b, group, ResponseCode.SYSTEM_ERROR))
         assert "no consumer for this group" in (gone.remark or "")
     finally:
         await ca.close()
@@ -362,7 +354,7 @@ async def test_send_back_to_retry_then_dlq(rb: RawBroker) -> None:
     retry = f"%RETRY%{group}"
     # level 3 + 0 = 400 ms with the test's delay levels
     started = time.monotonic()
-    resp = await wait_for(lambda: _found(rb, group, retry), timeout=5)
+    resp = await eventually(lambda: _found(rb, group, retry), timeout=5)
     assert time.monotonic() - started < 3
     (copy,) = records(resp)
     assert copy.body == b"fail me" and copy.reconsume_times == 1 and copy.tags == "T1"
@@ -377,7 +369,7 @@ async def test_send_back_to_retry_then_dlq(rb: RawBroker) -> None:
     back = await rb.call(RequestCode.CONSUMER_SEND_MSG_BACK,
                          {"offset": copy.physical_offset, "group": group, "delayLevel": 0})
     assert back.code == 0, back.remark
-    dlq = await wait_for(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3)
+    dlq = await eventually(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3)
     (dead,) = records(dlq)
     assert dead.body == b"fail me" and dead.reconsume_times == 2
     assert dead.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
@@ -393,7 +385,7 @@ async def test_send_back_negative_level_goes_to_dlq(rb: RawBroker) -> None:
     back = await rb.call(RequestCode.CONSUMER_SEND_MSG_BACK,
                          {"offset": msg.physical_offset, "group": group, "delayLevel": -1})
     assert back.code == 0
-    (dead,) = records(await wait_for(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
+    (dead,) = records(await eventually(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
     assert dead.body == b"dead"
 
 
@@ -402,7 +394,7 @@ async def test_retry_topic_send_over_max_goes_to_dlq(rb: RawBroker) -> None:
     assert (await rb.heartbeat("c-retry", [(group, [f"%RETRY%{group}"])])).code == 0
     resp = await rb.send(f"%RETRY%{group}", b"again", reconsume_times=3, max_reconsume_times=3)
     assert resp.code == 0, resp.remark
-    (dead,) = records(await wait_for(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
+    (dead,) = records(await eventually(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
     assert dead.body == b"again"
 
 
@@ -418,7 +410,7 @@ async def test_delayed_delivery(rb: RawBroker) -> None:
     assert resp.code == 0, resp.remark
     early = await rb.pull("G_delay", topic)
     assert early.code == ResponseCode.PULL_NOT_FOUND
-    delivered = await wait_for(lambda: _found(rb, "G_delay", topic), timeout=5)
+    delivered = await eventually(lambda: _found(rb, "G_delay", topic), timeout=5)
     elapsed = time.monotonic() - started
     (msg,) = records(delivered)
     assert msg.body == b"later" and msg.properties["REAL_TOPIC"] == topic and "DELAY" not in msg.properties
@@ -437,7 +429,7 @@ async def test_query_message_and_view_by_id(rb: RawBroker) -> None:
     _, phys = decode_offset_msg_id(sent.ext_fields["msgId"])
     now = int(time.time() * 1000)
     query = {"topic": topic, "key": key, "maxNum": 32, "beginTimestamp": 0, "endTimestamp": now + 60_000}
-    found = await wait_for(lambda: _query(rb, query))
+    found = await eventually(lambda: _query(rb, query))
     (msg,) = list(decode_records(found.body))
     assert msg.body == b"findme"
     assert "indexLastUpdateTimestamp" in found.ext_fields and "indexLastUpdatePhyoffset" in found.ext_fields

@@ -1,12 +1,12 @@
-"""Header fields against their Java types and allowed ranges (``rocket.remoting.validation``)."""
+"""Header fields against their Java types and allowed ranges (``rocket.protocol.validation``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, PullMessageRequestHeader, SendMessageRequestHeader
+from rocket.protocol.validation import topic_counts_problem
 from rocket.remoting import HeaderFieldError, RemotingCommand, RequestCode
-from rocket.remoting.validation import topic_counts_problem
 
 
 def _cmd(code: int, **ext: object) -> RemotingCommand:

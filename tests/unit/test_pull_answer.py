@@ -71,6 +71,7 @@ async def brokers(tmp_path: Path) -> AsyncIterator[dict[str, BrokerController]]:
             cfg.store_overrides["offsetCheckInSlave"] = "true"
         b = BrokerController(cfg)
         await b.store.start()
+        await b.metadata.load()
         b.topics.init_system_topics(b.schedule.max_level)
         b.topics.create_in_send_back("T", 4, 6)
         out[role] = b
@@ -78,6 +79,7 @@ async def brokers(tmp_path: Path) -> AsyncIterator[dict[str, BrokerController]]:
         yield out
     finally:
         for b in out.values():
+            await b.metadata.close(backup=False)
             await b.store.shutdown()
 
 

@@ -46,9 +46,10 @@ def _conn(server: RemotingServer, exclude: set[RemotingConnection] = frozenset()
 def test_flow_control_validates() -> None:
     assert (FlowControl().high, FlowControl().low) == (64 * 1024, 32 * 1024)
     assert FlowControl(write_buffer_high_water_mark=16 * 1024).low == 16 * 1024
-    for bad in (dict(write_buffer_high_water_mark=-1), dict(max_pending_requests=0),
-                dict(write_buffer_high_water_mark=1000, write_buffer_low_water_mark=2000)):
-        with pytest.raises(ValueError):
+    for bad, words in ((dict(write_buffer_high_water_mark=-1), "water marks"),
+                       (dict(max_pending_requests=0), "serverChannelMaxPendingRequests"),
+                       (dict(write_buffer_high_water_mark=1000, write_buffer_low_water_mark=2000), "above")):
+        with pytest.raises(ValueError, match=words):
             FlowControl(**bad)  # type: ignore[arg-type]
 
 

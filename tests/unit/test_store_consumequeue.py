@@ -1,4 +1,4 @@
-"""ConsumeQueue files and the get_message status table (A7 PULL_MESSAGE)."""
+"""ConsumeQueue files and the get_message status table (PullMessageProcessor)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ async def test_status_table(tmp_path: Path) -> None:
     async with opened(cfg) as store:
         g = store.get_message("Nope", 0, 5, 32)
         assert (g.status, g.next_begin_offset) == (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-        store._cq("Empty", 0)
+        store.consume_queues.find_or_create("Empty", 0)
         g = store.get_message("Empty", 0, 3, 32)
         assert (g.status, g.next_begin_offset) == (GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0)
         for i in range(10):

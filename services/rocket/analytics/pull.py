@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 from rocket.analytics.offsets import OffsetSpec, clamp, queue_key
 from rocket.client import PullConsumer, PullResult, PullStatus, TopicRouteError
 from rocket.client.errors import NameServerUnavailableError
-from rocket.client.route import MASTER_ID, MessageQueue
 from rocket.message import MessageExt
+from rocket.protocol import MASTER_ID, MessageQueue
 from rocket.remoting import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 
 log = logging.getLogger("rocket.analytics.pull")
@@ -200,13 +200,12 @@ class SyncPuller:
     def _choose(self, mq: MessageQueue, prefer_slave: bool, avoid_slave: bool) -> None:
         """Point the consumer's next pull of ``mq`` at a slave (or back at the master).
 
-        The client pulls from the broker id it last "suggested" for the queue
-        (``suggestWhichBrokerId``); setting it is how a reader picks a slave.
+        The consumer pulls from the broker id last chosen or suggested for the queue
+        (:meth:`PullConsumer.pull_from`, ``suggestWhichBrokerId``).
         """
-        bd = self.consumer.client.brokers.get(mq.broker_name)
-        slaves = sorted(b for b in (bd.broker_addrs if bd else {}) if b != MASTER_ID)
+        slaves = [b for b in self.consumer.broker_ids(mq.broker_name) if b != MASTER_ID]
         wanted = slaves[0] if (prefer_slave and slaves and not avoid_slave) else MASTER_ID
-        self.consumer._puller.suggested[mq] = wanted
+        self.consumer.pull_from(mq, wanted)
 
     async def _pull(self, rng: QueueRange, offset: int, count: int, *, prefer_slave: bool,
                     max_attempts: int) -> PullResult:
@@ -215,16 +214,16 @@ class SyncPuller:
         last: BaseException | None = None
         for attempt in range(max_attempts):
             self._choose(mq, prefer_slave, avoid_slave)
-            addr, broker_id = self.consumer._puller.address(mq)
+            addr, broker_id = self.consumer.pull_address(mq)
             try:
                 result = await self.consumer.pull(mq, offset, count, timeout=self.timeout)
             except _RETRYABLE as exc:
                 last = exc
-                self.consumer._puller.mark_down(addr, 10.0)
+                self.consumer.mark_broker_down(addr, 10.0)
                 log.warning("pull of %s at %d from %s failed (%s); retrying", mq, offset, addr, exc)
                 await asyncio.sleep(min(0.2 * (attempt + 1), 1.0))
                 with contextlib.suppress(Exception):
-                    await self.consumer.client.fetch_route(mq.topic)
+                    await self.consumer.refresh_route(mq.topic)
                 continue
             except RemotingCommandError as exc:
                 if broker_id != MASTER_ID and not avoid_slave:
@@ -254,7 +253,7 @@ class SyncPuller:
         """
         if rng.start >= rng.end:
             return
-        self.run(self.consumer.client.route(rng.topic))
+        self.run(self.consumer.ensure_route(rng.topic))
         pending: deque[tuple[int, asyncio.Task[PullResult]]] = deque()
         cursor = rng.start
         next_req = rng.start

@@ -6,7 +6,8 @@ Lifecycle (RocketMQ 4.9.8 ``BrokerController``):
 
 ``start()``: open and recover the store; create the system topics; load the
 delay offsets; listen on ``listenPort`` and (unless disabled) the VIP port
-``listenPort - 2``, which serves everything but PULL_MESSAGE (quirk Q8); start
+``listenPort - 2``, which serves everything but PULL_MESSAGE (RocketMQ's
+``BrokerController`` registers no pull processor on its fastRemotingServer); start
 delayed delivery (masters only), HTTP, the client-expiry scan; register with
 every NameServer, then again every ``registerNameServerPeriod`` and
 immediately after topic changes.
@@ -35,27 +36,37 @@ from rocket.broker.config import (
     parse_properties,
     runtime_overrides_path,
 )
-from rocket.broker.ha import ReplicationManager, apply_persisted_role
 from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
+from rocket.broker.metadata import BrokerMetadata
 from rocket.broker.metrics import BrokerCollector, BrokerMetrics, GaugeSnapshot, LagRow
 from rocket.broker.processor.admin import AdminBrokerProcessor
 from rocket.broker.processor.client_manage import ClientManageProcessor, ConsumerManageProcessor
 from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
-from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver, register_broker_body
+from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver
+from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
-from rocket.broker.stats import BrokerStats
+from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
+from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_NOT_TYPE,
+)
+from rocket.protocol import (
+    DataVersion,
+    RegisterBrokerBody,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    loads_lenient,
 )
 from rocket.remoting import (
     Processors,
@@ -64,11 +75,9 @@ from rocket.remoting import (
     RemotingError,
     RemotingServer,
     RequestCode,
-    loads_lenient,
 )
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
-from rocket.store.config import SubscriptionGroupConfig, TopicConfig
 
 log = logging.getLogger("rocket.broker")
 
@@ -76,22 +85,6 @@ log = logging.getLogger("rocket.broker")
 SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
 #: Lag rows are only computed this often for /metrics (seconds).
 _READY_WINDOW = 120.0
-
-
-@dataclasses.dataclass(slots=True)
-class ConsumeStatRow:
-    """One queue of a group's consume stats (GET_CONSUME_STATS, /api/v1, metrics)."""
-
-    topic: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-    last_timestamp: int
-
-    @property
-    def lag(self) -> int:
-        """Messages not consumed yet."""
-        return max(0, self.broker_offset - self.consumer_offset)
 
 
 def _now_ms() -> int:
@@ -115,8 +108,9 @@ class BrokerController:
         config.validate()
         self.config = config
         self.store = DefaultMessageStore(config.store_config())
+        self.metadata = BrokerMetadata(Path(config.store_path_root_dir) / "config")
         self.metrics = BrokerMetrics()
-        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.ha``).
+        #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
         self.stats = BrokerStats()
         self.consumer_manager = ConsumerManager(
@@ -130,10 +124,12 @@ class BrokerController:
             parse_delay_levels(config.message_delay_level),
             Path(config.store_path_root_dir) / "config",
         )
-        self.topics = TopicManager(lambda: self.store.topic_configs, config, TopicConfig, self.trigger_register)
+        self.topics = TopicManager(lambda: self.metadata.topic_configs, config, TopicConfig, self.trigger_register)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
         )
+        #: Transactional messages: END_TRANSACTION and the check-back service (masters only).
+        self.transaction = TransactionalMessageService(self)
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientManageProcessor(self)
@@ -189,6 +185,7 @@ class BrokerController:
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             p.register(code, send.process_send)
         p.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.process_send_back)
+        p.register(RequestCode.END_TRANSACTION, self.transaction.end_transaction)
         if not vip:
             p.register(RequestCode.PULL_MESSAGE, self.pull_processor.process_request)
             p.register(RequestCode.LITE_PULL_MESSAGE, self.pull_processor.process_request)
@@ -240,6 +237,12 @@ class BrokerController:
         """Recover the store, listen, register; see the module doc for the order."""
         cfg = self.config
         await self.store.start()
+        try:
+            await self.metadata.load()
+        except BaseException:
+            await self.store.shutdown()
+            await self.metadata.close(backup=False)
+            raise
         self.store_ready = True
         self.topics.init_system_topics(self.schedule.max_level)
         self.schedule.load()
@@ -260,9 +263,11 @@ class BrokerController:
                 await server.stop()
             await self.ha.shutdown()
             await self.store.shutdown()
+            await self.metadata.close(backup=False)
             raise
         if cfg.is_master:
             await self.schedule.start()
+            await self.transaction.start()
         self.started = True
         log.info(
             "broker %s (cluster %s, id %d, %s) listening on %s:%d%s%s",
@@ -277,6 +282,8 @@ class BrokerController:
         )
         await self.register_broker_all()
         self._tasks.spawn(self._register_loop(), name="broker-register")
+        self._tasks.spawn(self.metadata.run_offset_persist(self.store.config.flush_consumer_offset_interval),
+                          name="broker-persist-consumer-offsets")
         self._tasks.spawn(self._client_scan_loop(), name="broker-client-scan")
         self._tasks.spawn(self._flush_sample_loop(), name="broker-flush-sample")
 
@@ -311,6 +318,7 @@ class BrokerController:
         if woken:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
+        await self.transaction.stop()
         await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
@@ -320,6 +328,7 @@ class BrokerController:
         await self.outer_api.close()
         if self.store_ready:
             await self.store.shutdown()
+            await self.metadata.close(backup=self.store.last_shutdown_clean)
             self.store_ready = False
         log.info("broker %s stopped", cfg.broker_name)
 
@@ -340,18 +349,15 @@ class BrokerController:
         """The RegisterBrokerBody of this broker now (topic perms rewritten when not RW)."""
         perm = self.config.broker_permission
         rewrite = not (is_readable(perm) and is_writeable(perm))
-        table: dict[str, Any] = {}
-        for name, tc in self.store.topic_configs.all().items():
-            obj = dict(tc.to_json())
-            if rewrite:
-                obj["perm"] = perm
-            table[name] = obj
-        dv = self.store.topic_configs.data_version
-        version = {
-            "timestamp": max(int(dv.timestamp), self._perm_changed_at),
-            "counter": int(dv.counter) + self._perm_changes,
+        table = {
+            name: dataclasses.replace(tc, perm=perm) if rewrite else tc
+            for name, tc in self.metadata.topic_configs.all().items()
         }
-        return register_broker_body(table, version)
+        dv = self.metadata.topic_configs.data_version
+        version = DataVersion(
+            timestamp=max(dv.timestamp, self._perm_changed_at), counter=dv.counter + self._perm_changes
+        )
+        return RegisterBrokerBody(TopicConfigSerializeWrapper(table, version)).encode()
 
     async def _register_once(self) -> None:
         results = await self.outer_api.register_broker_all(self._identity(), self.registration_body())
@@ -407,7 +413,7 @@ class BrokerController:
         self.hold_service.drop_connection(conn)
 
     def _notify_consumer_ids_changed(self, group: str, conns: list[RemotingConnection]) -> None:
-        group_config = self.store.subscription_groups.get(group)
+        group_config = self.metadata.subscription_groups.get(group)
         if group_config is not None and not group_config.notify_consumer_ids_changed_enable:
             return
         for conn in conns:
@@ -452,7 +458,7 @@ class BrokerController:
 
     def find_subscription_group(self, group: str, auto_create: bool = True) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created when ``autoCreateSubscriptionGroup`` (or a system group)."""
-        table = self.store.subscription_groups
+        table = self.metadata.subscription_groups
         cfg = table.get(group)
         may_create = self.config.auto_create_subscription_group or _is_system_consumer_group(group)
         if cfg is None and auto_create and may_create:
@@ -500,7 +506,7 @@ class BrokerController:
 
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
-        whose WAIT property is not false is acknowledged once a slave has it (``rocket.broker.ha``)."""
+        whose WAIT property is not false is acknowledged once a slave has it (``rocket.store.ha``)."""
         req = self._store_request(inner).to_request()
         result = await self.store.put_message(req)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
@@ -552,13 +558,13 @@ class BrokerController:
 
     async def delete_topic(self, topic: str) -> None:
         """Forget ``topic``: config, consume queues, consumer offsets."""
-        self.store.topic_configs.delete(topic)
+        self.metadata.topic_configs.delete(topic)
         self.store.delete_topics([topic])
-        self.store.consumer_offsets.remove_topic(topic)
+        self.metadata.consumer_offsets.remove_topic(topic)
 
     async def create_topic(self, tc: TopicConfig) -> None:
         """Create or overwrite a topic and register at once (HTTP API)."""
-        self.store.topic_configs.put(tc)
+        self.metadata.topic_configs.put(tc)
         await self.register_broker_all()
 
     # -- config ------------------------------------------------------------------------------------
@@ -607,7 +613,7 @@ class BrokerController:
 
     def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
         """Committed offsets: ``(group, topic) -> {queueId: offset}``."""
-        raw = self.store.consumer_offsets.to_json()
+        raw = self.metadata.consumer_offsets.to_json()
         obj = raw if isinstance(raw, dict) else loads_lenient(raw)
         table = obj.get("offsetTable", {}) if isinstance(obj, dict) else {}
         out: dict[tuple[str, str], dict[int, int]] = {}
@@ -643,7 +649,7 @@ class BrokerController:
                 continue
             for queue_id in range(tc.read_queue_nums):
                 broker_offset = max(0, store.get_max_offset_in_queue(name, queue_id))
-                committed = store.consumer_offsets.query(group, name, queue_id)
+                committed = self.metadata.consumer_offsets.query(group, name, queue_id)
                 consumer_offset = max(0, committed if committed is not None else 0)
                 last = store.get_store_timestamp(name, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
                 rows.append(ConsumeStatRow(name, queue_id, broker_offset, consumer_offset, max(0, last)))
@@ -675,7 +681,7 @@ class BrokerController:
                     lag.append(LagRow(group, r.topic, r.queue_id, r.broker_offset, r.consumer_offset, oldest))
                 info = self.consumer_manager.get(group)
                 groups[group] = (len(info.channels), info.message_model) if info else (0, "")
-            for name, tc in store.topic_configs.all().items():
+            for name, tc in self.metadata.topic_configs.all().items():
                 topic_offsets[name] = sum(
                     max(0, store.get_max_offset_in_queue(name, q)) for q in range(tc.read_queue_nums))
         connections = sum(len(s.connections) for s in self._servers())
@@ -757,13 +763,14 @@ class BrokerController:
             "registeredNameServers": self.registered_namesrvs,
             "nameServerErrors": dict(self.outer_api.state.last_error),
             "masterAddr": self.master_addr,
-            "topics": len(self.store.topic_configs.all()) if self.store_ready else 0,
+            "topics": len(self.metadata.topic_configs.all()) if self.store_ready else 0,
             "parkedPulls": len(self.hold_service),
             "inFlightSends": self.in_flight_sends,
             "consumerGroupsOnline": sorted(self.consumer_manager.groups),
             "producerGroupsOnline": sorted(self.producer_manager.groups),
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
+            "transactions": self.transaction.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

@@ -11,34 +11,10 @@ after its last renewal; clients renew every 20 s (RocketMQ 4.9.8
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class MessageQueue:
-    """``(topic, brokerName, queueId)``, hashable; JSON with Java's field names."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"brokerName":…,"queueId":…,"topic":…}``."""
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> MessageQueue:
-        """Read Java's form. Raises ``ValueError`` when a field is missing or mistyped, or the
-        queueId is not within 0 .. 2^31-1 (a Java int, never negative)."""
-        try:
-            mq = cls(topic=str(obj["topic"]), broker_name=str(obj["brokerName"]), queue_id=int(obj["queueId"]))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"bad MessageQueue {obj!r}: {exc}") from None
-        if not 0 <= mq.queue_id <= 2**31 - 1:
-            raise ValueError(f"bad MessageQueue {obj!r}: queueId {mq.queue_id} is out of range (0..2147483647)")
-        return mq
+from rocket.protocol import MessageQueue
 
 
 @dataclass(slots=True)

@@ -78,3 +78,19 @@ class BrokerStats:
         """Messages per second pulled by ``group`` from ``topic`` over the last minute."""
         meter = self.group_get.get((group, topic))
         return meter.rate() if meter else 0.0
+
+
+@dataclass(slots=True)
+class ConsumeStatRow:
+    """One queue of a group's consume stats (GET_CONSUME_STATS, /api/v1, metrics)."""
+
+    topic: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def lag(self) -> int:
+        """Messages not consumed yet."""
+        return max(0, self.broker_offset - self.consumer_offset)

@@ -1,5 +1,5 @@
 """The RocketCluster client: :class:`Producer`, :class:`PullConsumer`,
-:class:`PushConsumer` and :class:`Admin` (asyncio).
+:class:`PushConsumer`, :class:`TransactionProducer` and :class:`Admin` (asyncio).
 
 It speaks the RocketMQ 4.x remoting protocol, so it also works against
 Apache RocketMQ NameServers and brokers. Quick start::
@@ -37,9 +37,10 @@ from rocket.client.errors import (
     TopicRouteError,
 )
 from rocket.client.producer import Producer, SendResult, SendStatus, build_message
-from rocket.client.route import ClusterInfo, MessageQueue, TopicRouteData
 from rocket.client.subscription import ConsumeFrom, MessageModel
+from rocket.client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 from rocket.message import Message, MessageExt
+from rocket.protocol import ClusterInfo, MessageQueue, TopicRouteData
 
 __all__ = [
     "Admin",
@@ -48,6 +49,7 @@ __all__ = [
     "ConsumeFrom",
     "ConsumeStatus",
     "GroupLag",
+    "LocalTransactionState",
     "MQClient",
     "MQClientError",
     "Message",
@@ -68,5 +70,7 @@ __all__ = [
     "SendStatus",
     "TopicRouteData",
     "TopicRouteError",
+    "TransactionProducer",
+    "TransactionSendResult",
     "build_message",
 ]

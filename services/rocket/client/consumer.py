@@ -4,9 +4,18 @@ PullConsumer — you choose queues and offsets::
 
     async with PullConsumer("CID_AUDIT", "127.0.0.1:9876") as consumer:
         for mq in await consumer.queues("Orders"):
-            result = await consumer.pull(mq, offset=0, max_nums=32)
+            lo, hi = await consumer.min_offset(mq), await consumer.max_offset(mq)
+            result = await consumer.pull(mq, offset=lo, max_nums=32)
             for msg in result.messages: ...
             await consumer.commit(mq, result.next_begin_offset)
+
+and, if you like, which broker of the group serves a pull (the Spark source reads
+from slaves this way)::
+
+    slaves = [b for b in consumer.broker_ids(mq.broker_name) if b != MASTER_ID]
+    consumer.pull_from(mq, slaves[0] if slaves else MASTER_ID)
+    addr, broker_id = consumer.pull_address(mq)   # where it will go
+    ... on a connection failure: consumer.mark_broker_down(addr, 10.0); await consumer.refresh_route(mq.topic)
 
 PushConsumer — the group shares the queues, offsets are tracked for you::
 
@@ -25,7 +34,7 @@ asks for the next one, or leaves)::
         consumer.subscribe("Orders")
         async for msg in consumer.messages(): ...
 
-Behaviour (reference A7 "11", A11 push consumer): long polling (the broker
+Behaviour (Java's ``DefaultMQPushConsumerImpl``, ``RebalancePushImpl``): long polling (the broker
 holds a pull up to 15 s; request timeout 30 s; pull sysFlag SUSPEND |
 SUBSCRIPTION | COMMIT_OFFSET), rebalance every 20 s and on
 NOTIFY_CONSUMER_IDS_CHANGED (40), offsets persisted every 5 s and on shutdown,
@@ -55,7 +64,6 @@ from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from rocket.client.producer import CLIENT_INNER_PRODUCER_GROUP, Producer
-from rocket.client.route import MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, retry_topic
 from rocket.client.subscription import (
     ConsumeFrom,
     MessageModel,
@@ -74,6 +82,7 @@ from rocket.message import (
     decode_records,
     decompress_body,
 )
+from rocket.protocol import MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, retry_topic
 from rocket.remoting import (
     RemotingCommand,
     RemotingCommandError,
@@ -86,7 +95,7 @@ from rocket.remoting import (
 
 log = logging.getLogger("rocket.client.consumer")
 
-# Pull request sysFlag bits (A7 "11").
+# Pull request sysFlag bits (``PullSysFlag``).
 PULL_COMMIT_OFFSET = 1
 PULL_SUSPEND = 2
 PULL_SUBSCRIPTION = 4
@@ -153,7 +162,7 @@ def _timestamp_ms(value: int | float | datetime | None) -> int:
 
 def decode_pull_body(body: bytes, sub: SubscriptionData | None = None, *,
                      min_offset: int | None = None, max_offset: int | None = None) -> list[MessageExt]:
-    """Decode a pull body: stored records back to back (A9.1).
+    """Decode a pull body: stored records back to back (``MessageDecoder.decodes``).
 
     Bodies are decompressed (and the COMPRESSED bit cleared); messages whose
     tags ``sub`` does not select are dropped; MIN_OFFSET/MAX_OFFSET
@@ -386,6 +395,49 @@ class PullConsumer(_OffsetAPI):
             mq, sub, offset, max_nums, suspend_ms=int(suspend * 1000),
             timeout=timeout if timeout is not None else suspend + self.timeout,
         )
+
+    # -- choosing the broker a pull goes to ------------------------------------------------
+
+    async def refresh_route(self, topic: str) -> None:
+        """Fetch ``topic``'s route from a NameServer now (a broker failed, or the group gained a
+        slave). Raises :class:`TopicRouteError` (no such topic) and
+        ``NameServerUnavailableError``."""
+        await self.client.fetch_route(topic)
+
+    async def ensure_route(self, topic: str) -> None:
+        """Fetch ``topic``'s route unless this consumer already has it (the cached route is
+        refreshed every ``poll_namesrv_interval``). Raises as :meth:`refresh_route`."""
+        await self.client.route(topic)
+
+    def broker_ids(self, broker_name: str) -> list[int]:
+        """Ids of the brokers of group ``broker_name`` in the routes seen so far, sorted
+        (0 = master, > 0 = slaves); empty when the group is unknown."""
+        bd = self.client.brokers.get(broker_name)
+        return sorted(bd.broker_addrs) if bd else []
+
+    def pull_from(self, mq: MessageQueue, broker_id: int) -> None:
+        """Send the next pull of ``mq`` to broker ``broker_id`` of its group (RocketMQ's
+        ``PullAPIWrapper.updatePullFromWhichNode``).
+
+        Each pull answer also sets it (``suggestWhichBrokerId``: a master asks a slow consumer
+        to move to a slave, a slave sends it back), so call this before every pull whose
+        broker you choose. An id the group lacks, or a broker marked down
+        (:meth:`mark_broker_down`), falls back as :meth:`pull_address` says.
+        """
+        self._puller.suggested[mq] = broker_id
+
+    def pull_address(self, mq: MessageQueue) -> tuple[str, int]:
+        """``(address, brokerId)`` the next pull of ``mq`` goes to: the chosen broker
+        (:meth:`pull_from`, else the last suggestion, else the master), else the master, else
+        the lowest-id slave, skipping brokers marked down while another is up (RocketMQ's
+        ``recalculatePullFromWhichNode`` + ``findBrokerAddressInSubscribe``). Raises
+        ``RemotingConnectError`` when the group has no address at all (fetch the route first)."""
+        return self._puller.address(mq)
+
+    def mark_broker_down(self, addr: str, seconds: float = 5.0) -> None:
+        """Avoid broker ``addr`` for pulls during the next ``seconds`` (it failed); a failed
+        connection marks it for 5 s by itself."""
+        self._puller.mark_down(addr, seconds)
 
     async def fetch_offset(self, mq: MessageQueue) -> int:
         """QUERY_CONSUMER_OFFSET: the group's committed offset of ``mq``; -1 when none."""
@@ -779,7 +831,7 @@ class PushConsumer(_OffsetAPI):
         log.info("%s: %s released %s", self.group, self.client.client_id, mq)
 
     async def _start_offset(self, mq: MessageQueue) -> int:
-        """A11 push consumer step 3: stored offset, else per ``consume_from``."""
+        """As ``RebalancePushImpl.computePullFromWhere``: stored offset, else per ``consume_from``."""
         stored = await self._offsets.read(mq)
         is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if self.consume_from is ConsumeFrom.TIMESTAMP and stored <= 0 and not is_retry:

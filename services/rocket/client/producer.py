@@ -12,7 +12,7 @@ sends at once — ``await asyncio.gather(*(producer.send(m) for m in msgs))``
 or ``asyncio.create_task(producer.send(m))``. Every send travels over the one
 connection per broker, matched to its answer by ``opaque``.
 
-Behaviour (reference A7 "310/320", A11 producer):
+Behaviour (Java's ``DefaultMQProducerImpl``):
 
 * Routes come from the NameServers on first use of a topic and every 30 s
   after (and at once after a failed send). A topic without a route is sent
@@ -41,14 +41,7 @@ from typing import Any
 
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient
 from rocket.client.errors import MQClientError, NotStartedError, SendFailedError, TopicRouteError
-from rocket.client.route import (
-    AUTO_CREATE_TOPIC,
-    RETRY_GROUP_TOPIC_PREFIX,
-    FaultTracker,
-    MessageQueue,
-    PublishInfo,
-    TopicRouteData,
-)
+from rocket.client.route import FaultTracker, PublishInfo
 from rocket.message import (
     COMPRESS_OVER,
     MAX_MESSAGE_SIZE,
@@ -67,6 +60,7 @@ from rocket.message import (
     java_string_hash,
     new_uniq_id,
 )
+from rocket.protocol import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, TopicRouteData
 from rocket.remoting import (
     RemotingCommand,
     RemotingCommandError,
@@ -78,7 +72,7 @@ from rocket.remoting import (
 
 log = logging.getLogger("rocket.client.producer")
 
-#: Response codes after which a sync send is retried on another broker (A7, Java client).
+#: Response codes after which a sync send is retried on another broker (``DefaultMQProducerImpl``).
 RETRY_CODES = frozenset({1, 2, 14, 16, 17, 204, 205})
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 #: Producer group of the producer a push consumer uses internally (Java's name).
@@ -108,7 +102,7 @@ class SendResult:
     """What a send returns.
 
     ``msg_id``: the client id(s) (UNIQ_KEY; comma-joined for a batch).
-    ``offset_msg_id``: the broker id(s) (store host + CommitLog offset, A9.4).
+    ``offset_msg_id``: the broker id(s) (store host + CommitLog offset, ``MessageDecoder.createMessageId``).
     ``queue``: where it went; ``queue_offset``: its logical offset there (the
     first one for a batch).
     """
@@ -163,7 +157,7 @@ def validate_topic(topic: str) -> None:
         raise ValueError(f"topic {topic!r}: length must be 1..{MAX_TOPIC_LENGTH}")
     if not _TOPIC_RE.match(topic):
         raise ValueError(f"topic {topic!r}: only letters, digits and %|_- are allowed")
-    if topic == AUTO_CREATE_TOPIC:
+    if topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
         raise ValueError(f"topic {topic!r} is the auto-create template and cannot take messages")
 
 
@@ -251,6 +245,7 @@ class Producer:
         if self._own_client:
             self.client.heartbeat_body = self._heartbeat_body
             self.client.start()
+            self.client.spawn(self.client.poll_namesrv_interval, self._refresh_template_routes)
         self.client.route_listeners.append(self._on_route)
         self._started = True
         return self
@@ -323,7 +318,7 @@ class Producer:
                 current.fetched_at = time.monotonic()
                 return current
             try:
-                template = await self.client.fetch_route(AUTO_CREATE_TOPIC, cache=False)
+                template = await self.client.fetch_route(AUTO_CREATE_TOPIC_KEY_TOPIC, cache=False)
             except TopicRouteError:
                 raise TopicRouteError(topic, "not found on the NameServers, and no TBW102 template "
                                       "(is autoCreateTopicEnable off?)") from None
@@ -333,6 +328,15 @@ class Producer:
                                      default_queue_nums=self.default_topic_queue_nums)
         self._publish[topic] = info
         return info
+
+    async def _refresh_template_routes(self) -> None:
+        """Look up again the topics still sent through the TBW102 template (with the route poll,
+        as Java polls every topic it publishes to): once the broker registered the new topic its
+        own route is used, and heartbeats follow its brokers (a new master after a failover)."""
+        for topic, info in list(self._publish.items()):
+            if info.from_template:
+                with contextlib.suppress(Exception):
+                    await self._load_publish_info(topic, info)
 
     def _refresh_later(self, topic: str) -> None:
         async def refresh() -> None:
@@ -383,7 +387,7 @@ class Producer:
         fields = {
             "a": self.group,
             "b": topic,
-            "c": AUTO_CREATE_TOPIC,
+            "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
             "d": _int_text(self.default_topic_queue_nums),
             "e": _int_text(queue_id),
             "f": _int_text(sys_flag),
@@ -564,7 +568,7 @@ class Producer:
     async def send_to_retry(self, msg: Message, group: str, *, reconsume_times: int,
                             max_reconsume_times: int, delay_level: int) -> SendResult:
         """Re-send a message a consumer could not send back to ``%RETRY%<group>``
-        (the client-side fallback of CONSUMER_SEND_MSG_BACK, A7 "36")."""
+        (the client-side fallback of CONSUMER_SEND_MSG_BACK, as ``DefaultMQPushConsumerImpl.sendMessageBack``)."""
         self._check_started()
         topic = RETRY_GROUP_TOPIC_PREFIX + group
         props = dict(msg.properties)

@@ -1,7 +1,7 @@
 """NameServer settings: defaults, config files, overrides.
 
 Defaults follow RocketMQ 4.9.8 (``NamesrvConfig``/``NettyServerConfig``,
-``shared/reference/rocketmq-protocol.md`` A6 and B8): remoting port 9876,
+``NamesrvController``, ``RouteInfoManager``): remoting port 9876,
 scan every 10 s, evict after 120 s of silence. The HTTP port (9877) is ours.
 
 A config file is TOML (``.toml``) or JSON (anything else) holding a flat
@@ -10,6 +10,20 @@ table of the field names below, in ``snake_case`` or ``kebab-case``, e.g.::
     port = 9876
     http-port = 9877
     broker-timeout = 120
+
+Units. Each key has one unit, the same in files and flags (``rocket nameserver --scan-interval``):
+
+============================  =======  =================================================
+key                           unit     meaning (default)
+============================  =======  =================================================
+scan_interval                 s        period of the scan for silent brokers (10)
+scanNotActiveBrokerInterval   ms       the same setting under RocketMQ's ``NamesrvConfig``
+                                       name and unit (10000)
+scan_initial_delay            s        before the first scan (5; at most ``scan_interval``)
+broker_timeout                s        silence after which a broker is evicted (120; Java's
+                                       ``BROKER_CHANNEL_EXPIRED_TIME``, 120000 ms)
+max_frame_size                bytes    largest remoting frame (16 MiB)
+============================  =======  =================================================
 """
 
 from __future__ import annotations
@@ -94,6 +108,11 @@ class NameServerConfig:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NameServerConfig)}
 
+#: RocketMQ's ``NamesrvConfig`` keys accepted in files: name -> (field, seconds per unit of the key).
+ROCKETMQ_KEYS: dict[str, tuple[str, float]] = {
+    "scanNotActiveBrokerInterval": ("scan_interval", 0.001),
+}
+
 
 def load_config_file(path: Path) -> NameServerConfig:
     """Read a TOML or JSON config file into a :class:`NameServerConfig`.
@@ -118,6 +137,12 @@ def load_config_file(path: Path) -> NameServerConfig:
         data = data["nameserver"]
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key in ROCKETMQ_KEYS:
+            name, scale = ROCKETMQ_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"config file {path}: {key} is in milliseconds and takes an integer, got {value!r}")
+            values[name] = value * scale
+            continue
         name = str(key).replace("-", "_")
         if name not in _FIELDS:
             raise ConfigError(f"config file {path}: unknown setting {key!r}")

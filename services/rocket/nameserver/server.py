@@ -5,7 +5,11 @@ Ties :class:`~rocket.nameserver.routeinfo.RouteInfoManager` (the route table),
 handlers), a :class:`~rocket.remoting.RemotingServer` and an aiohttp site
 together, the way ``NamesrvController`` does in RocketMQ 4.9.8.
 
-Housekeeping (``shared/reference/rocketmq-protocol.md`` A6): every
+With ``controller`` settings it also runs a controller (RocketMQ 5's
+``enableControllerInNamesrv``), whose requests (904, 1001-1013) are served on
+the NameServer's own remoting port.
+
+Housekeeping (``RouteInfoManager.scanNotActiveBroker``): every
 ``scan_interval`` seconds brokers silent for ``broker_timeout`` seconds are
 evicted and their connections closed; a broker whose connection closes is
 removed at once.
@@ -20,11 +24,13 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rocket.controller.config import ControllerConfig
+from rocket.controller.http import ControllerCollector, add_controller_routes
+from rocket.controller.manager import ControllerManager
 from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.http import build_app
-from rocket.nameserver.kvconfig import KVConfigManager
+from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocket.nameserver.metrics import NameServerMetrics
-from rocket.nameserver.model import NAMESPACE_ORDER_TOPIC_CONFIG
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.remoting.connection import Processors, RemotingConnection
@@ -42,7 +48,7 @@ class NameServer:
     task; ``await stop()`` undoes it. Raises ``OSError`` when a port is taken.
     """
 
-    def __init__(self, config: NameServerConfig | None = None) -> None:
+    def __init__(self, config: NameServerConfig | None = None, controller: ControllerConfig | None = None) -> None:
         self.config = config or NameServerConfig()
         cfg = self.config
         self.routes = RouteInfoManager(broker_timeout=cfg.broker_timeout)
@@ -67,6 +73,13 @@ class NameServer:
             flow_control=cfg.flow_control(),
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
+        #: The embedded controller (RocketMQ's ``enableControllerInNamesrv``), served on this port.
+        self.controller: ControllerManager | None = None
+        if controller is not None:
+            self.controller = ControllerManager(controller)
+            self.controller.register(processors)
+            self.remoting.on_connection_closed.append(self.controller.connection_closed)
+            self.metrics.registry.register(ControllerCollector(self.controller))
         self._http_runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self.http_port: int | None = None
@@ -89,9 +102,19 @@ class NameServer:
     async def start(self) -> None:
         """Listen on the remoting and HTTP ports and start housekeeping."""
         cfg = self.config
-        await self.remoting.start()
+        if self.controller is not None:
+            await self.controller.start()
+        try:
+            await self.remoting.start()
+        except BaseException:
+            if self.controller is not None:
+                await self.controller.stop()
+            raise
         if cfg.http_port is not None:
-            runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+            app = build_app(self)
+            if self.controller is not None:
+                add_controller_routes(app, self.controller)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, cfg.http_host or cfg.host, cfg.http_port, reuse_address=True)
             try:
@@ -113,14 +136,19 @@ class NameServer:
         served any more), so shutdown logs no per-broker removals.
         """
         self.ready = False
-        if self._connection_closed in self.remoting.on_connection_closed:
-            self.remoting.on_connection_closed.remove(self._connection_closed)
+        if self.controller is not None:
+            self.controller.quiesce()
+        for callback in (self._connection_closed, self.controller.connection_closed if self.controller else None):
+            if callback in self.remoting.on_connection_closed:  # shutting down is not brokers dying
+                self.remoting.on_connection_closed.remove(callback)
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
         await self.remoting.stop()
+        if self.controller is not None:
+            await self.controller.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
             self._http_runner = None
@@ -150,13 +178,14 @@ class NameServer:
             await asyncio.sleep(cfg.scan_interval)
 
 
-async def serve(config: NameServerConfig) -> None:
-    """Run a NameServer until SIGTERM or SIGINT, then stop it cleanly.
+async def serve(config: NameServerConfig, controller: ControllerConfig | None = None) -> None:
+    """Run a NameServer (with an embedded controller when ``controller`` is given) until SIGTERM
+    or SIGINT, then stop it cleanly.
 
     Logs one line when listening and one when stopped. Raises ``OSError``
     when a port is taken.
     """
-    server = NameServer(config)
+    server = NameServer(config, controller)
     await server.start()
     http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
     log.info("NameServer listening on %s:%d%s", config.host, server.port, http)

@@ -3,7 +3,7 @@
 This module is the contract between the store (``rocket.store``) and its users
 (the broker's request processors, HA, analytics). Names and defaults follow
 Apache RocketMQ 4.9.8 ``MessageStoreConfig``, ``PutMessageStatus`` and
-``GetMessageStatus`` (reference part B).
+``GetMessageStatus``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 
 class FlushDiskType(enum.StrEnum):
-    """``flushDiskType`` (B6)."""
+    """``flushDiskType`` (``FlushDiskType``)."""
 
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
 class BrokerRole(enum.StrEnum):
-    """``brokerRole`` (B7)."""
+    """``brokerRole`` (``BrokerRole``)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -31,6 +31,10 @@ class BrokerRole(enum.StrEnum):
 @dataclass(slots=True)
 class MessageStoreConfig:
     """Store settings; every size is in bytes and every interval in seconds.
+
+    These are the Python API's units. In broker configuration the same settings take RocketMQ's
+    keys and units (``flushIntervalCommitLog`` in milliseconds, ``fileReservedTime`` in hours):
+    the table is in :mod:`rocket.broker.config`, which converts.
 
     Defaults are RocketMQ's: 1 GiB CommitLog segments, 300,000-entry
     (6,000,000-byte) ConsumeQueue files, 500 ms async flush once 4 pages are
@@ -107,7 +111,7 @@ class PutMessageRequest:
     """One message to append. The store assigns queue offset, physical offset
     and store timestamp; ``tags_code`` goes to the ConsumeQueue; ``keys`` and
     ``uniq_key`` to the IndexFile. ``properties`` is the encoded properties
-    string (A9.3) exactly as it will be stored.
+    string (``MessageDecoder.messageProperties2String``) exactly as it will be stored.
     """
 
     topic: str
@@ -135,7 +139,7 @@ class AppendedMessage:
     size: int
     queue_offset: int
     store_timestamp: int
-    msg_id: str  # offsetMsgId (A9.4)
+    msg_id: str  # offsetMsgId (MessageDecoder.createMessageId)
 
 
 @dataclass(slots=True)
@@ -158,7 +162,7 @@ class PutMessageResult:
 
 
 class GetMessageStatus(enum.StrEnum):
-    """Outcome of a get (``GetMessageStatus``); see A7 PULL_MESSAGE for the mapping."""
+    """Outcome of a get (``GetMessageStatus``); ``PullMessageProcessor`` maps it to a code."""
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -175,9 +179,9 @@ class GetMessageStatus(enum.StrEnum):
 class GetMessageResult:
     """Result of :meth:`get_message`.
 
-    ``records`` are whole stored records (A9.1) in queue order; their
+    ``records`` are whole stored records in queue order; their
     concatenation is a pull response body. Offsets are queue offsets;
-    ``max_offset`` is exclusive (quirk Q10).
+    ``max_offset`` is exclusive (the next offset to be written).
     """
 
     status: GetMessageStatus

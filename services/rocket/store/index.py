@@ -1,4 +1,4 @@
-"""IndexFile (B4): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
+"""IndexFile (``IndexService``): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
 
 Layout of ``<root>/index/<yyyyMMddHHmmssSSS>`` (RocketMQ 4.9.8 ``IndexFile``),
 big-endian::
@@ -60,6 +60,14 @@ def file_name_for(ms: int) -> str:
 
 class IndexFile:
     """One index file, mapped read-write (it is preallocated)."""
+
+    #: The 40-byte header, in memory (:meth:`write_header` writes it back).
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
 
     def __init__(self, path: Path, slot_num: int, index_num: int, fd: int) -> None:
         self.path = path
@@ -328,6 +336,26 @@ class IndexService:
             if n:
                 log.info("index recovery: removed %d entries of %s", n, self.files[-1].path.name)
         self.indexed_phys = self.end_phy_offset
+
+    def truncate(self, phys_end: int, read_store_ts: Callable[[int], int]) -> None:
+        """Forget every entry of a message at or past ``phys_end``: HA's divergent-tail repair,
+        after the CommitLog was cut there (``DefaultMessageStore.truncateDirtyFiles`` in
+        RocketMQ 5 cuts the CommitLog and ConsumeQueues only; we cut the index too, so a
+        query never returns a record that is gone).
+
+        Entries still waiting for a file are dropped, files wholly past the cut are deleted
+        and the newest remaining one is repaired as in :meth:`repair`; the deleted files
+        leave the dirty sets and the newest file is marked for the next fdatasync.
+        ``read_store_ts(phys)`` gives the store time (ms) of the record at ``phys``, -1 when
+        unknown. Blocking (file writes); raises ``OSError`` when a file cannot be written.
+        """
+        self._pending = [p for p in self._pending if p.phys < phys_end]
+        before = list(self.files)
+        self.repair(phys_end, read_store_ts)
+        gone = [f for f in before if f not in self.files]
+        self.dirty.difference_update(gone)
+        self._header_dirty.difference_update(gone)
+        self.dirty.update(self.files[-1:])
 
     @property
     def end_phy_offset(self) -> int:

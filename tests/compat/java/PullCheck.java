@@ -1,5 +1,5 @@
 // Apache RocketMQ's Java client for the pull-answer compat tests (tests/compat/test_slave_read.py,
-// test_pull_answers.py; compiled by bench/compare/java.py's compile_java against the client jars).
+// test_pull_answers.py; compiled by bench/compare/java.py's ensure_driver against the client jars).
 // Two commands, each printing one line "RESULT {json}" at the end:
 //
 //   produce namesrv=H:P topic=T (count=N [prefix=sr-] [tag=TagA] | runs=prefix:tag:count,...) [group=G]

@@ -1,12 +1,12 @@
 """:class:`AdminBrokerProcessor`: topics, subscription groups, offsets, stats,
 broker config, and the queue locks of orderly consumers.
 
-Codes (reference A5/A7): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
+Codes (RocketMQ's ``RequestCode``, ``AdminBrokerProcessor``): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
 45, 200, 201, 202, 203, 207, 208, 215.
 
 Bodies keyed by MessageQueue objects (GET_CONSUME_STATS, GET_TOPIC_STATS_INFO)
-are written as standard JSON instead of fastjson's object-keyed maps (quirk
-Q4), in two forms at once:
+are written as standard JSON instead of fastjson's object-keyed maps (as
+``ConsumeStats``/``TopicStatsTable`` would be), in two forms at once:
 
 * ``offsetTable``: map keyed by the MessageQueue's compact JSON text,
   ``{"{\\"brokerName\\":\\"b\\",\\"queueId\\":0,\\"topic\\":\\"t\\"}": {...}}``;
@@ -24,27 +24,26 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
-from rocket.broker.locks import MessageQueue
 from rocket.broker.topics import is_system_topic, validate_topic
-from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode, loads_lenient
-from rocket.remoting.validation import (
+from rocket.protocol import MessageQueue, loads_lenient
+from rocket.protocol.validation import (
     INT_MAX,
     LONG_MAX,
     MAX_QUEUE_NUMS,
     first_problem,
-    invalid,
     out_of_range,
     topic_counts_problem,
 )
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import AdminBroker
 
 log = logging.getLogger("rocket.broker.admin")
 
 
 def mq_key(mq: MessageQueue) -> str:
-    """The compact JSON text of a MessageQueue, used as a map key (quirk Q4)."""
+    """The compact JSON text of a MessageQueue, used as a map key."""
     return orjson.dumps(mq.to_json()).decode()
 
 
@@ -59,7 +58,7 @@ def _json_bytes(value: Any) -> bytes:
 class AdminBrokerProcessor:
     """Administrative requests of tools, slaves and orderly consumers."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: AdminBroker) -> None:
         self.broker = broker
 
     def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
@@ -96,7 +95,7 @@ class AdminBrokerProcessor:
             else f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG",
         )
         if problem is not None:
-            return invalid(request, f"{problem}, topic[{topic}]")
+            return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, topic[{topic}]")
         try:
             tc = broker.new_topic_config(
                 topic,
@@ -109,7 +108,7 @@ class AdminBrokerProcessor:
             )
         except (TypeError, ValueError) as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad topic config: {exc}")
-        broker.store.topic_configs.put(tc)
+        broker.metadata.topic_configs.put(tc)
         log.info("topic %s created/updated by %s: %d/%d queues, perm %d", topic, conn.peer, read, write, perm)
         await broker.register_broker_all()
         return request.response(ResponseCode.SUCCESS)
@@ -127,7 +126,7 @@ class AdminBrokerProcessor:
 
     def get_all_topic_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TopicConfigSerializeWrapper JSON; code 1 when there is no topic."""
-        table = self.broker.store.topic_configs
+        table = self.broker.metadata.topic_configs
         if not table.all():
             return request.response(ResponseCode.SYSTEM_ERROR, "No topic in this broker")
         return request.response(ResponseCode.SUCCESS, body=_json_bytes(table.wrapper_json()))
@@ -152,34 +151,35 @@ class AdminBrokerProcessor:
             out_of_range("whichBrokerWhenConsumeSlowly", cfg.which_broker_when_consume_slowly, 0, LONG_MAX),
         )
         if problem is not None:
-            return invalid(request, f"{problem}, subscription group [{cfg.group_name}]")
-        broker.store.subscription_groups.put(cfg)
+            return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, subscription group [{cfg.group_name}]")
+        broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
         return request.response(ResponseCode.SUCCESS)
 
     def get_all_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"subscriptionGroupTable":{...},"dataVersion":{...}}``."""
         return request.response(
-            ResponseCode.SUCCESS, body=_json_bytes(self.broker.store.subscription_groups.wrapper_json())
+            ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.subscription_groups.wrapper_json())
         )
 
     def delete_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``groupName`` (and ``cleanOffset``: drop its offsets too)."""
         broker = self.broker
         group = request.require("groupName")
-        broker.store.subscription_groups.delete(group)
+        broker.metadata.subscription_groups.delete(group)
         if request.get_bool("cleanOffset", False):
-            broker.store.consumer_offsets.remove_group(group)
+            broker.metadata.consumer_offsets.remove_group(group)
         return request.response(ResponseCode.SUCCESS)
 
     # -- offsets ---------------------------------------------------------------------------------
 
     def get_max_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Ext ``offset`` = the queue's max offset (exclusive, quirk Q10); 0 for an unknown queue."""
+        """Ext ``offset`` = the queue's max offset, exclusive (``ConsumeQueue.getMaxOffsetInQueue``);
+        0 for an unknown queue."""
         topic = request.require("topic")
         queue_id = request.require_int("queueId", bits=32)
         if queue_id < 0:
-            return invalid(request, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
 
@@ -188,7 +188,7 @@ class AdminBrokerProcessor:
         topic = request.require("topic")
         queue_id = request.require_int("queueId", bits=32)
         if queue_id < 0:
-            return invalid(request, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.store.get_min_offset_in_queue(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
 
@@ -197,7 +197,7 @@ class AdminBrokerProcessor:
         topic = request.require("topic")
         queue_id = request.require_int("queueId", bits=32)
         if queue_id < 0:
-            return invalid(request, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         ts = self.broker.store.get_earliest_message_time(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": ts})
 
@@ -206,7 +206,7 @@ class AdminBrokerProcessor:
         topic = request.require("topic")
         queue_id = request.require_int("queueId", bits=32)
         if queue_id < 0:
-            return invalid(request, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         ts = request.require_int("timestamp")
         offset = self.broker.store.get_offset_in_queue_by_time(topic, queue_id, ts)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
@@ -217,7 +217,7 @@ class AdminBrokerProcessor:
 
     def get_all_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"offsetTable":{"topic@group":{"0":12}}}`` (slaves copy it every 10 s)."""
-        return request.response(ResponseCode.SUCCESS, body=_json_bytes(self.broker.store.consumer_offsets.to_json()))
+        return request.response(ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.consumer_offsets.to_json()))
 
     def get_all_delay_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """The delayOffset table ``{"offsetTable":{"1":3}}`` (slaves copy it)."""

@@ -1,6 +1,6 @@
 """:class:`PullMessageProcessor`: PULL_MESSAGE (11), with long polling.
 
-Checks (reference A7 "11"): broker readable (16), subscription group exists or
+Checks (as RocketMQ's ``PullMessageProcessor``): broker readable (16), subscription group exists or
 may be auto-created (26), group enabled (16), topic exists (17) and readable
 (16), ``0 <= queueId < readQueueNums`` (1), the subscription parses (23) or,
 when not sent inline, is known from heartbeats and not older than the
@@ -54,14 +54,13 @@ from rocket.broker.headers import PullMessageRequestHeader
 from rocket.broker.long_polling import PullRequest
 from rocket.broker.topics import is_readable
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.validation import invalid
 from rocket.store.api import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import PullBroker
 
 MASTER_ID = 0
-#: A stored record's physical offset field (A9.1): int64 at byte 28.
+#: A stored record's physical offset field (CommitLog record layout): int64 at byte 28.
 _PHYS = struct.Struct(">q")
 _PHYS_AT = 28
 #: Store statuses whose ``next_begin_offset`` is past entries the read scanned (and legitimately skipped).
@@ -107,7 +106,7 @@ def pull_answer(result: GetMessageResult, requested_offset: int, *, slave_keeps_
 class PullMessageProcessor:
     """Serves pulls from the store; parks empty long-polling pulls."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: PullBroker) -> None:
         self.broker = broker
         #: Pull requests being handled (parked ones included).
         self.active = 0
@@ -175,7 +174,7 @@ class PullMessageProcessor:
         (phys,) = _PHYS.unpack_from(result.records[0], _PHYS_AT)
         return bool(self.broker.store.max_phy_offset - phys > limit)
 
-    def process(
+    def process(  # noqa: C901 - hot: per pull, RocketMQ's checks in order, bench_broker consume
         self, request: RemotingCommand, conn: RemotingConnection, *, allow_suspend: bool
     ) -> tuple[RemotingCommand, PullRequest | None]:
         """Run one pull synchronously: the response, or a parked request to wait for."""
@@ -184,7 +183,7 @@ class PullMessageProcessor:
         header = PullMessageRequestHeader.parse(request)
         problem = header.problem()
         if problem is not None:
-            return invalid(request, problem), None
+            return request.response(ResponseCode.INVALID_PARAMETER, problem), None
         if not is_readable(cfg.broker_permission):
             return request.response(
                 ResponseCode.NO_PERMISSION,
@@ -243,7 +242,7 @@ class PullMessageProcessor:
         if slave_keeps_offset and pull_response_code(result, header.queue_offset) == ResponseCode.PULL_OFFSET_MOVED:
             suggest = group_config.broker_id  # "PULL_OFFSET_MOVED: none correction"
         if allow_suspend and header.has_commit_offset and not cfg.is_slave and header.commit_offset >= 0:
-            broker.store.consumer_offsets.commit(
+            broker.metadata.consumer_offsets.commit(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         if (

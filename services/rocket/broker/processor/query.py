@@ -1,23 +1,23 @@
 """:class:`QueryMessageProcessor`: QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33).
 
-Reference A7 "12" and "33"; RocketMQ 4.9.8 ``QueryMessageProcessor``.
+As RocketMQ 4.9.8 ``QueryMessageProcessor``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rocket.protocol.validation import INT_MAX, LONG_MAX
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.validation import INT_MAX, LONG_MAX, invalid
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import QueryBroker
 
 
 class QueryMessageProcessor:
     """Looks messages up by key (IndexFile) or by physical offset."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: QueryBroker) -> None:
         self.broker = broker
 
     def query_message(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -32,10 +32,10 @@ class QueryMessageProcessor:
         max_num = request.require_int("maxNum", bits=32)
         begin = request.require_int("beginTimestamp")
         end = request.require_int("endTimestamp")
-        if max_num < 1:
-            return invalid(request, f"maxNum {max_num} is out of range (1..{INT_MAX})")
-        if request.get_bool("_UNIQUE_KEY_QUERY", False):
+        if request.get_bool("_UNIQUE_KEY_QUERY", False):  # maxNum is not the client's to choose then
             max_num = broker.config.default_query_max_num
+        elif max_num < 1:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"maxNum {max_num} is out of range (1..{INT_MAX})")
         max_num = max(1, min(max_num, broker.config.max_msgs_num_batch))
         records = broker.store.query_message(topic, key, max_num, begin, end)
         ext = {
@@ -52,7 +52,7 @@ class QueryMessageProcessor:
         """The stored record at CommitLog offset ``offset``; code 1 when there is none."""
         offset = request.require_int("offset")
         if offset < 0:
-            return invalid(request, f"offset {offset} is out of range (0..{LONG_MAX})")
+            return request.response(ResponseCode.INVALID_PARAMETER, f"offset {offset} is out of range (0..{LONG_MAX})")
         record = self.broker.store.read_record(offset)
         if record is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")

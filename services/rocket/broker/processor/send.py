@@ -1,7 +1,7 @@
 """:class:`SendMessageProcessor`: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310),
 SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
 
-Checks, in order (reference A7 "10", RocketMQ 4.9.8
+Checks, in order (RocketMQ 4.9.8
 ``AbstractSendMessageProcessor.msgCheck`` and ``SendMessageProcessor``), each
 answered with RocketMQ's code and a remark that says what is wrong:
 
@@ -24,7 +24,7 @@ retry topic of an unknown group              26   ``subscription group not exist
 
 A batch is recognised by code 320 **or** the batch flag ``true``/``1`` (the
 C++ client sends batches as code 10 with ``batch:"1"``; Java 4.9.8 would
-misread those, we accept them, quirk Q7).
+misread those with ``Boolean.parseBoolean``, we accept them).
 """
 
 from __future__ import annotations
@@ -39,37 +39,32 @@ from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import MessageInner
-from rocket.broker.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_GROUP_TOPIC_PREFIX,
-    dlq_topic,
-    is_writeable,
-    retry_topic,
-    validate_topic,
-)
+from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
+from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SEPARATOR,
-    SYSFLAG_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED,
     MessageFormatError,
     decode_batch,
     decode_properties,
     encode_properties,
 )
+from rocket.protocol import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting.connection import ANSWER_LATER
-from rocket.remoting.validation import invalid
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
-    from rocket.store.config import TopicConfig
+    from rocket.broker.interfaces import SendBroker
+    from rocket.protocol import TopicConfig
 
 log = logging.getLogger("rocket.broker.send")
 
@@ -144,6 +139,16 @@ _SEND_OK_HEADER = (
 _FRAME_PREFIX = struct.Struct(">iI")
 
 
+def _reply_queue_id(inner: MessageInner) -> int:
+    """The queueId a send answer names: the producer's queue, also for a half message (stored
+    to the half topic's queue 0 with the real queue in REAL_QID), as Apache's SendMessageProcessor."""
+    if inner.topic == HALF_TOPIC:
+        real = inner.properties.get(PROPERTY_REAL_QUEUE_ID, "")
+        if real.isdigit():
+            return int(real)
+    return inner.queue_id
+
+
 def put_result_response(request: RemotingCommand, result: PutMessageResult) -> tuple[int, str | None]:
     """Response code and remark for a store outcome (mapping in ``store/api.py``)."""
     status = result.status
@@ -165,7 +170,7 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> t
 class SendMessageProcessor:
     """Stores messages from producers and consumers' send-backs."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: SendBroker) -> None:
         self.broker = broker
 
     # -- entry points ------------------------------------------------------------------
@@ -273,11 +278,11 @@ class SendMessageProcessor:
                 # The usual answer, written straight into its frame (no RemotingCommand, no dict).
                 first = inners[0]
                 msg_id = self._record_stored(batch, inners, result)
-                frame = send_ok_frame(request.opaque, msg_id, first.queue_id, messages[0].queue_offset)
+                frame = send_ok_frame(request.opaque, msg_id, _reply_queue_id(first), messages[0].queue_offset)
                 if frame is not None:
                     conn.answer_frame(request, ResponseCode.SUCCESS, frame, started)
                     return
-                response = self._response(request, ResponseCode.SUCCESS, None, msg_id, first.queue_id,
+                response = self._response(request, ResponseCode.SUCCESS, None, msg_id, _reply_queue_id(first),
                                           messages[0].queue_offset)
             else:
                 response = self._answer(request, batch, inners, result)
@@ -300,7 +305,7 @@ class SendMessageProcessor:
             return request.response(code, remark or f"{what} was not stored")
         first = inners[0]
         msg_id = self._record_stored(batch, inners, result)
-        return self._response(request, code, remark, msg_id, first.queue_id, messages[0].queue_offset)
+        return self._response(request, code, remark, msg_id, _reply_queue_id(first), messages[0].queue_offset)
 
     def _record_stored(self, batch: bool, inners: list[MessageInner], result: PutMessageResult) -> str:
         """Count the stored ``inners`` in the broker's put statistics; the answer's msgId
@@ -310,6 +315,8 @@ class SendMessageProcessor:
             self.broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
             return ",".join(m.msg_id for m in result.messages)
         self.broker.record_put(first.topic, 1, len(first.body))
+        if first.topic == HALF_TOPIC:
+            self.broker.transaction.on_half_stored(first)
         return result.messages[0].msg_id
 
     @staticmethod
@@ -363,7 +370,7 @@ class SendMessageProcessor:
             )
         problem = header.problem()
         if problem is not None:
-            return invalid(request, problem)
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         problem = _topic_problem(header.topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
@@ -406,7 +413,7 @@ class SendMessageProcessor:
         if not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group_config = self.broker.store.subscription_groups.get(group)
+        group_config = self.broker.metadata.subscription_groups.get(group)
         if group_config is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
@@ -451,12 +458,13 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE} (got {props_size} bytes)",
             )
-        if header.sys_flag & SYSFLAG_TRANSACTION_PREPARED and broker.config.reject_transaction_message:
+        properties = decode_properties(text)
+        half = is_half_message(properties, header.sys_flag)
+        if half and broker.config.reject_transaction_message:
             return request.response(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.broker_ip1}] sending transaction message is forbidden",
             )
-        properties = decode_properties(text)
         cluster = broker.config.broker_cluster_name
         encoded = None if PROPERTY_CLUSTER in properties else with_cluster(text, len(properties), cluster)
         properties[PROPERTY_CLUSTER] = cluster
@@ -475,6 +483,10 @@ class SendMessageProcessor:
         refused = self._retry_or_dlq(request, header, inner)
         if refused is not None:
             return refused
+        if half and not (header.reconsume_times > 0 and inner.delay_level > 0):  # (Apache: clients < 4.6.1)
+            # A transactional half message: stored to RMQ_SYS_TRANS_HALF_TOPIC (rocket.broker.transaction).
+            broker.transaction.ensure_topics()
+            inner = half_message(inner)
         # Only the broker's CLUSTER property was added: re-measure only when that could matter.
         margin = 64 + len(broker.config.broker_cluster_name)
         if props_size + margin > MAX_PROPERTIES_SIZE and inner.properties_too_long():
@@ -510,6 +522,8 @@ class SendMessageProcessor:
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is corrupt: {exc}")
         batch_props = decode_properties(header.properties)
+        if is_half_message(batch_props, header.sys_flag):
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
         if batch_props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed (DELAY is set)")
         queue_id = self._pick_queue(header, topic_config)
@@ -523,6 +537,10 @@ class SendMessageProcessor:
             if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
                 props = {**batch_props, **props}
             props[PROPERTY_CLUSTER] = cluster
+            if PROPERTY_TRANSACTION_PREPARED in props and is_half_message(props, 0):
+                return request.response(
+                    ResponseCode.MESSAGE_ILLEGAL, f"batch message {index} cannot be transactional (TRAN_MSG)"
+                )
             delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
             if delay is not None and delay not in ("", "0"):
                 return request.response(
@@ -552,7 +570,7 @@ class SendMessageProcessor:
         header = ConsumerSendMsgBackRequestHeader.parse(request)
         problem = header.problem()
         if problem is not None:
-            return invalid(request, problem)
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         group_config = broker.find_subscription_group(header.group)
         if group_config is None:
             return request.response(

@@ -1,4 +1,4 @@
-"""The replication wire format (reference B7), plus an epoch handshake.
+"""The replication wire format (RocketMQ 4.x ``HAConnection``/``HAClient`` frames), plus an epoch handshake.
 
 Plain TCP on the master's ``haListenPort`` (default ``listenPort + 1``), no
 remoting framing. All integers are big-endian.
@@ -32,6 +32,9 @@ from typing import Any
 
 import orjson
 
+#: States of a slave's connection to its master (``HAClient.state``), in order; exported as
+#: ``rocketmq_broker_ha_connection_state``.
+STATES = ("disconnected", "connecting", "handshaking", "transferring", "refused")
 #: First bytes of a handshake frame (``0x52484131``).
 HANDSHAKE_MAGIC = b"RHA1"
 #: A report: the slave's max offset.
@@ -56,7 +59,7 @@ def encode_report(offset: int) -> bytes:
 
 def decode_report(data: bytes) -> int:
     """Inverse of :func:`encode_report`. Raises :class:`HAProtocolError` for a negative offset."""
-    (offset,) = REPORT.unpack(data)
+    offset: int = REPORT.unpack(data)[0]
     if offset < 0:
         raise HAProtocolError(f"slave reported a negative offset {offset}")
     return offset

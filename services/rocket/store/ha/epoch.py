@@ -11,7 +11,7 @@ truncates its log to that point before it replicates the new master's data,
 and two copies never disagree about an acknowledged message
 (RocketMQ 5 ``EpochFileCache.findConsistentPoint``; concepts only).
 
-RocketCluster rules (``rocket.broker.ha`` applies them):
+RocketCluster rules (``rocket.store.ha`` and ``rocket.broker.replicas`` apply them):
 
 * a broker that first becomes master of an empty epoch file starts epoch 1 at
   its log's minimum physical offset;

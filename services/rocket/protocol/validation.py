@@ -10,7 +10,8 @@ Two layers, as in Apache RocketMQ:
   (a negative offset, a queueId beyond the topic's queues, unknown sysFlag bits,
   a queue count of 0) is answered INVALID_PARAMETER (29, ``ResponseCode`` of
   RocketMQ 5, as its ConsumerManageProcessor and AdminBrokerProcessor do) with
-  a remark naming the field, its value and the allowed range. Where Apache has
+  a remark naming the field, its value and the allowed range (the processors
+  answer it; this module, part of the protocol layer, only says what is wrong). Where Apache has
   its own code for a case (TOPIC_NOT_EXIST, SUBSCRIPTION_GROUP_NOT_EXIST, the
   pull's SYSTEM_ERROR for an illegal queueId) that code is kept.
 
@@ -23,10 +24,9 @@ a group's retry queues.
 
 from __future__ import annotations
 
-from rocket.remoting.codes import ResponseCode
-from rocket.remoting.command import JAVA_INT_RANGE, JAVA_LONG_RANGE, RemotingCommand
-
-INVALID_PARAMETER = ResponseCode.INVALID_PARAMETER
+#: Ranges of Java's ``int`` and ``long``, the types of RocketMQ's header fields.
+JAVA_INT_RANGE = (-(2**31), 2**31 - 1)
+JAVA_LONG_RANGE = (-(2**63), 2**63 - 1)
 #: Largest read/write queue count of a topic (one of them may be 0, not both), and of a group's retry queues.
 MAX_QUEUE_NUMS = 65535
 #: Every bit ``MessageSysFlag`` defines (compression type included).
@@ -61,11 +61,6 @@ def first_problem(*problems: str | None) -> str | None:
         if problem is not None:
             return problem
     return None
-
-
-def invalid(request: RemotingCommand, remark: str) -> RemotingCommand:
-    """An INVALID_PARAMETER (29) answer to ``request``."""
-    return request.response(INVALID_PARAMETER, remark)
 
 
 def queue_id_problem(queue_id: int, topic: str, queue_nums: int, what: str = "readQueueNums") -> str | None:

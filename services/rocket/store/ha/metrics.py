@@ -32,9 +32,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rocket.broker.ha.slave import STATES
+from rocket.store.ha.protocol import STATES
 
-log = logging.getLogger("rocket.broker.ha")
+log = logging.getLogger("rocket.store.ha")
 
 PREFIX = "rocketmq_broker_ha_"
 _WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -1,7 +1,6 @@
-"""Master/slave metadata copy (reference A7 "Master/slave config sync"; RocketMQ
-4.9.8 ``SlaveSynchronize``): a slave asks its master's main port every
-``slaveSyncInterval`` (10 s; the first time after 3 s or the interval if
-shorter) for
+"""Master/slave metadata copy (RocketMQ 4.9.8 ``broker/slave/SlaveSynchronize``): a slave
+asks its master's main port every ``slaveSyncInterval`` (10 s; the first time after 3 s or
+the interval if shorter) for
 
 * 21 GET_ALL_TOPIC_CONFIG — the topic table (applied when its DataVersion changed),
 * 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
@@ -18,25 +17,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
-from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.ha.manager import ReplicationManager
+    from rocket.broker.metadata import BrokerMetadata
+    from rocket.broker.schedule import ScheduleMessageService
 
-log = logging.getLogger("rocket.broker.ha")
+log = logging.getLogger("rocket.broker.slave_sync")
 
 FIRST_DELAY = 3.0
 
 
-class SlaveSynchronize:
-    """Copies the master's metadata into this slave; see the module doc."""
+class SlaveSyncBroker(Protocol):
+    """What the copy writes into: the broker's metadata (topic, subscription-group and consumer-offset
+    tables) and its delayed delivery (delay offsets). ``BrokerController`` satisfies it."""
 
-    def __init__(self, manager: ReplicationManager, *, period: float | None = None, timeout: float = 3.0) -> None:
-        self.manager = manager
-        self.period = period if period is not None else manager.config.slave_sync_interval / 1000.0
+    metadata: BrokerMetadata
+    schedule: ScheduleMessageService
+
+
+class SlaveSynchronize:
+    """Copies the master's metadata into this slave; see the module doc.
+
+    ``broker``: where the copies go (read at each round). ``master_address()``: the master's
+    remoting address ``host:port``, None while unknown (the round is skipped). ``period``:
+    seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request.
+    """
+
+    def __init__(self, broker: SlaveSyncBroker, master_address: Callable[[], str | None], *, period: float,
+                 timeout: float = 3.0) -> None:
+        self.broker = broker
+        self.master_address = master_address
+        self.period = period
         self.first_delay = min(FIRST_DELAY, self.period)
         self.timeout = timeout
         self.client = RemotingClient(connect_timeout=timeout)
@@ -84,7 +100,7 @@ class SlaveSynchronize:
 
     async def sync_once(self) -> bool:
         """One round against the master's main address; True when every step worked."""
-        addr = self.manager.master_main_address()
+        addr = self.master_address()
         if not addr:
             return False
         self.rounds += 1
@@ -118,7 +134,7 @@ class SlaveSynchronize:
         table = obj.get("topicConfigTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no topicConfigTable in GET_ALL_TOPIC_CONFIG's answer")
-        mgr = self.manager.store.topic_configs
+        mgr = self.broker.metadata.topic_configs
         _replace_table(mgr, {str(k): TopicConfig.from_json(v) for k, v in table.items()}, obj.get("dataVersion"))
 
     async def _apply_groups(self, body: bytes) -> None:
@@ -126,19 +142,19 @@ class SlaveSynchronize:
         table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no subscriptionGroupTable in GET_ALL_SUBSCRIPTIONGROUP_CONFIG's answer")
-        mgr = self.manager.store.subscription_groups
+        mgr = self.broker.metadata.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
 
     async def _apply_offsets(self, body: bytes) -> None:
-        self.manager.store.consumer_offsets.replace_all(body)
+        self.broker.metadata.consumer_offsets.replace_all(body)
 
     async def _apply_delay_offsets(self, body: bytes) -> None:
         obj = loads_lenient(body)
         table = obj.get("offsetTable", {}) if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no offsetTable in GET_ALL_DELAY_OFFSET's answer")
-        schedule = self.manager.broker.schedule
+        schedule = self.broker.schedule
         new = {int(k): int(v) for k, v in table.items()}
         if new != schedule.delay_offsets:
             schedule.update_offsets(new)
@@ -159,4 +175,4 @@ def _replace_table(mgr: Any, table: dict[str, Any], version: Any) -> None:
     if gone:
         mgr.delete_many(gone)
     if master_version is not None:
-        mgr.data_version = master_version.copy()
+        mgr.data_version = master_version

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rocket.broker.ha.protocol import (
+from rocket.store.api import PutMessageStatus
+from rocket.store.ha.protocol import (
     HAProtocolError,
     decode_report,
     encode_handshake,
@@ -44,12 +45,11 @@ from rocket.broker.ha.protocol import (
     is_handshake,
     read_handshake_body,
 )
-from rocket.store.api import PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.ha.manager import ReplicationManager
+    from rocket.store.ha.host import HAHost
 
-log = logging.getLogger("rocket.broker.ha")
+log = logging.getLogger("rocket.store.ha")
 
 #: Bytes buffered in a slave connection's transport before the sender waits for it to drain.
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -169,8 +169,8 @@ async def _tick(event: asyncio.Event, every: float) -> None:
 class HAService:
     """Listens for slaves and streams the CommitLog to them; see the module doc."""
 
-    def __init__(self, manager: ReplicationManager) -> None:
-        self.manager = manager
+    def __init__(self, host: HAHost) -> None:
+        self.host = host
         self.connections: list[HAConnection] = []
         self.waiters = SyncWaiters()
         self.port: int | None = None
@@ -188,7 +188,7 @@ class HAService:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0 = any free port); returns the bound port. Raises ``OSError``."""
-        store = self.manager.store
+        store = self.host.store
         store.add_commit_listener(self._on_commit)
         self._samples.append((store.max_phy_offset, time.monotonic()))
         self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
@@ -261,7 +261,7 @@ class HAService:
         """Is ``conn`` within ``haSlaveFallbehindMax`` bytes of this master?"""
         if conn.ack_offset < 0:
             return False
-        return self.manager.store.max_phy_offset - conn.ack_offset <= self.manager.config.ha_slave_fallbehind_max
+        return self.host.store.max_phy_offset - conn.ack_offset <= self.host.config.ha_slave_fallbehind_max
 
     def slave_ok(self) -> bool:
         """At least one connected slave is in sync (``isSlaveOK``)."""
@@ -269,13 +269,13 @@ class HAService:
 
     def lag_bytes(self, conn: HAConnection) -> int:
         """CommitLog bytes ``conn`` has not acknowledged yet."""
-        end = self.manager.store.max_phy_offset
+        end = self.host.store.max_phy_offset
         return max(0, end - max(conn.ack_offset, 0))
 
     def lag_seconds(self, conn: HAConnection) -> float:
         """How long ago the oldest byte ``conn`` has not acknowledged was written (0 when none)."""
         ack = conn.ack_offset
-        if ack >= self.manager.store.max_phy_offset:
+        if ack >= self.host.store.max_phy_offset:
             return 0.0
         now = time.monotonic()
         for offset, t in self._samples:
@@ -299,13 +299,13 @@ class HAService:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         if best >= end:
             return PutMessageStatus.PUT_OK
-        if self.manager.store.max_phy_offset - best > self.manager.config.ha_slave_fallbehind_max:
+        if self.host.store.max_phy_offset - best > self.host.config.ha_slave_fallbehind_max:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         return None
 
     def wait_callback(self, end: int, fut: asyncio.Future[Any], done: Callable[[PutMessageStatus], object]) -> None:
         """Register ``done(status)`` for a put ending at ``end`` after :meth:`sync_now` said None."""
-        self.waiters.add_callback(end, time.monotonic() + self.manager.config.slave_timeout / 1000.0, fut, done)
+        self.waiters.add_callback(end, time.monotonic() + self.host.config.slave_timeout / 1000.0, fut, done)
         if len(self.waiters) == 1:
             self._sweeper_wakeup.set()
 
@@ -317,8 +317,8 @@ class HAService:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         if best >= end:
             return PutMessageStatus.PUT_OK
-        cfg = self.manager.config
-        if self.manager.store.max_phy_offset - best > cfg.ha_slave_fallbehind_max:
+        cfg = self.host.config
+        if self.host.store.max_phy_offset - best > cfg.ha_slave_fallbehind_max:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         deadline = time.monotonic() + cfg.slave_timeout / 1000.0
         fut = self.waiters.add(end, deadline, asyncio.get_running_loop())
@@ -339,7 +339,7 @@ class HAService:
                 await asyncio.sleep(min(delay + 0.001, 1.0))
             n = self.waiters.expire(time.monotonic())
             if n:
-                self.manager.metrics.sync_results.labels("timeout").inc(n)
+                self.host.metrics.sync_results.labels("timeout").inc(n)
 
     # -- one slave ----------------------------------------------------------------------------------
 
@@ -353,7 +353,7 @@ class HAService:
                 return
             self.connections.append(conn)
             self._recompute_best_ack()
-            self.manager.metrics.connections_total.inc()
+            self.host.metrics.connections_total.inc()
             log.info("slave %s (id %d, %s) connected for replication from %s", conn.slave_addr, conn.slave_id,
                      "epoch handshake" if conn.handshake else "plain", peer)
             sender = self._spawn(self._send_loop(conn), f"ha-send-{peer}")
@@ -370,7 +370,7 @@ class HAService:
             log.warning("replication connection from %s dropped: %s", peer, exc)
         except TimeoutError:
             log.warning("replication connection of slave %s idle for %.0f s: dropped",
-                        conn.slave_addr if conn else peer, self.manager.config.ha_housekeeping_interval / 1000)
+                        conn.slave_addr if conn else peer, self.host.config.ha_housekeeping_interval / 1000)
         finally:
             with contextlib.suppress(Exception):
                 writer.transport.abort()
@@ -383,18 +383,18 @@ class HAService:
         if not self.connections:
             n = self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
             if n:
-                self.manager.metrics.sync_results.labels("slave_not_available").inc(n)
+                self.host.metrics.sync_results.labels("slave_not_available").inc(n)
                 log.warning("last slave gone: %d sends waiting for replication answered SLAVE_NOT_AVAILABLE", n)
 
     async def _accept(self, peer: str, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> HAConnection | None:
         """Read the first bytes: an epoch handshake, or a plain 8-byte report."""
-        mgr = self.manager
-        idle = mgr.config.ha_housekeeping_interval / 1000.0
+        host = self.host
+        idle = host.config.ha_housekeeping_interval / 1000.0
         async with asyncio.timeout(idle):
             first = await reader.readexactly(4)
         if not is_handshake(first):
-            if not mgr.is_master:
+            if not host.is_master:
                 log.info("replication connection from %s refused: this broker is not a master", peer)
                 return None
             conn = HAConnection(peer, writer, slave_addr=peer)
@@ -405,10 +405,10 @@ class HAService:
         async with asyncio.timeout(idle):
             hello = await read_handshake_body(reader)
         error = None
-        if not mgr.is_master:
-            error = f"broker {mgr.config.broker_addr} is not a master (role {mgr.config.broker_role})"
-        elif hello.get("brokerName") != mgr.config.broker_name:
-            error = f"slave of group {hello.get('brokerName')!r} connected to the master of {mgr.config.broker_name!r}"
+        if not host.is_master:
+            error = f"broker {host.config.broker_addr} is not a master (role {host.config.broker_role})"
+        elif hello.get("brokerName") != host.config.broker_name:
+            error = f"slave of group {hello.get('brokerName')!r} connected to the master of {host.config.broker_name!r}"
         if error is not None:
             writer.write(encode_handshake({"ok": False, "error": error}))
             with contextlib.suppress(Exception):
@@ -416,13 +416,13 @@ class HAService:
                     await writer.drain()
             log.info("replication handshake from %s refused: %s", peer, error)
             return None
-        store = mgr.store
+        store = host.store
         writer.write(encode_handshake({
             "ok": True,
-            "brokerName": mgr.config.broker_name,
-            "masterAddr": mgr.config.broker_addr,
-            "epoch": mgr.epoch_file.last_epoch,
-            "epochs": mgr.epoch_file.to_json(),
+            "brokerName": host.config.broker_name,
+            "masterAddr": host.config.broker_addr,
+            "epoch": host.epoch_file.last_epoch,
+            "epochs": host.epoch_file.to_json(),
             "maxOffset": store.max_phy_offset,
             "minOffset": store.min_phy_offset,
         }))
@@ -431,7 +431,7 @@ class HAService:
                             slave_id=int(hello.get("brokerId", -1) or -1), handshake=True)
 
     async def _read_loop(self, conn: HAConnection, reader: asyncio.StreamReader) -> None:
-        idle = self.manager.config.ha_housekeeping_interval / 1000.0
+        idle = self.host.config.ha_housekeeping_interval / 1000.0
         while True:
             async with asyncio.timeout(idle):
                 data = await reader.readexactly(8)
@@ -451,15 +451,15 @@ class HAService:
         if offset > before:
             n = self.waiters.ack(offset)
             if n:
-                self.manager.metrics.sync_results.labels("ok").inc(n)
+                self.host.metrics.sync_results.labels("ok").inc(n)
             if self.on_ack is not None:
                 self.on_ack(offset)
             self._prune_samples()
 
     async def _send_loop(self, conn: HAConnection) -> None:
-        mgr = self.manager
-        store = mgr.store
-        cfg = mgr.config
+        host = self.host
+        store = host.store
+        cfg = host.config
         await conn.first_report.wait()
         offset = conn.ack_offset
         if offset == 0:
@@ -492,8 +492,8 @@ class HAService:
     async def _stream(self, conn: HAConnection, offset: int, batch: int, heartbeat: float,
                       writer: asyncio.StreamWriter, transport: Any, last_write: float) -> None:
         """Send transfers from ``offset`` until the connection fails (see the module doc)."""
-        mgr = self.manager
-        store = mgr.store
+        host = self.host
+        store = host.store
         while True:
             data = store.read_commit_log(offset, batch)
             if data:
@@ -503,7 +503,7 @@ class HAService:
                 conn.transfer_offset = offset
                 conn.bytes_sent += n
                 self.transferred_bytes += n
-                mgr.metrics.transferred_bytes.inc(n)
+                host.metrics.transferred_bytes.inc(n)
                 last_write = time.monotonic()
                 if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
                     await writer.drain()

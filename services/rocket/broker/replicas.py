@@ -1,10 +1,11 @@
-""":class:`ReplicationManager`: a broker's replication role, epochs and failover.
+""":class:`ReplicationManager`: a broker's replication role, epochs and failover (the
+broker's side of replication, as RocketMQ's ``broker/controller/ReplicasManager``).
 
-It owns the master side (:class:`~rocket.broker.ha.master.HAService`, always
+It owns the master side (:class:`~rocket.store.ha.master.HAService`, always
 listening on ``haListenPort``), the slave side
-(:class:`~rocket.broker.ha.slave.HAClient` and the metadata copy
-:class:`~rocket.broker.ha.sync.SlaveSynchronize`, running only on a slave),
-the epoch file (``rocket.store.epoch``) and the role changes:
+(:class:`~rocket.store.ha.slave.HAClient` and the metadata copy
+:class:`~rocket.broker.slave_sync.SlaveSynchronize`, running only on a slave),
+the epoch file (``rocket.store.ha.epoch``) and the role changes:
 
 **Promotion** (:meth:`promote`: ``rocket cluster failover``, POST
 ``/api/v1/role``, request 1008): refused while a NameServer still lists a
@@ -48,32 +49,36 @@ import logging
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from rocket.broker.config import BrokerConfig
-from rocket.broker.ha.master import HAService
-from rocket.broker.ha.metrics import HACollector, HAMetrics, HASnapshot, SlaveRow
-from rocket.broker.ha.slave import HAClient
-from rocket.broker.ha.sync import SlaveSynchronize
+from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
+from rocket.protocol import loads_lenient
 from rocket.remoting import (
     RemotingCommand,
     RemotingConnection,
     RemotingError,
     RequestCode,
     ResponseCode,
-    loads_lenient,
 )
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
-from rocket.store.epoch import EPOCH_FILE_NAME, EpochFile
+from rocket.store.ha.epoch import EPOCH_FILE_NAME, EpochFile
+from rocket.store.ha.master import HAService
+from rocket.store.ha.metrics import HACollector, HAMetrics, HASnapshot, SlaveRow
+from rocket.store.ha.slave import HAClient
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
-    from rocket.broker.registration import RegisterResult
+    from rocket.broker.metadata import BrokerMetadata
+    from rocket.broker.metrics import BrokerMetrics
+    from rocket.broker.registration import BrokerOuterAPI, RegisterResult
+    from rocket.broker.schedule import ScheduleMessageService
+    from rocket.protocol import TopicConfig
+    from rocket.store import DefaultMessageStore
 
-log = logging.getLogger("rocket.broker.ha")
+log = logging.getLogger("rocket.broker.replicas")
 
 HA_STATE_FILE = "haState.json"
 
@@ -113,16 +118,64 @@ def apply_persisted_role(config: BrokerConfig) -> bool:
     return True
 
 
-class ReplicationManager:
-    """See the module doc. Built by the controller; ``start`` after the store started."""
+class MasterOnlyService(Protocol):
+    """A broker service that runs on a master only (delayed delivery, the transaction check): started
+    at promotion, stopped at demotion."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    async def start(self) -> None:
+        """Start serving (idempotent)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        ...
+
+
+class ReplicationBroker(Protocol):
+    """The broker as the :class:`ReplicationManager` sees it (``BrokerController`` satisfies it):
+    its settings, store, metadata, metrics, master-only services, NameServer client and registration."""
+
+    config: BrokerConfig
+    store: DefaultMessageStore
+    metadata: BrokerMetadata
+    metrics: BrokerMetrics
+    schedule: ScheduleMessageService
+    #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
+    transaction: MasterOnlyService
+    outer_api: BrokerOuterAPI
+    #: On a slave: the master's remoting address and HA address from the NameServer's answer.
+    master_addr: str | None
+    ha_master_addr: str | None
+    #: The store has started (recovered) and may be read.
+    store_ready: bool
+
+    def trigger_register(self) -> None:
+        """Register with every NameServer soon (coalesced)."""
+        ...
+
+    async def register_broker_all(self) -> None:
+        """Register with every NameServer now."""
+        ...
+
+    def new_topic_config(self, topic: str, **fields: Any) -> TopicConfig:
+        """A topic config with this broker's defaults and ``fields`` (TopicConfig's field names)."""
+        ...
+
+
+class ReplicationManager:
+    """See the module doc. Built by the controller; ``start`` after the store started.
+
+    Satisfies :class:`~rocket.store.ha.host.HAHost` for the HA service and client it owns.
+    """
+
+    def __init__(self, broker: ReplicationBroker) -> None:
         self.broker = broker
         self.epoch_file = EpochFile(Path(broker.config.store_path_root_dir) / EPOCH_FILE_NAME)
         self.metrics = HAMetrics(broker.metrics.registry)
         self.service = HAService(self)
         self.client = HAClient(self)
-        self.sync = SlaveSynchronize(self)
+        self.sync = SlaveSynchronize(broker, self.master_main_address,
+                                     period=broker.config.slave_sync_interval / 1000.0)
         #: False until the first registration round told a master it still is one.
         self.role_confirmed = False
         self.changing_role = False
@@ -141,7 +194,7 @@ class ReplicationManager:
         return self.broker.config
 
     @property
-    def store(self) -> Any:
+    def store(self) -> DefaultMessageStore:
         """The broker's message store."""
         return self.broker.store
 
@@ -162,7 +215,7 @@ class ReplicationManager:
 
     async def start(self) -> None:
         """Load the epoch file, listen for slaves, start the slave side when a slave. Raises
-        ``OSError`` when the HA port is taken and :class:`~rocket.store.epoch.EpochFileError`."""
+        ``OSError`` when the HA port is taken and :class:`~rocket.store.ha.epoch.EpochFileError`."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.epoch_file.load)
         cfg = self.config
@@ -425,6 +478,7 @@ class ReplicationManager:
                 self.broker.ha_master_addr = None
                 await self._persist_role()
                 await self.broker.schedule.start()
+                await self.broker.transaction.start()
                 self.role_confirmed = True
             finally:
                 self.changing_role = False
@@ -449,7 +503,7 @@ class ReplicationManager:
         after the last config copy) a config (:meth:`replicated_topic_config`). Without it the
         new master would re-create them from TBW102."""
         store = self.store
-        configs = store.topic_configs
+        configs = self.broker.metadata.topic_configs
         made = []
         for topic in store.topics():
             if configs.get(topic) is None:
@@ -484,6 +538,7 @@ class ReplicationManager:
                 store.config.broker_role = BrokerRole.SLAVE
                 self.service.drop_all(f"{master_addr} is the master now")
                 await self.broker.schedule.stop()
+                await self.broker.transaction.stop()
                 await store.commit_log.wait_idle()
                 cfg.broker_id = await self._free_slave_id()
                 await self._persist_role()
@@ -577,7 +632,7 @@ class ReplicationManager:
         }
 
     def snapshot(self) -> HASnapshot:
-        """Scrape-time values for :class:`~rocket.broker.ha.metrics.HACollector`."""
+        """Scrape-time values for :class:`~rocket.store.ha.metrics.HACollector`."""
         svc = self.service
         rows = [SlaveRow(c.slave_addr, svc.lag_bytes(c), svc.lag_seconds(c), svc.in_sync(c), c.ack_offset)
                 for c in svc.connections] if self._started else []

@@ -8,7 +8,7 @@ Session (one TCP connection to the master's HA address, which comes from
    master answers with its epoch list, max and min offsets;
 2. reconcile: refuse a master whose newest epoch is older than ours (it is
    not the group's real master); otherwise find the consistent point
-   (``rocket.store.epoch``) and truncate the store's divergent tail there;
+   (``rocket.store.ha.epoch``) and truncate the store's divergent tail there;
    an empty epoch list means a new (or pre-epoch) store whose bytes are
    trusted as they are; a store entirely behind the master's oldest file is
    emptied and copied afresh;
@@ -31,23 +31,21 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from rocket.broker.ha.protocol import (
+from rocket.remoting import parse_addr
+from rocket.store.ha.epoch import EpochEntry, entries_from_json, find_consistent_point
+from rocket.store.ha.protocol import (
     HAProtocolError,
     TransferParser,
     encode_handshake,
     encode_report,
     read_handshake,
 )
-from rocket.remoting import parse_addr
-from rocket.store.epoch import EpochEntry, entries_from_json, find_consistent_point
 
 if TYPE_CHECKING:
-    from rocket.broker.ha.manager import ReplicationManager
+    from rocket.store.ha.host import HAHost
 
-log = logging.getLogger("rocket.broker.ha")
+log = logging.getLogger("rocket.store.ha")
 
-#: Connection states, in order (``rocketmq_broker_ha_connection_state``).
-STATES = ("disconnected", "connecting", "handshaking", "transferring", "refused")
 #: Replicated bytes buffered before the reader waits for the store.
 _MAX_PENDING = 32 * 1024 * 1024
 _RECONNECT_DELAY = 1.0
@@ -67,10 +65,11 @@ def common_epoch(local: list[EpochEntry], remote: list[EpochEntry]) -> int:
 
 
 class HAClient:
-    """Replicates from the master; see the module doc. ``start``/``stop`` on the broker's loop."""
+    """Replicates from the master; see the module doc. ``state`` is one of
+    :data:`~rocket.store.ha.protocol.STATES`. ``start``/``stop`` on the broker's loop."""
 
-    def __init__(self, manager: ReplicationManager) -> None:
-        self.manager = manager
+    def __init__(self, host: HAHost) -> None:
+        self.host = host
         self.state = "disconnected"
         #: Why the last session ended (or was refused).
         self.last_error = ""
@@ -110,7 +109,7 @@ class HAClient:
                 await task
         self._close()
         self._set_state("disconnected")
-        await self.manager.store.commit_log.wait_idle()
+        await self.host.store.commit_log.wait_idle()
 
     def wake(self) -> None:
         """Try to connect now (the master's address just became known)."""
@@ -144,14 +143,14 @@ class HAClient:
         from the last session's end, or from start-up when there was none)."""
         if self.state == "transferring":
             return True
-        grace = self.manager.config.ha_housekeeping_interval / 1000.0
+        grace = self.host.config.ha_housekeeping_interval / 1000.0
         return time.monotonic() - self.disconnected_since < grace
 
     # -- the loop -----------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         while True:
-            addr = self.manager.master_ha_address()
+            addr = self.host.master_ha_address()
             if not addr:
                 self._set_state("disconnected")
                 await self._pause(_RECONNECT_DELAY)
@@ -179,14 +178,14 @@ class HAClient:
         self._set_state("refused" if refused else "disconnected")
 
     async def _session(self, addr: str) -> None:
-        mgr = self.manager
-        cfg = mgr.config
-        store = mgr.store
-        host, port = parse_addr(addr)
+        host = self.host
+        cfg = host.config
+        store = host.store
+        ip, port = parse_addr(addr)
         self._set_state("connecting")
         await store.commit_log.wait_idle()  # bytes of a previous session are written: report the true end
         async with asyncio.timeout(3.0):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await asyncio.open_connection(ip, port)
         self._writer = writer
         self._set_state("handshaking")
         writer.write(encode_handshake({
@@ -194,7 +193,7 @@ class HAClient:
             "brokerAddr": cfg.broker_addr,
             "brokerId": cfg.broker_id,
             "maxOffset": store.max_phy_offset,
-            "epochs": mgr.epoch_file.to_json(),
+            "epochs": host.epoch_file.to_json(),
         }))
         await writer.drain()
         async with asyncio.timeout(10.0):
@@ -208,7 +207,7 @@ class HAClient:
         self.master_epoch = int(reply.get("epoch", 0) or 0)
         self.master_max_offset = int(reply.get("maxOffset", -1))
         await self._reconcile(remote, self.master_max_offset, int(reply.get("minOffset", 0)))
-        self._remote_epochs = [e for e in remote if e.epoch > mgr.epoch_file.last_epoch]
+        self._remote_epochs = [e for e in remote if e.epoch > host.epoch_file.last_epoch]
         await self._adopt_epochs()
         self._report(store.max_phy_offset)
         self._set_state("transferring")
@@ -219,9 +218,9 @@ class HAClient:
 
     async def _reconcile(self, remote: list[EpochEntry], remote_max: int, remote_min: int) -> None:
         """Truncate our divergent tail (or refuse the master); see the module doc."""
-        mgr = self.manager
-        store = mgr.store
-        local = list(mgr.epoch_file.entries)
+        host = self.host
+        store = host.store
+        local = list(host.epoch_file.entries)
         local_max = store.max_phy_offset
         if local and remote and remote[-1].epoch < local[-1].epoch:
             raise HARefusedError(f"its newest epoch {remote[-1].epoch} is older than ours {local[-1].epoch}: "
@@ -230,7 +229,7 @@ class HAClient:
         if local and local_max > 0:
             point = find_consistent_point(local, local_max, remote, remote_max)
             if point < 0:
-                raise HARefusedError(f"no common history (ours {mgr.epoch_file.to_json()}, the master's "
+                raise HARefusedError(f"no common history (ours {host.epoch_file.to_json()}, the master's "
                                      f"{[e.to_json() for e in remote]}); clear this broker's store to copy the "
                                      "master afresh")
             if point < local_max:
@@ -250,21 +249,21 @@ class HAClient:
             await self._truncate(0, 0)
 
     async def _truncate(self, offset: int, keep_epoch: int) -> None:
-        mgr = self.manager
+        host = self.host
         loop = asyncio.get_running_loop()
-        removed = await mgr.store.truncate(offset)
-        await loop.run_in_executor(None, mgr.epoch_file.truncate_to_epoch, keep_epoch)
-        await loop.run_in_executor(None, mgr.epoch_file.truncate_after, mgr.store.max_phy_offset)
-        mgr.metrics.truncated_bytes.inc(removed)
-        mgr.metrics.truncations.inc()
+        removed = await host.store.truncate(offset)
+        await loop.run_in_executor(None, host.epoch_file.truncate_to_epoch, keep_epoch)
+        await loop.run_in_executor(None, host.epoch_file.truncate_after, host.store.max_phy_offset)
+        host.metrics.truncated_bytes.inc(removed)
+        host.metrics.truncations.inc()
         log.warning("truncated this broker's CommitLog to %d (%d bytes the master does not have; "
-                    "epochs now %s)", mgr.store.max_phy_offset, removed, mgr.epoch_file.to_json())
+                    "epochs now %s)", host.store.max_phy_offset, removed, host.epoch_file.to_json())
 
     async def _adopt_epochs(self) -> None:
         pending = self._remote_epochs
-        end = self.manager.store.max_phy_offset
+        end = self.host.store.max_phy_offset
         if pending and pending[0].start <= end:
-            ef = self.manager.epoch_file
+            ef = self.host.epoch_file
             await asyncio.get_running_loop().run_in_executor(None, ef.adopt, pending, end)
             self._remote_epochs = [e for e in pending if e.epoch > ef.last_epoch]
 
@@ -273,11 +272,13 @@ class HAClient:
             self._writer.write(encode_report(offset))
             self._last_report = time.monotonic()
 
-    async def _transfer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _transfer(  # noqa: C901 - hot: per chunk replicated, bench_replication
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         """Read transfers and apply them in batches until the connection fails."""
-        mgr = self.manager
-        store = mgr.store
-        cfg = mgr.config
+        host = self.host
+        store = host.store
+        cfg = host.config
         idle = cfg.ha_housekeeping_interval / 1000.0
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         parser = TransferParser()
@@ -303,7 +304,7 @@ class HAClient:
                     raise HAProtocolError(f"the master sent data at {offset}, this log ends at "
                                           f"{store.commit_log.append_offset}")
                 self.received_bytes += len(data)
-                mgr.metrics.received_bytes.inc(len(data))
+                host.metrics.received_bytes.inc(len(data))
                 self._report(store.max_phy_offset)
                 await self._adopt_epochs()
 

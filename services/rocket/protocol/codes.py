@@ -2,8 +2,9 @@
 remoting protocol.
 
 Source of every number: Apache RocketMQ 4.9.8 ``RequestCode``, ``ResponseCode``,
-``RemotingSysResponseCode`` and ``LanguageCode`` (restated in
-``shared/reference/rocketmq-protocol.md`` A1-A5).
+``RemotingSysResponseCode``, ``LanguageCode``, ``SerializeType``, ``RemotingCommand``
+(flag bits), ``MQVersion`` and ``PermName``; the controller codes (904, 1001-1013, 2000-2014)
+from RocketMQ 5's ``RequestCode`` and ``ResponseCode``.
 """
 
 from __future__ import annotations
@@ -70,11 +71,25 @@ class RequestCode(IntEnum):
     LITE_PULL_MESSAGE = 361
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    #: RocketMQ 5: a controller-mode broker's heartbeat to every controller (``BrokerHeartbeatRequestHeader``).
+    BROKER_HEARTBEAT = 904
     #: RocketMQ 5 numbers; RocketCluster bodies (``rocket.broker.ha``): HA status JSON,
     #: the epoch list, and a promotion request (ext ``role``, ``brokerRole``, ``force``).
     GET_BROKER_HA_STATUS = 907
+    #: RocketMQ 5 controller requests (``RequestCode.java`` 1001-1013), served by ``rocket.controller``.
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
     GET_BROKER_EPOCH_CACHE = 1007
     NOTIFY_BROKER_ROLE_CHANGED = 1008
+    UPDATE_CONTROLLER_CONFIG = 1009
+    GET_CONTROLLER_CONFIG = 1010
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
 
 
 class ResponseCode(IntEnum):
@@ -113,6 +128,23 @@ class ResponseCode(IntEnum):
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604
+    #: RocketMQ 5 controller answers (``ResponseCode.java`` 2000-2016).
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_MASTER = 2002
+    CONTROLLER_INVALID_REPLICAS = 2003
+    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
+    CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_BROKER_NOT_ALIVE = 2006
+    CONTROLLER_NOT_LEADER = 2007
+    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
+    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
+    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
+    CONTROLLER_MASTER_STILL_EXIST = 2011
+    CONTROLLER_ELECT_MASTER_FAILED = 2012
+    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
+    CONTROLLER_BROKER_ID_INVALID = 2014
 
 
 class LanguageCode(IntEnum):

@@ -1,0 +1,621 @@
+"""The steps of one reconciliation pass (:func:`rocket_operator.reconcile.reconcile` chains them).
+
+Each step is a function of its own that reads what earlier steps found and
+returns its part of the outcome (a :class:`Part`: the reasons it waits for
+something and the Kubernetes events to post, plus what later steps need). The
+decisions are pure functions elsewhere (:mod:`rocket_operator.builders`,
+:mod:`rocket_operator.drain`, :mod:`rocket_operator.rollout`,
+:mod:`rocket_operator.analytics`, :mod:`rocket_operator.status`); a step makes the
+API and remoting calls they ask for. Every step is idempotent and none sleeps:
+a step that must wait says so in ``waiting`` and the next pass carries on from
+``status``.
+
+=========================  ============================================================================
+:func:`observe_cluster`    the RocketCluster and its broker StatefulSets
+:func:`plan_brokers`       broker StatefulSets' size and drain records (pure, :func:`drain.plan`)
+:func:`apply_children`     server-side apply of every child; slave StatefulSets no longer wanted deleted
+:func:`run_analytics`      the analytics jobs' (Scheduled)SparkApplications; never stops the pass
+:func:`observe_members`    pods, PVCs, the NameServers' registration table (``GET_BROKER_CLUSTER_INFO``)
+:func:`own_claims`         PVC owner references (``deleteClaim.onDelete``)
+:func:`sync_groups`        per group: registration, metadata copy to new groups, spec topics
+:func:`drain_groups`       cancelled drains made writable again; each leaving group's drain advanced
+:func:`roll_brokers`       at most one broker pod deleted for a rolling restart
+=========================  ============================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from rocket_operator import analytics, builders, conditions, drain, metrics, names, rollout
+from rocket_operator.addresses import AddressResolver, ClusterRef
+from rocket_operator.admin import AdminError, ClusterAdmin, Registration
+from rocket_operator.builders import Capabilities, Owner
+from rocket_operator.kube import ApiError, KubeClient
+from rocket_operator.spec import ClusterSpec, is_paused
+
+log = logging.getLogger("rocket_operator")
+
+#: Re-apply unchanged manifests at least this often (repairs drift by other writers).
+REAPPLY_SECONDS = 120.0
+
+Event = tuple[str, str, str]  # (type, reason, message) of a Kubernetes event
+
+
+@dataclass
+class Context:
+    """What every reconciliation shares: API client, server capabilities and the remoting hooks."""
+
+    kube: KubeClient
+    resolver: AddressResolver
+    admin: ClusterAdmin
+    caps: Capabilities = field(default_factory=Capabilities)
+    #: Image of analytics jobs whose spec names none (``ROCKET_OPERATOR_ANALYTICS_IMAGE``).
+    analytics_image: str = builders.DEFAULT_ANALYTICS_IMAGE
+    #: (uid, kind, name) -> (manifest digest, monotonic time applied)
+    applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        """The lock serializing reconciliations of one RocketCluster."""
+        return self.locks.setdefault(uid, asyncio.Lock())
+
+    def forget(self, uid: str) -> None:
+        """Drop in-memory state of a deleted RocketCluster."""
+        self.locks.pop(uid, None)
+        for key in [k for k in self.applied if k[0] == uid]:
+            del self.applied[key]
+
+
+@dataclass
+class Part:
+    """A step's part of the outcome: ``waiting`` reasons (empty = nothing to wait for) and ``events``."""
+
+    waiting: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+# -- observe ---------------------------------------------------------------------------------------
+
+@dataclass
+class Observed:
+    """The RocketCluster as read at the start of a pass, and its broker StatefulSets.
+
+    ``status``: a copy of its ``status`` (the memory of long operations); ``raw_spec``:
+    its ``spec`` as stored; ``statefulsets``: brokerId -> broker StatefulSet
+    (those without a readable ``rocket.dev/broker-id`` label are ignored).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    status: dict[str, Any]
+    raw_spec: Any
+    annotations: Mapping[str, str] | None
+    statefulsets: dict[int, dict[str, Any]]
+    statefulset_names: set[str]
+
+    @property
+    def owner(self) -> Owner:
+        """The owner reference target of every child."""
+        return Owner(namespace=self.namespace, name=self.name, uid=self.uid)
+
+    @property
+    def ref(self) -> ClusterRef:
+        """The cluster as the address resolver knows it."""
+        return ClusterRef(self.namespace, self.name)
+
+    @property
+    def paused(self) -> bool:
+        """True when the ``rocket.dev/paused`` annotation is "true"."""
+        return is_paused(self.annotations)
+
+    @property
+    def current_groups(self) -> int:
+        """Replicas of the master StatefulSet now (0 before it exists): the broker groups that exist."""
+        master = self.statefulsets.get(0)
+        return int((master or {}).get("spec", {}).get("replicas") or 0) if master else 0
+
+    @property
+    def previous_groups(self) -> dict[str, dict[str, Any]]:
+        """The old ``status.brokerGroups`` entries by ``name``."""
+        return {g.get("name"): g for g in self.status.get("brokerGroups") or []}
+
+
+async def observe_cluster(ctx: Context, namespace: str, name: str) -> Observed | None:
+    """Read the RocketCluster and its broker StatefulSets; None when it is gone or being deleted.
+
+    Raises :class:`ApiError` when the API server refuses the reads.
+    """
+    cr, sts_all = await asyncio.gather(
+        ctx.kube.get(names.API_VERSION, names.KIND, namespace, name),
+        ctx.kube.list("apps/v1", "StatefulSet", namespace,
+                      f"{names.LABEL_INSTANCE}={name},{names.LABEL_COMPONENT}={names.COMPONENT_BROKER}"))
+    if cr is None or (cr.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    meta = cr["metadata"]
+    statefulsets: dict[int, dict[str, Any]] = {}
+    for sts in sts_all:
+        try:
+            statefulsets[int(sts["metadata"]["labels"][names.LABEL_BROKER_ID])] = sts
+        except (KeyError, ValueError):
+            continue
+    return Observed(namespace=namespace, name=name, uid=meta["uid"], generation=int(meta.get("generation") or 0),
+                    status=dict(cr.get("status") or {}), raw_spec=cr.get("spec"),
+                    annotations=meta.get("annotations"), statefulsets=statefulsets,
+                    statefulset_names={s["metadata"]["name"] for s in sts_all})
+
+
+def plan_brokers(seen: Observed, spec: ClusterSpec, now: str) -> drain.DrainPlan:
+    """The broker StatefulSets' size this pass and the drain records (a scale-in keeps draining
+    groups until they are ``Drained``); ``now``: RFC 3339 time for new records."""
+    return drain.plan(seen.status.get("drain"), seen.current_groups, spec.broker.groups, seen.name, now)
+
+
+# -- apply children --------------------------------------------------------------------------------
+
+async def apply_manifests(ctx: Context, uid: str, children: list[dict[str, Any]], force: bool) -> None:
+    """Server-side apply, concurrently, every child that changed (or was last applied over
+    ``REAPPLY_SECONDS`` ago, or every one when ``force``). Order does not matter: the StatefulSet
+    controller creates pods only after the StatefulSet exists, and a pod waits for its ConfigMap volume.
+    Raises :class:`ApiError` for a refused write."""
+    now = time.monotonic()
+    todo: list[tuple[tuple[str, str, str], str, dict[str, Any]]] = []
+    for child in children:
+        key = (uid, child["kind"], child["metadata"]["name"])
+        digest = builders.manifest_digest(child)
+        seen = ctx.applied.get(key)
+        if force or not seen or seen[0] != digest or now - seen[1] >= REAPPLY_SECONDS:
+            todo.append((key, digest, child))
+    await asyncio.gather(*(ctx.kube.apply(child) for _, _, child in todo))
+    for key, digest, _ in todo:
+        ctx.applied[key] = (digest, now)
+
+
+async def apply_children(ctx: Context, seen: Observed, spec: ClusterSpec, replicas: int) -> Part:
+    """Apply every child of :func:`builders.desired_children` (the broker StatefulSets with
+    ``replicas`` groups), all of them when a broker StatefulSet is missing, and delete the slave
+    StatefulSets past ``spec.broker.replicasPerGroup``. Raises :class:`ApiError` for a refused write."""
+    part = Part()
+    children = builders.desired_children(seen.owner, spec, replicas, ctx.caps)
+    force = any(names.broker_statefulset(seen.name, i) not in seen.statefulset_names
+                for i in range(spec.broker.replicas_per_group + 1))
+    await apply_manifests(ctx, seen.uid, children, force)
+    for broker_id, sts in seen.statefulsets.items():
+        if broker_id > spec.broker.replicas_per_group:
+            sts_name = sts["metadata"]["name"]
+            await ctx.kube.delete("apps/v1", "StatefulSet", seen.namespace, sts_name)
+            ctx.applied.pop((seen.uid, "StatefulSet", sts_name), None)
+            part.events.append(("Normal", "SlavesRemoved", f"removed {sts_name}"))
+    return part
+
+
+# -- analytics -------------------------------------------------------------------------------------
+
+@dataclass
+class AnalyticsResult(Part):
+    """What :func:`reconcile_analytics` observed: ``status.analytics`` entries (None = drop the field),
+    the ``AnalyticsReady`` condition (None = no jobs, no condition) and whether the Spark operator's
+    kinds are served (None: the cluster has no analytics job and reported none)."""
+
+    entries: list[dict[str, Any]] | None = None
+    condition: dict[str, Any] | None = None
+    spark_served: bool | None = None
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid and r.get("controller") for r in obj["metadata"].get("ownerReferences") or [])
+
+
+async def run_analytics(ctx: Context, seen: Observed, spec: ClusterSpec) -> AnalyticsResult:
+    """:func:`reconcile_analytics`, whose failures never stop the rest of the pass: an API error
+    keeps the old ``status.analytics`` and makes the condition ``Unknown`` (what was found and done
+    before the error, ``spark_served`` and events, is kept)."""
+    result = AnalyticsResult()
+    try:
+        return await reconcile_analytics(ctx, seen.owner, spec, seen.status, result)
+    except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("%s/%s: analytics jobs: %s", seen.namespace, seen.name, exc)
+        result.entries = list(seen.status.get("analytics") or []) or None
+        result.condition = conditions.condition(conditions.ANALYTICS_READY, None, "AnalyticsError", str(exc))
+        return result
+
+
+async def reconcile_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, old_status: Mapping[str, Any],
+                              result: AnalyticsResult | None = None) -> AnalyticsResult:
+    """Apply the SparkApplication / ScheduledSparkApplication of every analytics job, delete the ones
+    the cluster owns that no job wants any more, and read back their state.
+
+    Nothing is asked of the API server when the cluster has no job and reported none before.
+    When ``sparkoperator.k8s.io/v1beta2`` is not served, nothing is applied and the condition says
+    to install the Spark operator. A job whose schedule the Spark operator would refuse is not
+    applied (an object it already has is kept as it was). Warning events are added when the
+    condition turns bad or changes its message. ``result`` (a new one when None) is filled in
+    place, so that what was done before an error survives it. Raises :class:`ApiError` for a
+    refused write.
+    """
+    result = result if result is not None else AnalyticsResult()
+    jobs = spec.analytics.jobs
+    if not jobs and not old_status.get("analytics"):
+        return result
+    served = await ctx.kube.served_resources(names.SPARK_API_VERSION) or set()
+    missing = [kind for kind, plural in names.SPARK_PLURALS.items() if plural not in served]
+    result.spark_served = not missing
+    if missing:
+        result.condition = analytics.spark_operator_missing(missing) if jobs else None
+        if jobs:
+            result.entries = [analytics.job_status(owner.name, j, None,
+                                                   invalid=f"{names.SPARK_API_VERSION} is not served")
+                              for j in jobs]
+    else:
+        await _apply_analytics(ctx, owner, spec, result)
+    cond = result.condition
+    before = conditions.get_condition(old_status.get("conditions"), conditions.ANALYTICS_READY)
+    if cond is not None and cond["status"] == "False" and (
+            before is None or (before.get("reason"), before.get("message")) != (cond["reason"], cond["message"])):
+        result.events.append(("Warning", cond["reason"], cond["message"]))
+    return result
+
+
+async def _apply_analytics(ctx: Context, owner: Owner, spec: ClusterSpec, result: AnalyticsResult) -> None:
+    """The Spark operator's kinds are served: apply, delete the stale, read back (see the caller)."""
+    jobs = spec.analytics.jobs
+    namespace, uid = owner.namespace, owner.uid
+    selector = f"{names.LABEL_INSTANCE}={owner.name},{names.LABEL_COMPONENT}={names.COMPONENT_ANALYTICS}"
+    apps, scheduled = await asyncio.gather(
+        ctx.kube.list(names.SPARK_API_VERSION, names.SPARK_APPLICATION, namespace, selector),
+        ctx.kube.list(names.SPARK_API_VERSION, names.SCHEDULED_SPARK_APPLICATION, namespace, selector))
+    existing = {(o["kind"], o["metadata"]["name"]): o for o in [*apps, *scheduled] if _owned_by(o, uid)}
+    invalid = {j.name: f"schedule {j.schedule!r}: {err}" for j in jobs
+               if j.schedule is not None and (err := analytics.cron_error(j.schedule))}
+    manifests = [builders.build_analytics_application(owner, spec, j, ctx.analytics_image)
+                 for j in jobs if j.name not in invalid]
+    wanted = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    kept = {(m_kind, names.analytics_application(owner.name, j.name, m_kind == names.SCHEDULED_SPARK_APPLICATION))
+            for j in jobs if j.name in invalid for m_kind in names.SPARK_PLURALS}
+    for key in wanted - existing.keys():  # deleted behind our back: create again now
+        ctx.applied.pop((uid, *key), None)
+    await apply_manifests(ctx, uid, manifests, False)
+    for key, stale in existing.items():
+        if key in wanted or key in kept:
+            continue
+        stale_kind, stale_name = key
+        await ctx.kube.delete(names.SPARK_API_VERSION, stale_kind, namespace, stale_name,
+                              uid=stale["metadata"]["uid"])
+        ctx.applied.pop((uid, *key), None)
+        result.events.append(("Normal", "AnalyticsJobRemoved", f"deleted {stale_kind} {stale_name}"))
+    by_name = {o["metadata"]["name"]: o for o in apps}
+    entries = []
+    for job in jobs:
+        is_scheduled = job.schedule is not None
+        kind = names.SCHEDULED_SPARK_APPLICATION if is_scheduled else names.SPARK_APPLICATION
+        obj = existing.get((kind, names.analytics_application(owner.name, job.name, is_scheduled)))
+        last_run = None
+        run_name = ((obj or {}).get("status") or {}).get("lastRunName") if is_scheduled else None
+        if run_name:
+            last_run = by_name.get(run_name) or await ctx.kube.get(
+                names.SPARK_API_VERSION, names.SPARK_APPLICATION, namespace, run_name)
+        entries.append(analytics.job_status(owner.name, job, obj, last_run, invalid.get(job.name)))
+    result.entries = entries or None
+    result.condition = analytics.analytics_condition(entries, invalid) if jobs else None
+
+
+# -- observe members -------------------------------------------------------------------------------
+
+@dataclass
+class Members(Part):
+    """The cluster's pods and PVCs and the NameServers' view of its brokers.
+
+    ``nameservers``: NameServer addresses the resolver knows; ``nameservers_ready``:
+    NameServer pods Ready; ``broker_pods``: a :class:`rollout.PodView` of each broker
+    pod; ``registration``: brokerName -> brokers per NameServer (empty, with every
+    NameServer ``unreachable``, when they could not be asked).
+    """
+
+    pvcs: list[dict[str, Any]] = field(default_factory=list)
+    nameservers: list[str] = field(default_factory=list)
+    nameservers_ready: int = 0
+    broker_pods: list[rollout.PodView] = field(default_factory=list)
+    registration: Registration = field(default_factory=Registration)
+
+    def group_pods(self, index: int) -> list[rollout.PodView]:
+        """The pods of broker group ``index``, by brokerId."""
+        return sorted((p for p in self.broker_pods if p.group == index), key=lambda p: p.broker_id)
+
+
+async def observe_members(ctx: Context, seen: Observed) -> Members:
+    """List the cluster's pods and PVCs and ask every NameServer for its registration table.
+    A NameServer failure is a waiting reason. Raises :class:`ApiError` when a list is refused."""
+    selector = f"{names.LABEL_INSTANCE}={seen.name}"
+    pods = await ctx.kube.list("v1", "Pod", seen.namespace, selector)
+    members = Members(pvcs=await ctx.kube.list("v1", "PersistentVolumeClaim", seen.namespace, selector))
+    members.nameservers_ready = sum(
+        1 for p in pods if (p["metadata"].get("labels") or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_NAMESERVER
+        and rollout.pod_ready(p))
+    members.broker_pods = [v for v in (rollout.pod_view(p) for p in pods) if v is not None]
+    members.nameservers = await ctx.resolver.nameservers(seen.ref)
+    if members.nameservers:
+        try:
+            members.registration = await ctx.admin.registration(members.nameservers, seen.name)
+        except AdminError as exc:
+            members.registration = Registration(unreachable=list(members.nameservers))
+            members.waiting.append(f"NameServers: {exc}")
+    return members
+
+
+def _pod_addr(ctx: Context, seen: Observed, broker_id: int, group: int) -> str:
+    return ctx.resolver.broker(seen.ref, names.broker_pod(seen.name, broker_id, group))
+
+
+# -- claims ----------------------------------------------------------------------------------------
+
+async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list[dict[str, Any]]) -> Part:
+    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none.
+    Raises :class:`ApiError` for a refused patch."""
+    for pvc in pvcs:
+        refs = pvc["metadata"].get("ownerReferences") or []
+        ours = [r for r in refs if r.get("uid") == seen.uid]
+        if spec.broker.storage.delete_claim.on_delete and not ours:
+            await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
+                                       {"metadata": {"ownerReferences": [*refs, seen.owner.reference()]}})
+        elif not spec.broker.storage.delete_claim.on_delete and ours:
+            kept = [r for r in refs if r.get("uid") != seen.uid]
+            await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
+                                       {"metadata": {"ownerReferences": kept or None}})
+    return Part()
+
+
+# -- broker groups ---------------------------------------------------------------------------------
+
+@dataclass
+class Groups(Part):
+    """``entries``: the new ``status.brokerGroups`` (one per group the StatefulSets keep)."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+def topics_digest(spec: ClusterSpec) -> str:
+    """A short digest of ``spec.topics`` (name, queues, perm): a group whose ``topicsDigest``
+    differs gets the spec topics created again."""
+    raw = json.dumps([[t.name, t.queues, t.perm] for t in spec.topics])
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def system_names(seen: Observed, spec: ClusterSpec, replicas: int) -> frozenset[str]:
+    """Topic names that are the cluster's or a broker's own (not copied, not counted in a drain)."""
+    top = max(seen.current_groups, spec.broker.groups, replicas)
+    return frozenset({seen.name, *(names.broker_name(seen.name, i) for i in range(top))})
+
+
+def group_entry(cluster: str, index: int, previous: Mapping[str, Any], pods: list[rollout.PodView],
+                registered: bool, record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``status.brokerGroups`` entry of group ``index`` before this pass's metadata steps
+    (``previous``: its old entry; ``record``: its drain record, None when it stays)."""
+    return {
+        "name": names.broker_name(cluster, index),
+        "index": index,
+        "pods": [p.name for p in pods],
+        "readyPods": sum(1 for p in pods if p.ready),
+        "registered": registered,
+        "metadataSynced": bool(previous.get("metadataSynced")),
+        "topicsDigest": previous.get("topicsDigest", ""),
+        "metadataSource": previous.get("metadataSource", ""),
+        "state": record["state"] if record else "Active",
+        "writable": record is None or record.get("state") == drain.PENDING,
+    }
+
+
+async def sync_groups(ctx: Context, seen: Observed, spec: ClusterSpec, plan: drain.DrainPlan,
+                      members: Members) -> Groups:
+    """One entry per group the StatefulSets keep; for each group that stays and is registered in
+    every NameServer: copy topics and subscription groups from a synced group to a new one
+    (scale-out; the first group has nothing to copy from), then create the spec topics when they
+    changed. Admin failures are waiting reasons."""
+    part = Groups()
+    prev_groups = seen.previous_groups
+    digest = topics_digest(spec)
+    exclude = system_names(seen, spec, plan.replicas)
+    active = range(min(spec.broker.groups, plan.replicas))
+    synced_sources = [i for i in active
+                      if prev_groups.get(names.broker_name(seen.name, i), {}).get("metadataSynced")
+                      and members.registration.registered_everywhere(names.broker_name(seen.name, i))]
+    for index in range(plan.replicas):
+        bname = names.broker_name(seen.name, index)
+        entry = group_entry(seen.name, index, prev_groups.get(bname, {}), members.group_pods(index),
+                            members.registration.registered_everywhere(bname), plan.records.get(index))
+        if index not in plan.records:
+            await _sync_group(ctx, seen, spec, entry, synced_sources, exclude, digest, part)
+        part.entries.append(entry)
+    return part
+
+
+async def _sync_group(ctx: Context, seen: Observed, spec: ClusterSpec, entry: dict[str, Any],
+                      synced_sources: list[int], exclude: frozenset[str], digest: str, part: Groups) -> None:
+    bname, index = entry["name"], entry["index"]
+    if not entry["registered"]:
+        part.waiting.append(f"{bname} is not registered in every NameServer yet")
+    elif not entry["metadataSynced"]:
+        source = next((i for i in synced_sources if i != index), None)
+        if source is None and not synced_sources:
+            entry["metadataSynced"] = True  # the first group: nothing to copy from
+            synced_sources.append(index)
+        elif source is not None:
+            source_name = names.broker_name(seen.name, source)
+            try:
+                copied = await ctx.admin.copy_metadata(_pod_addr(ctx, seen, 0, source), _pod_addr(ctx, seen, 0, index),
+                                                       exclude)
+            except AdminError as exc:
+                part.waiting.append(f"copying topics to {bname}: {exc}")
+            else:
+                entry["metadataSynced"] = True
+                entry["metadataSource"] = source_name
+                part.events.append(("Normal", "ScaledOut", f"{bname}: copied {copied[0]} topics and {copied[1]} "
+                                                           f"subscription groups from {source_name}"))
+    if entry["registered"] and entry["metadataSynced"] and entry["topicsDigest"] != digest:
+        try:
+            await ctx.admin.create_topics(_pod_addr(ctx, seen, 0, index),
+                                          [(t.name, t.queues, t.perm) for t in spec.topics])
+        except AdminError as exc:
+            part.waiting.append(f"creating spec topics on {bname}: {exc}")
+        else:
+            entry["topicsDigest"] = digest
+
+
+# -- drain -----------------------------------------------------------------------------------------
+
+@dataclass
+class Drains(Part):
+    """``records``: group index -> drain record left after this pass (``status.drain``)."""
+
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+async def drain_groups(ctx: Context, seen: Observed, spec: ClusterSpec, plan: drain.DrainPlan, members: Members,
+                       now: datetime.datetime) -> Drains:
+    """Restore the write permission of the groups whose drain was cancelled (a failure keeps their
+    record, to try again), then advance the drain of every leaving group, highest first
+    (:func:`drain.advance`), making the admin and API calls it asks for.
+    Raises :class:`ApiError` when a PVC deletion is refused."""
+    part = Drains(records=dict(plan.records))
+    for rec in plan.cancelled:
+        if rec.get("state") == drain.PENDING:
+            continue
+        try:
+            await ctx.admin.set_write_permission(members.nameservers, rec["brokerName"],
+                                                 [_pod_addr(ctx, seen, 0, int(rec["index"]))], True)
+            part.events.append(("Normal", "DrainCancelled", f"{rec['brokerName']} is writable again"))
+        except AdminError as exc:
+            part.records[int(rec["index"])] = rec  # keep trying
+            part.waiting.append(f"restoring write permission of {rec['brokerName']}: {exc}")
+    exclude = system_names(seen, spec, plan.replicas)
+    for index in sorted(part.records, reverse=True):
+        if index < spec.broker.groups:
+            continue
+        step = await _drive_drain(ctx, seen, spec, members, part.records[index], now, exclude)
+        part.waiting.extend(step.waiting)
+        part.events.extend(step.events)
+        if step.record is None:
+            metrics.remove_drain_series(seen.namespace, seen.name, part.records[index]["brokerName"])
+            del part.records[index]
+        else:
+            part.records[index] = step.record
+    return part
+
+
+async def _drive_drain(ctx: Context, seen: Observed, spec: ClusterSpec, members: Members, rec: dict[str, Any],
+                       now: datetime.datetime, exclude: frozenset[str]) -> drain.DrainStep:
+    """Call :func:`drain.advance` until it needs nothing more, making each call it asks for once."""
+    index, bname = int(rec["index"]), rec["brokerName"]
+    brokers: dict[int, str] = {}
+    for table in members.registration.per_nameserver.values():
+        brokers.update(table.get(bname, {}))
+    observed = drain.DrainObservation(nameservers_known=bool(members.nameservers),
+                                      pods_left=tuple(p.name for p in members.broker_pods if p.group == index),
+                                      registered=bool(brokers))
+    delete_claims = spec.broker.storage.delete_claim.on_scale_in
+    while True:
+        step = drain.advance(rec, observed, spec.drain, now, delete_claims)
+        if step.need is None:
+            return step
+        master = _pod_addr(ctx, seen, 0, index)
+        try:
+            if step.need == drain.WIPE_WRITE_PERMISSION:
+                await ctx.admin.set_write_permission(members.nameservers, bname, [master], False)
+                observed = observed.having(wipe=True)
+            elif step.need == drain.READ_BACKLOG:
+                progress = await ctx.admin.drain_progress(master, exclude)
+                metrics.DRAIN_PENDING.labels(seen.namespace, seen.name, bname).set(progress.total)
+                observed = observed.having(backlog=progress)
+            elif step.need == drain.UNREGISTER:
+                await ctx.admin.unregister(members.nameservers, seen.name, bname, brokers)
+                observed = observed.having(unregister=True)
+            else:
+                await _delete_claims(ctx, seen, index)
+                observed = observed.having(claims_deleted=True)
+        except AdminError as exc:
+            observed = observed.having(**{_RESULT_FIELD[step.need]: drain.Failed(str(exc))})
+
+
+#: The :class:`drain.DrainObservation` field that holds the result of each admin call a drain asks for.
+_RESULT_FIELD = {drain.WIPE_WRITE_PERMISSION: "wipe", drain.READ_BACKLOG: "backlog", drain.UNREGISTER: "unregister"}
+
+
+async def _delete_claims(ctx: Context, seen: Observed, index: int) -> None:
+    """Delete the PVC of every broker (master and slaves, as many as StatefulSets exist) of group ``index``."""
+    for broker_id in range(max(seen.statefulsets, default=0) + 1):
+        await ctx.kube.delete("v1", "PersistentVolumeClaim", seen.namespace,
+                              names.pvc_name(names.broker_pod(seen.name, broker_id, index)))
+
+
+# -- rollout ---------------------------------------------------------------------------------------
+
+@dataclass
+class Rollout(Part):
+    """``outdated``: broker pods on an old revision; ``unobserved``: StatefulSets whose change the
+    controller has not observed yet; ``status``: ``status.rollout`` (None when nothing is outdated)."""
+
+    outdated: tuple[str, ...] = ()
+    unobserved: list[str] = field(default_factory=list)
+    status: dict[str, Any] | None = None
+
+
+async def roll_brokers(ctx: Context, seen: Observed, spec: ClusterSpec, plan: drain.DrainPlan, members: Members,
+                       groups: list[dict[str, Any]]) -> Rollout:
+    """Delete at most one outdated broker pod (``updateStrategy: OnDelete``) when every gate of
+    :func:`rollout.next_restart` is open, asking the brokers whether the slaves caught up only
+    when that is the last gate. Raises :class:`ApiError` when the deletion is refused."""
+    slaves = spec.broker.replicas_per_group
+    revisions = rollout.update_revisions(seen.statefulsets, slaves)
+    part = Rollout(unobserved=rollout.unobserved(seen.statefulsets, revisions))
+    if part.unobserved:
+        part.waiting.append(f"StatefulSet controller has not observed {', '.join(part.unobserved)} yet")
+    active = min(spec.broker.groups, plan.replicas)
+    kept_pods = [p for p in members.broker_pods if p.group < active and p.broker_id in revisions]
+    expected = {bid: active for bid in revisions}
+    unregistered = [g["name"] for g in groups if g["state"] == "Active" and not g["registered"]]
+    decision = rollout.next_restart(kept_pods, revisions, expected, None if slaves else True,
+                                    unregistered=unregistered)
+    if decision.check_slaves:
+        caught_up, lagging = await _slaves_caught_up(ctx, seen, active, slaves)
+        decision = rollout.next_restart(kept_pods, revisions, expected, caught_up, unregistered=unregistered,
+                                        lagging=lagging)
+    part.outdated = decision.outdated
+    if not decision.outdated:
+        return part
+    part.status = {"outdatedPods": list(decision.outdated)}
+    pick = decision.delete
+    if pick is None:
+        part.status["waiting"] = decision.waiting
+        part.waiting.append(f"rolling restart: {decision.waiting}")
+        return part
+    await ctx.kube.delete("v1", "Pod", seen.namespace, pick.name, uid=pick.uid)
+    part.status["restarting"] = pick.name
+    part.events.append(("Normal", "PodRestarted", f"deleted {pick.name} to roll it to the new revision"))
+    part.waiting.append(f"rolling restart: {pick.name} restarting")
+    metrics.ROLLING_RESTARTS.labels(seen.namespace, seen.name).inc()
+    return part
+
+
+async def _slaves_caught_up(ctx: Context, seen: Observed, groups: int, slaves: int) -> tuple[bool, str]:
+    """Whether every slave of the first ``groups`` groups has caught up with its master, and if not why."""
+    for group in range(groups):
+        master = _pod_addr(ctx, seen, 0, group)
+        for broker_id in range(1, slaves + 1):
+            pod = names.broker_pod(seen.name, broker_id, group)
+            try:
+                if not await ctx.admin.slave_caught_up(master, _pod_addr(ctx, seen, broker_id, group)):
+                    return False, f"{pod} has not caught up with its master"
+            except AdminError as exc:
+                return False, f"cannot compare {pod} with its master: {exc}"
+    return True, ""

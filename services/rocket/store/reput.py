@@ -1,0 +1,330 @@
+""":class:`ReputMessageService`: dispatch of CommitLog records to ConsumeQueues and the index.
+
+RocketMQ's ``DefaultMessageStore.ReputMessageService`` follows the CommitLog and
+hands each record to ``CommitLogDispatcherBuildConsumeQueue`` and
+``CommitLogDispatcherBuildIndex``. Here the reput runs inline on the loop each
+time the CommitLog's confirmed end advances, so a put that returned is already
+visible to ``get_message``. For the store's own appends it takes the
+description the put left behind (:class:`~rocket.store.commitlog.DispatchBatch`,
+no re-parsing); for everything else (replicated bytes, blank end-of-file
+markers) it parses the records from the files, at most
+:data:`REPUT_PARSE_SLICE` bytes per turn of the loop. Recovery re-dispatches
+through :meth:`ReputMessageService.dispatch_record` and
+:meth:`ReputMessageService.dispatch_rows`. Either way every ConsumeQueue and
+index entry can be rebuilt from the CommitLog alone.
+
+Transactions (``doDispatch``): a prepared or rolled-back record gets no
+ConsumeQueue entry; a rolled-back one no index entry either. A delayed record's
+tag code becomes its delivery time (``computeDeliverTimestamp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from rocket.message import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_ROLLBACK
+from rocket.store.commitlog import CommitLog, DispatchBatch
+from rocket.store.consumequeue import ENTRY, ConsumeQueue
+from rocket.store.index import IndexService
+from rocket.store.queue_store import ConsumeQueueStore
+from rocket.store.record import BLANK, CORRUPT, DispatchRecord, RecordRow, parse_dispatch
+
+log = logging.getLogger("rocket.store")
+
+#: ``cb(topic, queue_id, queue_offset, tags_code)``, called after ConsumeQueue appends.
+DispatchListener = Callable[[str, int, int, int], None]
+
+#: Bytes the reput parses per turn of the loop when it must read the CommitLog.
+REPUT_PARSE_SLICE = 4 * 1024 * 1024
+_TRAN_MASK = 0xC
+
+
+class _IndexRun:
+    """Index entries of consecutive dispatched batches, collected for one
+    :meth:`IndexService.build_many` (parallel lists, one item per message)."""
+
+    __slots__ = ("keys", "phys", "times", "topics", "uniq")
+
+    def __init__(self) -> None:
+        self.topics: list[str] = []
+        self.phys: list[int] = []
+        self.times: list[int] = []
+        self.uniq: list[str | None] = []
+        self.keys: list[list[str]] = []
+
+    def add(self, b: DispatchBatch) -> None:
+        """Collect the messages of ``b`` (which has keys or UNIQ_KEYs)."""
+        assert b.keys is not None and b.uniq is not None
+        n = len(b.phys)
+        if n == 1:
+            self.topics.append(b.topic)
+            self.phys.append(b.phys[0])
+            self.times.append(b.store_timestamp)
+            self.uniq.append(b.uniq[0])
+            self.keys.append(b.keys[0])
+        else:
+            self.topics += [b.topic] * n
+            self.phys += b.phys
+            self.times += [b.store_timestamp] * n
+            self.uniq += b.uniq
+            self.keys += b.keys
+
+    def flush(self, svc: IndexService) -> None:
+        """Build the collected entries (in order) and write the index headers."""
+        if self.phys:
+            svc.build_many(self.topics, self.phys, self.times, self.uniq, self.keys)
+            svc.write_headers()
+            self.topics, self.phys, self.times, self.uniq, self.keys = [], [], [], [], []
+
+
+class ReputMessageService:
+    """Dispatches the CommitLog from :attr:`reput_from_offset` on; see the module doc.
+
+    ``delay_ms``: delay of each level 1.. in ms (``messageDelayLevel``), for the tag code
+    of delayed records. Loop-side once :meth:`attach` was called.
+    """
+
+    def __init__(self, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService,
+                 delay_ms: list[int]) -> None:
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self.delay_ms = delay_ms
+        #: CommitLog offset up to which records are dispatched to ConsumeQueues and the index.
+        self.reput_from_offset = 0
+        #: Store time (ms) of the newest dispatched record (the checkpoint's logics time).
+        self.dispatched_store_ts = 0
+        self.listeners: list[DispatchListener] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False
+        self._error_logged = False
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run later turns of a long reput (:data:`REPUT_PARSE_SLICE`) on ``loop``."""
+        self._loop = loop
+
+    def add_listener(self, cb: DispatchListener) -> None:
+        """See ``DefaultMessageStore.add_dispatch_listener``."""
+        self.listeners.append(cb)
+
+    # -- one record, or a run of them ---------------------------------------------------------
+
+    def dispatch_record(self, rec: DispatchRecord) -> ConsumeQueue | None:
+        """Put one parsed record into its ConsumeQueue and the index (``doDispatch``); returns
+        the ConsumeQueue written, if any.
+
+        A delayed record's tag code becomes its delivery time (``rec.tags_code`` is updated).
+        """
+        tran = rec.sys_flag & _TRAN_MASK
+        cq = None
+        if tran in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+            cq = self.queues.find_or_create(rec.topic, rec.queue_id)
+            if rec.delay_level > 0 and self.delay_ms:  # computeDeliverTimestamp
+                rec.tags_code = rec.store_timestamp + self.delay_ms[min(rec.delay_level, len(self.delay_ms)) - 1]
+            cq.put(rec.queue_offset, rec.physical_offset, rec.size, rec.tags_code)
+        if tran != SYSFLAG_TRANSACTION_ROLLBACK and (rec.keys or rec.uniq_key):
+            self.index.build(rec.topic, rec.physical_offset, rec.store_timestamp, rec.uniq_key, rec.keys)
+        self.dispatched_store_ts = rec.store_timestamp
+        return cq
+
+    def dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue]) -> None:
+        """:meth:`dispatch_record` for a run of records read from the CommitLog (recovery),
+        without an object per record; the ConsumeQueues written are added to ``touched``."""
+        delay_ms = self.delay_ms
+        pack = ENTRY.pack
+        last_cq: ConsumeQueue | None = None
+        last_topic = ""
+        last_queue = -1
+        # Consecutive entries of one queue are packed together and appended at once.
+        run_first = run_next = run_end = 0
+        run_entries: list[bytes] = []
+        ts = self.dispatched_store_ts
+        i_topics: list[str] = []
+        i_phys: list[int] = []
+        i_ts: list[int] = []
+        i_uniq: list[str | None] = []
+        i_keys: list[str] = []
+        for topic, queue_id, queue_offset, phys, size, sys_flag, ts, tags_code, keys, uniq, delay_level in rows:
+            tran = sys_flag & _TRAN_MASK
+            if tran == SYSFLAG_TRANSACTION_NOT_TYPE or tran == SYSFLAG_TRANSACTION_COMMIT:
+                if delay_level > 0 and delay_ms:  # computeDeliverTimestamp
+                    tags_code = ts + delay_ms[min(delay_level, len(delay_ms)) - 1]
+                if queue_offset == run_next and queue_id == last_queue and topic == last_topic:
+                    run_entries.append(pack(phys, size, tags_code))
+                    run_next += 1
+                    run_end = phys + size
+                else:
+                    if run_entries:
+                        assert last_cq is not None
+                        last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
+                    if queue_id != last_queue or topic != last_topic:
+                        last_cq = self.queues.find_or_create(topic, queue_id)
+                        last_topic, last_queue = topic, queue_id
+                        touched.add(last_cq)
+                    run_entries = [pack(phys, size, tags_code)]
+                    run_first = queue_offset
+                    run_next = queue_offset + 1
+                    run_end = phys + size
+            if (keys or uniq) and tran != SYSFLAG_TRANSACTION_ROLLBACK:
+                i_topics.append(topic)
+                i_phys.append(phys)
+                i_ts.append(ts)
+                i_uniq.append(uniq)
+                i_keys.append(keys)
+        if run_entries:
+            assert last_cq is not None
+            last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
+        if i_phys:
+            self.index.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
+        self.dispatched_store_ts = ts
+
+    def _dispatch_batch(self, b: DispatchBatch, run: _IndexRun | None = None) -> None:
+        """Dispatch what one put appended; with ``run``, the index entries of an ordinary batch
+        are only collected there (the caller builds them with the next ones)."""
+        cq = self.queues.find_or_create(b.topic, b.queue_id)
+        n = len(b.phys)
+        if b.sys_flags is None:
+            entries = ENTRY.pack(b.phys[0], b.sizes[0], b.tags[0]) if n == 1 else b"".join(
+                map(ENTRY.pack, b.phys, b.sizes, b.tags))
+            cq.append(b.first_queue_offset, entries, n, b.end)
+            if b.keys is not None and b.uniq is not None:
+                if run is not None:
+                    run.add(b)
+                else:
+                    self.index.build_batch(b.topic, b.phys, b.store_timestamp, b.uniq, b.keys)
+                    self.index.write_headers()
+            self.queues.dirty.add(cq)
+            self.dispatched_store_ts = b.store_timestamp
+            if self.listeners:
+                self._notify(b.topic, b.queue_id, b.first_queue_offset, b.tags)
+            return
+        q = b.first_queue_offset
+        for i in range(n):
+            tran = b.sys_flags[i] & _TRAN_MASK
+            if tran in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+                cq.put(q, b.phys[i], b.sizes[i], b.tags[i])
+                if self.listeners:
+                    self._notify(b.topic, b.queue_id, q, b.tags[i : i + 1])
+                q += 1
+            if tran != SYSFLAG_TRANSACTION_ROLLBACK and b.keys is not None and b.uniq is not None:
+                if b.keys[i] or b.uniq[i]:
+                    self.index.build(b.topic, b.phys[i], b.store_timestamp, b.uniq[i], b.keys[i])
+        self.index.write_headers()
+        self.queues.dirty.add(cq)
+        self.dispatched_store_ts = b.store_timestamp
+
+    def _notify(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
+        n = len(tags)
+        for i in range(n):
+            if i + 1 < n and tags[i + 1] == tags[i]:
+                continue
+            for cb in self.listeners:
+                try:
+                    cb(topic, queue_id, first_queue_offset + i, tags[i])
+                except Exception:
+                    log.exception("dispatch listener %r failed", cb)
+
+    # -- following the CommitLog ----------------------------------------------------------------
+
+    def reput(self) -> None:
+        """Dispatch everything between :attr:`reput_from_offset` and the CommitLog's confirmed
+        end (the rest on a later turn of the loop when more than :data:`REPUT_PARSE_SLICE` bytes
+        must be parsed)."""
+        cl = self.commit_log
+        end = cl.committed
+        batches = cl.dispatch_batches
+        budget = REPUT_PARSE_SLICE
+        # The index entries of consecutive ordinary batches are built together (one file
+        # write run instead of one per put: many single-message puts per SYNC_FLUSH group).
+        run = _IndexRun()
+        try:
+            while self.reput_from_offset < end:
+                pos = self.reput_from_offset
+                if batches:
+                    b = batches[0]
+                    if b.end <= pos:
+                        batches.popleft()
+                        continue
+                    if b.start == pos:
+                        if b.end > end:
+                            break
+                        batches.popleft()
+                        if b.sys_flags is None:
+                            self._dispatch_batch(b, run)
+                        else:
+                            run.flush(self.index)
+                            self._dispatch_batch(b)
+                        self.reput_from_offset = b.end
+                        continue
+                    limit = min(b.start, end)
+                else:
+                    limit = end
+                if budget <= 0:
+                    self._schedule()
+                    return
+                run.flush(self.index)
+                parsed = self._parse(pos, limit)
+                if parsed <= 0:
+                    break
+                budget -= parsed
+        finally:
+            run.flush(self.index)
+
+    def dispatch_all(self) -> int:
+        """Dispatch every complete record now (no time slicing); returns :attr:`reput_from_offset`."""
+        while self.reput_from_offset < self.commit_log.committed:
+            before = self.reput_from_offset
+            self.reput()
+            if self.reput_from_offset == before:
+                break
+        return self.reput_from_offset
+
+    def _schedule(self) -> None:
+        if not self._scheduled and self._loop is not None:
+            self._scheduled = True
+
+            def run() -> None:
+                self._scheduled = False
+                self.reput()
+
+            self._loop.call_soon(run)
+
+    def _parse(self, pos: int, limit: int) -> int:
+        """Parse records from the CommitLog in ``[pos, limit)`` (data the reput has no batch for:
+        replicated bytes, or blank markers). Returns the bytes consumed (0 = stuck)."""
+        cl = self.commit_log
+        data = cl.read_raw(pos, min(limit - pos, REPUT_PARSE_SLICE))
+        if not data:
+            return 0
+        p = 0
+        seg = cl.segment_at(pos)
+        while p < len(data):
+            r = parse_dispatch(data, p, False)
+            if isinstance(r, DispatchRecord):
+                if r.physical_offset != pos + p:
+                    self._stuck(pos + p, f"record carries physical offset {r.physical_offset}")
+                    break
+                cq = self.dispatch_record(r)
+                if cq is not None:
+                    self.queues.dirty.add(cq)
+                    if self.listeners:
+                        self._notify(r.topic, r.queue_id, r.queue_offset, [r.tags_code])
+                p += r.size
+                continue
+            if r == BLANK and seg is not None:
+                self.index.write_headers()
+                self.reput_from_offset = seg.end
+                return p + 8
+            if r == CORRUPT:
+                self._stuck(pos + p, "bad magic code or sizes")
+            break  # END_OF_DATA: an incomplete record (replication in progress)
+        self.index.write_headers()
+        self.reput_from_offset = pos + p
+        return p
+
+    def _stuck(self, offset: int, why: str) -> None:
+        if not self._error_logged:
+            self._error_logged = True
+            log.error("reput stopped at CommitLog offset %d: %s", offset, why)
