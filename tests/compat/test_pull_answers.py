@@ -20,12 +20,16 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from rocket.remoting import RemotingClient, RequestCode, ResponseCode
 from tests.compat import pullcheck
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_process, nameserver_process, route
-from tests.integration.replication_support import wait_until
+from tests.support import eventually
+
+#: Errors of a poll that mean "not yet" (a server still starting, an HTTP call refused).
+RETRY_ON = (OSError, TimeoutError, aiohttp.ClientError)
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(300)]
 
@@ -73,7 +77,7 @@ async def env(servers: Servers, tmp_path: Path, java_program: tuple[Path, Path])
 
 async def _topic(e: Env, topic: str, queues: int) -> None:
     assert (await e.rb.create_topic(topic, queues=queues)).code == 0
-    await wait_until(lambda: route(e.rb.client, e.namesrv, topic), 10, "the topic's route")
+    await eventually(lambda: route(e.rb.client, e.namesrv, topic), 10, what="the topic's route", retry_on=RETRY_ON)
 
 
 def _produce(e: Env, topic: str, *runs: tuple[str, str, int]) -> None:

@@ -23,12 +23,17 @@ import signal
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from rocket.remoting import RemotingClient
 from tests.compat import pullcheck
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_port, nameserver_process, route
-from tests.integration.replication_support import group_broker, ha_status, wait_until
+from tests.integration.replication_support import group_broker, ha_status
+from tests.support import eventually
+
+#: Errors of a poll that mean "not yet" (a server still starting, an HTTP call refused).
+RETRY_ON = (OSError, TimeoutError, aiohttp.ClientError)
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(420)]
 
@@ -63,12 +68,12 @@ async def test_real_consumer_reads_every_message_from_the_slave_after_the_master
                                                  broker_id=1, extra=GROUP_SETTINGS))
         try:
             assert (await RawBroker(rpc, master.addr).create_topic(TOPIC, queues=QUEUES)).code == 0
-            await wait_until(lambda: route(rpc, ns.addr, TOPIC), 10, "the topic's route")
+            await eventually(lambda: route(rpc, ns.addr, TOPIC), 10, what="the topic's route", retry_on=RETRY_ON)
 
             async def slave_in_sync() -> bool:
                 return any(s["inSync"] for s in (await ha_status(master))["slaves"])
 
-            await wait_until(slave_in_sync, 20, "the slave to replicate")
+            await eventually(slave_in_sync, 20, what="the slave to replicate", retry_on=RETRY_ON)
 
             sent = pullcheck.run_java(program, tmp_path / "home-producer", "produce", f"namesrv={ns.addr}",
                              f"topic={TOPIC}", f"count={COUNT}", timeout=120)
@@ -80,7 +85,8 @@ async def test_real_consumer_reads_every_message_from_the_slave_after_the_master
                 maxes, _ = await pullcheck.queue_offsets(rb_slave, TOPIC, QUEUES, "CG_NONE")
                 return sum(maxes.values()) == COUNT
 
-            await wait_until(slave_has_all, 10, "the slave's ConsumeQueues to hold every message")
+            await eventually(slave_has_all, 10, what="the slave's ConsumeQueues to hold every message",
+                             retry_on=RETRY_ON)
 
             master.proc.send_signal(signal.SIGKILL)
             master.proc.wait(10)
@@ -91,7 +97,8 @@ async def test_real_consumer_reads_every_message_from_the_slave_after_the_master
                 addrs = {str(k) for bd in (r or {}).get("brokerDatas", []) for k in bd["brokerAddrs"]}
                 return r is not None and "0" not in addrs and "1" in addrs
 
-            await wait_until(master_gone_from_route, 10, "the NameServer to drop the killed master")
+            await eventually(master_gone_from_route, 10, what="the NameServer to drop the killed master",
+                             retry_on=RETRY_ON)
             master_state = (await ha_status(slave))["master"]
             # the situation of the defect: the slave still believes its master reachable
             assert master_state["reachable"] is True, master_state

@@ -36,8 +36,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rocket.remoting.codes import ResponseCode
 
+from rocket.protocol.codes import ResponseCode
 from tests.integration.broker_harness import BrokerProc, NameServerProc, broker_process, nameserver_process
 
 pytestmark = pytest.mark.timeout(600)
