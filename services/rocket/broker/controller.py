@@ -46,6 +46,7 @@ from rocket.broker.processor.client_manage import ClientManageProcessor, Consume
 from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
+from rocket.broker.processor.tools import ToolsAdminProcessor
 from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver
 from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
@@ -83,6 +84,18 @@ log = logging.getLogger("rocket.broker")
 
 #: Consumer groups RocketMQ treats as its own (subscription groups auto-created for them).
 SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
+#: Subscription groups every broker has from its first start (``SubscriptionGroupManager.init``
+#: of RocketMQ 5.x; 4.9.8 has all but the last), with the default settings.
+INITIAL_SUBSCRIPTION_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+    "CID_SYS_RMQ_TRANS",
+)
 #: Lag rows are only computed this often for /metrics (seconds).
 _READY_WINDOW = 120.0
 
@@ -136,6 +149,7 @@ class BrokerController:
         self.consumer_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
+        self.tools_processor = ToolsAdminProcessor(self)
         self.remoting = RemotingServer(
             self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
             flow_control=config.flow_control(),
@@ -201,6 +215,7 @@ class BrokerController:
         p.register(RequestCode.QUERY_MESSAGE, q.query_message)
         p.register(RequestCode.VIEW_MESSAGE_BY_ID, q.view_message_by_id)
         a = self.admin_processor
+        t = self.tools_processor
         for code, handler in (
             (RequestCode.UPDATE_AND_CREATE_TOPIC, a.update_and_create_topic),
             (RequestCode.DELETE_TOPIC_IN_BROKER, a.delete_topic),
@@ -223,6 +238,22 @@ class BrokerController:
             (RequestCode.UPDATE_BROKER_CONFIG, a.update_broker_config),
             (RequestCode.LOCK_BATCH_MQ, a.lock_batch_mq),
             (RequestCode.UNLOCK_BATCH_MQ, a.unlock_batch_mq),
+            (RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, t.update_and_create_topic_list),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, t.update_and_create_subscription_group_list),
+            (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, t.query_topic_consume_by_who),
+            (RequestCode.GET_PRODUCER_CONNECTION_LIST, t.get_producer_connection_list),
+            (RequestCode.GET_ALL_PRODUCER_INFO, t.get_all_producer_info),
+            (RequestCode.GET_TOPIC_CONFIG, t.get_topic_config),
+            (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, t.get_system_topic_list),
+            (RequestCode.VIEW_BROKER_STATS_DATA, t.view_broker_stats_data),
+            (RequestCode.GET_BROKER_CONSUME_STATS, t.get_broker_consume_stats),
+            (RequestCode.QUERY_CONSUME_QUEUE, t.query_consume_queue),
+            (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, t.invoke_broker_to_reset_offset),
+            (RequestCode.GET_CONSUMER_RUNNING_INFO, t.get_consumer_running_info),
+            (RequestCode.CONSUME_MESSAGE_DIRECTLY, t.consume_message_directly),
+            (RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, t.clean_expired_consume_queue),
+            (RequestCode.CLEAN_UNUSED_TOPIC, t.clean_unused_topic),
+            (RequestCode.DELETE_EXPIRED_COMMITLOG, t.delete_expired_commitlog),
             (RequestCode.GET_BROKER_HA_STATUS, self.ha.process_ha_status),
             (RequestCode.GET_BROKER_EPOCH_CACHE, self.ha.process_epoch_cache),
             (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.ha.process_role_change),
@@ -245,6 +276,7 @@ class BrokerController:
             raise
         self.store_ready = True
         self.topics.init_system_topics(self.schedule.max_level)
+        self._init_system_groups()
         self.schedule.load()
         self.store.add_dispatch_listener(self._on_dispatch)
         started: list[RemotingServer] = []
@@ -456,6 +488,13 @@ class BrokerController:
                     self.metrics.flush_latency.observe(stats.last_flush_seconds)
                 seen = stats.fdatasyncs
 
+    def _init_system_groups(self) -> None:
+        """Create the :data:`INITIAL_SUBSCRIPTION_GROUPS` that are missing (existing ones are kept)."""
+        table = self.metadata.subscription_groups
+        for name in INITIAL_SUBSCRIPTION_GROUPS:
+            if table.get(name) is None:
+                table.put(SubscriptionGroupConfig(group_name=name))
+
     def find_subscription_group(self, group: str, auto_create: bool = True) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created when ``autoCreateSubscriptionGroup`` (or a system group)."""
         table = self.metadata.subscription_groups
@@ -540,7 +579,7 @@ class BrokerController:
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""
         self.metrics.count_in(topic, count, nbytes)
-        self.stats.on_put(count, nbytes)
+        self.stats.on_put(count, nbytes, topic)
 
     def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Account messages returned to ``group`` from ``topic``."""
@@ -728,6 +767,8 @@ class BrokerController:
                 "msgGetTotalYesterdayMorning": "0",
                 "putTps": f"{self.stats.put_rate.rate():.2f}",
                 "getTransferedTps": f"{self.stats.get_rate.rate():.2f}",
+                # 5.x spelling of the same figure.
+                "getTransferredTps": f"{self.stats.get_rate.rate():.2f}",
                 "commitLogMaxOffset": str(store.max_phy_offset),
                 "commitLogMinOffset": str(store.min_phy_offset),
                 "commitLogDiskRatio": f"{store.disk_usage_ratio():.4f}",
@@ -736,6 +777,12 @@ class BrokerController:
                 "sendThreadPoolQueueSize": str(self.in_flight_sends),
                 "sendThreadPoolQueueCapacity": str(cfg.max_in_flight_sends),
                 "pullThreadPoolQueueSize": str(len(self.hold_service)),
+                # Java's request thread pools queue requests before a thread runs them; here each
+                # request runs on the event loop as soon as it is read, so nothing waits in a queue.
+                "sendThreadPoolQueueHeadWaitTimeMills": "0",
+                "pullThreadPoolQueueHeadWaitTimeMills": "0",
+                "queryThreadPoolQueueHeadWaitTimeMills": "0",
+                "brokerActive": "true" if cfg.is_master else "false",
                 "parkedPullRequests": str(len(self.hold_service)),
                 "registeredNameServers": ";".join(self.registered_namesrvs),
             }

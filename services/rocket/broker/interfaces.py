@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.metrics import BrokerMetrics
     from rocket.broker.schedule import ScheduleMessageService
-    from rocket.broker.stats import ConsumeStatRow
+    from rocket.broker.stats import BrokerStats, ConsumeStatRow
     from rocket.broker.topics import TopicManager
     from rocket.protocol import SubscriptionGroupConfig, TopicConfig
     from rocket.store import DefaultMessageStore
@@ -289,6 +289,19 @@ class AdminBroker(BrokerCore, HasConsumers, TopicAdmin, Protocol):
 
     async def update_config(self, values: dict[str, str]) -> None:
         """Apply and persist UPDATE_BROKER_CONFIG settings."""
+        ...
+
+
+class ToolsBroker(AdminBroker, HasProducers, Protocol):
+    """What :class:`~rocket.broker.processor.tools.ToolsAdminProcessor` (mqadmin's commands) uses."""
+
+    @property
+    def stats(self) -> BrokerStats:
+        """Put/get counters and rates per topic and group."""
+        ...
+
+    def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Committed offsets: ``(group, topic) -> {queueId: offset}``."""
         ...
 
 

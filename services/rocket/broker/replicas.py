@@ -574,13 +574,48 @@ class ReplicationManager:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(status))
 
     def process_ha_status(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_HA_STATUS (907): body = :meth:`status` JSON."""
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.status()))
+        """GET_BROKER_HA_STATUS (907): body = RocketMQ 5's HARuntimeInfo (:meth:`ha_runtime_info`,
+        what mqadmin's haStatus reads), or :meth:`status` JSON when ext ``format`` is ``rocketcluster``
+        (our admin client)."""
+        body = self.status() if request.get("format") == "rocketcluster" else self.ha_runtime_info()
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def ha_runtime_info(self) -> dict[str, Any]:
+        """RocketMQ 5's ``HARuntimeInfo``: on a master ``master`` true, ``masterCommitLogMaxOffset``,
+        ``inSyncSlaveNums`` and one ``haConnectionInfo`` per slave (``addr``, ``slaveAckOffset``,
+        ``diff`` in bytes, ``inSync``, ``transferFromWhere``); on a slave ``haClientRuntimeInfo``
+        (``masterAddr``, ``maxOffset`` = its own CommitLog end, ``masterFlushOffset`` = the master's
+        end as last told, ``isActivated``). Transfer speeds and read/write times are not kept: 0."""
+        svc = self.service
+        store = self.store
+        if self.config.is_master:
+            conns = [{"addr": c.slave_addr, "slaveAckOffset": c.ack_offset, "diff": svc.lag_bytes(c),
+                      "inSync": svc.in_sync(c), "transferredByteInSecond": 0, "transferFromWhere": c.transfer_offset}
+                     for c in svc.connections]
+            return {"master": True, "masterCommitLogMaxOffset": store.max_phy_offset,
+                    "inSyncSlaveNums": sum(1 for c in conns if c["inSync"]), "haConnectionInfo": conns,
+                    "haClientRuntimeInfo": {}}
+        cl = self.client
+        return {"master": False, "masterCommitLogMaxOffset": 0, "inSyncSlaveNums": 0, "haConnectionInfo": [],
+                "haClientRuntimeInfo": {"masterAddr": cl.master_ha_addr or self.master_ha_address(),
+                                        "transferredByteInSecond": 0, "maxOffset": store.max_phy_offset,
+                                        "lastReadTimestamp": 0, "lastWriteTimestamp": 0,
+                                        "masterFlushOffset": max(0, cl.master_max_offset),
+                                        "isActivated": cl.state == "transferring"}}
 
     def process_epoch_cache(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``."""
-        body = {"epochs": self.epoch_file.to_json(), "maxOffset": self.store.max_phy_offset,
-                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id}
+        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``
+        plus the fields of RocketMQ 5's ``EpochEntryCache`` (``clusterName``, ``brokerName``,
+        ``brokerId``, ``epochList`` of ``{"epoch", "startOffset", "endOffset"}``), which mqadmin's
+        getBrokerEpoch prints; an entry ends where the next starts, the last at ``maxOffset``."""
+        epochs = self.epoch_file.to_json()
+        max_offset = self.store.max_phy_offset
+        starts = [int(e[1]) for e in epochs]
+        epoch_list = [{"epoch": int(e[0]), "startOffset": int(e[1]),
+                       "endOffset": starts[i + 1] if i + 1 < len(starts) else max_offset}
+                      for i, e in enumerate(epochs)]
+        body = {"epochs": epochs, "maxOffset": max_offset, "clusterName": self.config.broker_cluster_name,
+                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id, "epochList": epoch_list}
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # -- status ---------------------------------------------------------------------------------------

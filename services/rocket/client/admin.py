@@ -323,7 +323,7 @@ class Admin:
 
     async def broker_ha_status(self, addr: str) -> dict[str, Any]:
         """GET_BROKER_HA_STATUS (907) of the broker at ``addr``: role, epochs, slaves, lag."""
-        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS)
+        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS, {"format": "rocketcluster"})
         check_response(response, f"HA status of {addr}")
         return dict(orjson.loads(response.body))
 

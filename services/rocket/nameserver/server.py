@@ -27,12 +27,20 @@ from aiohttp import web
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
-from rocket.nameserver.config import NameServerConfig
+from rocket.nameserver.config import (
+    ConfigError,
+    NameServerConfig,
+    parse_java_properties,
+    runtime_update,
+    to_java_properties,
+)
 from rocket.nameserver.http import build_app
 from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol.codes import RequestCode, ResponseCode
+from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.server import RemotingServer
 from rocket.runtime import stop_signals
@@ -64,6 +72,8 @@ class NameServer:
             enable_topic_list=cfg.enable_topic_list,
         )
         self.processor.register(processors)
+        processors.register(RequestCode.GET_NAMESRV_CONFIG, self.get_namesrv_config)
+        processors.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_namesrv_config)
         self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
         self.metrics = NameServerMetrics(self.routes, set(processors.codes()))
         self.processor.metrics = self.metrics
@@ -152,6 +162,38 @@ class NameServer:
         if self._http_runner is not None:
             await self._http_runner.cleanup()
             self._http_runner = None
+
+    def get_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): body = the settings as ``key=value`` lines (Java names,
+        :func:`~rocket.nameserver.config.to_java_properties`)."""
+        values = to_java_properties(self.config)
+        body = "".join(f"{k}={v}\n" for k, v in sorted(values.items())).encode()
+        return request.response(ResponseCode.SUCCESS, body=body)
+
+    def update_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318): body ``key=value`` lines; applied at once, all or nothing,
+        until the NameServer restarts. SYSTEM_ERROR naming the key for an unknown key, a bad value
+        or a setting read only at start (:func:`~rocket.nameserver.config.runtime_update`)."""
+        try:
+            values = parse_java_properties(request.body.decode())
+        except UnicodeDecodeError:
+            return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: body is not UTF-8")
+        if not values:
+            return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: no key=value in the body")
+        try:
+            changes = runtime_update(self.config, values)
+        except ConfigError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"update NameServer config failed: {exc}")
+        for field, value in changes.items():
+            setattr(self.config, field, value)
+        cfg = self.config
+        self.processor.order_message_enable = cfg.order_message_enable
+        self.processor.enable_all_topic_list = cfg.enable_all_topic_list
+        self.processor.enable_topic_list = cfg.enable_topic_list
+        self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
+        self.routes.broker_timeout = cfg.broker_timeout
+        log.info("NameServer config updated by %s: %s", conn.peer, ", ".join(f"{k}={v}" for k, v in values.items()))
+        return request.response(ResponseCode.SUCCESS)
 
     def scan_not_active_brokers(self) -> int:
         """One housekeeping pass: evict silent brokers, close their connections.

@@ -113,8 +113,9 @@ class DefaultMessageStore:
         self.flush_consume_queue_service = FlushConsumeQueueService(
             config, self.commit_log, self.consume_queues, self.index_service, self.reput_service, self.checkpoint,
             self._io, self.stats)
+        self.clean_consume_queue_service = CleanConsumeQueueService(self.consume_queues, self.index_service)
         self.clean_commit_log_service = CleanCommitLogService(
-            config, self.commit_log, CleanConsumeQueueService(self.consume_queues, self.index_service), self._io,
+            config, self.commit_log, self.clean_consume_queue_service, self._io,
             clock=lambda: self.clock(), disk_usage_ratio=self.disk_usage_ratio)
         self._commit_listeners: list[Callable[[int], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -699,10 +700,11 @@ class DefaultMessageStore:
         """Is the clock's local hour one of ``delete_when`` ("04", "04;16")?"""
         return self.clean_commit_log_service.is_delete_time()
 
-    async def clean_once(self) -> int:
+    async def clean_once(self, *, manual: bool = False) -> int:
         """One retention run (``CleanCommitLogService``): returns the CommitLog files deleted.
 
-        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``,
+        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``
+        (or now, when ``manual``: ``executeDeleteFilesManually``, mqadmin's deleteExpiredCommitLog),
         and the oldest files regardless of age while disk usage is above
         ``disk_max_used_space_ratio`` percent; at most 10 per run, never the
         file being written nor any not yet flushed. ConsumeQueue and index
@@ -710,7 +712,14 @@ class DefaultMessageStore:
         offsets move past them (``rocket.store.retention``).
         """
         assert self._loop is not None
-        return await self.clean_commit_log_service.clean_once()
+        return await self.clean_commit_log_service.clean_once(manual=manual)
+
+    async def clean_expired_consume_queues(self) -> int:
+        """Remove the ConsumeQueue (and index) files whose entries all point below the CommitLog's
+        first offset (mqadmin's cleanExpiredCQ, ``cleanExpiredConsumerQueue``); returns how many
+        ConsumeQueue files went. Unlike Java, a queue keeps its offsets: its minimum offset moves
+        up, its maximum stays, so consumer offsets stay meaningful."""
+        return await self.clean_consume_queue_service.clean_expired(self.commit_log.min_offset, self._io)
 
     # -- runtime info ----------------------------------------------------------------------------------------------
 

@@ -5,12 +5,13 @@ Codes (RocketMQ's ``RequestCode``, ``AdminBrokerProcessor``): 13, 17, 21, 25, 26
 45, 200, 201, 202, 203, 207, 208, 215.
 
 Bodies keyed by MessageQueue objects (GET_CONSUME_STATS, GET_TOPIC_STATS_INFO)
-are written as standard JSON instead of fastjson's object-keyed maps (as
-``ConsumeStats``/``TopicStatsTable`` would be), in two forms at once:
+carry the table in two forms at once:
 
-* ``offsetTable``: map keyed by the MessageQueue's compact JSON text,
-  ``{"{\\"brokerName\\":\\"b\\",\\"queueId\\":0,\\"topic\\":\\"t\\"}": {...}}``;
-* ``offsetList``: ``[{"messageQueue": {"brokerName","queueId","topic"}, ...values}]``.
+* ``offsetTable``: fastjson's object-keyed map (RocketMQ's ``ConsumeStats`` as fastjson writes it),
+  ``{{"brokerName":"b","queueId":0,"topic":"t"}: {...}}``, which Java's tools
+  and clients read (fastjson2, in 5.x, reads no other form);
+* ``offsetList``: standard JSON for everyone else,
+  ``[{"messageQueue": {"brokerName","queueId","topic"}, ...values}]``.
 
 GET_CONSUME_STATS also carries ``consumeTps`` (messages per second pulled by
 the group over the last minute), as Java's ConsumeStats does.
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
+from rocket.broker.processor.tools import dumps_java
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.protocol import MessageQueue, loads_lenient
 from rocket.protocol.validation import (
@@ -42,17 +44,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocket.broker.admin")
 
 
-def mq_key(mq: MessageQueue) -> str:
-    """The compact JSON text of a MessageQueue, used as a map key."""
-    return orjson.dumps(mq.to_json()).decode()
-
-
 def _json_bytes(value: Any) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode()
     return orjson.dumps(value)
+
+
+#: Java BrokerConfig keys with no setting here, shown by GET_BROKER_CONFIG with the value that
+#: describes this broker (mqadmin 4.9.8's exportConfigs fails on a missing one).
+JAVA_ONLY_BROKER_PROPERTIES = {
+    "filterServerNums": "0",
+    "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC",
+    "traceOn": "true",
+    "traceTopicEnable": "false",
+    "useTLS": "false",
+}
 
 
 class AdminBrokerProcessor:
@@ -236,19 +244,21 @@ class AdminBrokerProcessor:
         group = request.require("consumerGroup")
         topic = request.get("topic") or None
         rows, tps = broker.consume_stats(group, topic)
-        table: dict[str, Any] = {}
+        table: dict[MessageQueue, Any] = {}
         listing: list[dict[str, Any]] = []
         for row in rows:
             mq = MessageQueue(row.topic, broker.config.broker_name, row.queue_id)
             wrapper = {
                 "brokerOffset": row.broker_offset,
                 "consumerOffset": row.consumer_offset,
+                # 5.x: what was pulled; mqadmin prints pullOffset - consumerOffset as "#Inflight".
+                "pullOffset": row.consumer_offset,
                 "lastTimestamp": row.last_timestamp,
             }
-            table[mq_key(mq)] = wrapper
+            table[mq] = wrapper
             listing.append({"messageQueue": mq.to_json(), **wrapper, "lag": row.lag})
         body = {"offsetTable": table, "offsetList": listing, "consumeTps": tps}
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+        return request.response(ResponseCode.SUCCESS, body=dumps_java(body))
 
     def get_topic_stats_info(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TopicStatsTable of ``topic``: per queue ``minOffset``, ``maxOffset``, ``lastUpdateTimestamp``."""
@@ -258,7 +268,7 @@ class AdminBrokerProcessor:
         if tc is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = broker.store
-        table: dict[str, Any] = {}
+        table: dict[MessageQueue, Any] = {}
         listing: list[dict[str, Any]] = []
         for queue_id in range(tc.write_queue_nums):
             mq = MessageQueue(topic, broker.config.broker_name, queue_id)
@@ -269,9 +279,9 @@ class AdminBrokerProcessor:
                 "maxOffset": max_offset,
                 "lastUpdateTimestamp": max(0, last),
             }
-            table[mq_key(mq)] = values
+            table[mq] = values
             listing.append({"messageQueue": mq.to_json(), **values})
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"offsetTable": table, "offsetList": listing}))
+        return request.response(ResponseCode.SUCCESS, body=dumps_java({"offsetTable": table, "offsetList": listing}))
 
     def get_consumer_connection_list(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """ConsumerConnection of a live group; 206 when it has no member here."""
@@ -296,7 +306,11 @@ class AdminBrokerProcessor:
     def get_broker_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Body: every setting as properties text; ext ``version`` = the config's DataVersion JSON."""
         broker = self.broker
-        body = format_properties(broker.config.to_properties()).encode()
+        props = broker.config.to_properties()
+        props.setdefault("fileReservedTime", f"{broker.store.config.file_reserved_time_hours:g}")
+        for key, value in JAVA_ONLY_BROKER_PROPERTIES.items():
+            props.setdefault(key, value)
+        body = format_properties(props).encode()
         return request.response(
             ResponseCode.SUCCESS, ext_fields={"version": orjson.dumps(broker.config_version).decode()}, body=body
         )
