@@ -1,4 +1,4 @@
-"""Helpers of the pull-answer compat tests: the Java program ``java/PullCheck.java`` (Apache's
+"""Helpers of the pull-answer compat tests: the Java program ``PullCheck.java`` (Apache's
 client), the C++ client's push consumer through ``driver.py``, and queue/offset queries."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rocket.remoting import RequestCode, ResponseCode
 from tests.compat.realclient import Driver, cpp_log_tail
 from tests.integration.broker_harness import RawBroker
 
-JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "PullCheck.java"
+JAVA_SOURCE = Path(__file__).resolve().parent / "PullCheck.java"
 #: A small heap (these programs hold a few hundred messages; later flags win over the driver's 1 GiB).
 SMALL_HEAP = ("-Xms128m", "-Xmx256m")
 #: JVM flags for the consumer: rebalance every second instead of every 20 s (``RebalanceService``).

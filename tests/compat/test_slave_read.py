@@ -12,7 +12,7 @@ SEND_OK, so the slave has each one), the master is killed with SIGKILL, and a pu
 fresh group subscribes within seconds, once with Apache's Java client and once with the C++
 client (``rocketmq==0.4.4``, ``driver.py``): it must receive every one of the 300 messages, and the
 offsets it commits (held by the slave) must be each queue's end, no more. The Java program is
-``tests/compat/java/PullCheck.java``, compiled against the client jars of ``bench/compare/java.py``
+``tests/compat/PullCheck.java``, compiled against the client jars of ``bench/compare/java.py``
 (Maven); if a client cannot be had, the test fails and says why.
 """
 
