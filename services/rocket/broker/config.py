@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
+from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
 from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
 
 log = logging.getLogger("rocket.broker")
@@ -175,6 +176,13 @@ class BrokerConfig:
     max_in_flight_sends: int = 10_000
     #: Body bytes of sends being processed above which new sends get SYSTEM_BUSY (2).
     max_in_flight_send_bytes: int = 512 * 1024 * 1024
+    #: Bytes of unsent replies at which a client connection stops being read, and below which it is
+    #: read again (NettyServerConfig; 0 = Netty's 64 KiB / 32 KiB). See ``rocket.remoting.connection``.
+    write_buffer_high_water_mark: int = 0
+    write_buffer_low_water_mark: int = 0
+    #: Requests of one connection being handled (not yet answered, long-polled pulls included) at which
+    #: it stops being read.
+    server_channel_max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     #: Delay levels, 1-based: ``<n><ms|s|m|h|d>`` separated by spaces.
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     #: Answer sends of transactional half messages with NO_PERMISSION (16).
@@ -248,6 +256,11 @@ class BrokerConfig:
     def is_slave(self) -> bool:
         """True when the role is SLAVE (or brokerId > 0)."""
         return self.broker_role is BrokerRole.SLAVE or self.broker_id > 0
+
+    def flow_control(self) -> FlowControl:
+        """The remoting connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
+        return FlowControl(self.write_buffer_high_water_mark, self.write_buffer_low_water_mark,
+                           self.server_channel_max_pending_requests)
 
     def namesrv_list(self) -> str:
         """The configured NameServer list, falling back to ``$NAMESRV_ADDR``."""
@@ -329,6 +342,10 @@ class BrokerConfig:
         for name in ("slave_read_lag_bytes", "transaction_time_out"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_java_name(name)} must be >= 0")
+        try:
+            self.flow_control()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         from rocket.broker.schedule import parse_delay_levels
 
         try:

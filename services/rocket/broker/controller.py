@@ -177,12 +177,14 @@ class BrokerController:
         self.remoting = RemotingServer(
             self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
             rpc_hook=self.auth,
+            flow_control=config.flow_control(),
         )
         self.vip_remoting: RemotingServer | None = None
         if config.vip_channel_enable:
             self.vip_remoting = RemotingServer(
                 self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip",
                 rpc_hook=self.auth,
+                flow_control=config.flow_control(),
             )
         for server in self._servers():
             server.on_connection_closed.append(self._connection_closed)

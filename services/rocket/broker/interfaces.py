@@ -221,7 +221,7 @@ class TopicAdmin(Protocol):
         ...
 
 
-class ClientManageBroker(BrokerCore, HasConsumers, HasProducers, Protocol):
+class ClientManageBroker(BrokerCore, HasConsumers, HasProducers, HasReplication, Protocol):
     """What :class:`~rocket.broker.processor.client_manage.ClientManageProcessor` and
     ``ConsumerManageProcessor`` use."""
 

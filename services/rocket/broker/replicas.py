@@ -681,6 +681,7 @@ class ReplicationManager:
                 "haAddr": cl.master_ha_addr or self.master_ha_address(),
                 "addr": self.master_main_address(),
                 "state": cl.state,
+                "reachable": cl.master_reachable,
                 "epoch": cl.master_epoch,
                 "lastError": cl.last_error,
                 "receivedBytes": cl.received_bytes,

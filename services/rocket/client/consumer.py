@@ -876,14 +876,19 @@ class PushConsumer(_OffsetAPI):
             if pq.dropped:
                 return
             if result.status is PullStatus.OFFSET_ILLEGAL:
+                # As DefaultMQPushConsumerImpl (OFFSET_ILLEGAL): the broker's corrected offset replaces
+                # the group's, also downwards, and is persisted at once; what was in flight no longer
+                # moves it (Java drops the process queue; this one carries on from the new offset).
                 log.warning("%s: offset %d of %s is illegal, moving to %d", self.group, pq.next_offset,
                             pq.mq, result.next_begin_offset)
                 pq.next_offset = result.next_begin_offset
-                if not pq.inflight:
-                    self._offsets.update(pq.mq, pq.next_offset)
-                    with contextlib.suppress(Exception):
-                        await self._offsets.persist(pq.mq)
+                pq.inflight.clear()
+                self._offsets.update(pq.mq, pq.next_offset)
+                with contextlib.suppress(Exception):
+                    await self._offsets.persist(pq.mq)
                 continue
+            # FOUND, NO_NEW_MSG (19), NO_MATCHED_MSG (20): continue from nextBeginOffset, as the Java
+            # client does; with nothing in flight it is also the group's offset (correctTagsOffset).
             pq.next_offset = result.next_begin_offset
             if not result.messages:
                 if not pq.inflight:

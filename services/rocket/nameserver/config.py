@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
+from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
 
 
 class ConfigError(ValueError):
@@ -51,6 +52,11 @@ class NameServerConfig:
     ``scan_initial_delay``: seconds before the first scan (Java 5 s; never
     more than ``scan_interval``). ``max_frame_size``: bytes (16 MiB as Java).
     ``kv_config_path``: file for the KV store, or None for memory only.
+    ``write_buffer_high_water_mark``/``write_buffer_low_water_mark``: bytes of
+    unsent replies at which a connection stops / starts reading again (0 =
+    Netty's 64 KiB / 32 KiB, as RocketMQ's NettyServerConfig);
+    ``server_channel_max_pending_requests``: requests of one connection being
+    handled at once at which it stops reading (see ``rocket.remoting.connection``).
     """
 
     host: str = "0.0.0.0"
@@ -83,6 +89,14 @@ class NameServerConfig:
     http_auth_token_file: str = ""
     #: Also require the credential for /healthz, /readyz and /metrics.
     http_auth_probes: bool = False
+    write_buffer_high_water_mark: int = 0
+    write_buffer_low_water_mark: int = 0
+    server_channel_max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+
+    def flow_control(self) -> FlowControl:
+        """The connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
+        return FlowControl(self.write_buffer_high_water_mark, self.write_buffer_low_water_mark,
+                           self.server_channel_max_pending_requests)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an out-of-range value."""
@@ -98,6 +112,10 @@ class NameServerConfig:
             raise ConfigError("scan_initial_delay must not be negative")
         if self.max_frame_size < 64:
             raise ConfigError("max_frame_size is too small")
+        try:
+            self.flow_control()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def with_overrides(self, **overrides: Any) -> NameServerConfig:
         """A copy with every override that is not None applied."""

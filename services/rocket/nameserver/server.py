@@ -108,6 +108,7 @@ class NameServer:
         self.remoting = RemotingServer(
             processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
             rpc_hook=self.auth,
+            flow_control=cfg.flow_control(),
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
         #: The embedded controller (RocketMQ's ``enableControllerInNamesrv``), served on this port.

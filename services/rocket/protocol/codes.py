@@ -149,7 +149,8 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
-    #: RocketMQ 5.x (AUTH_* requests with a blank name).
+    #: RocketMQ 5: a header field of the right type outside its allowed range (also AUTH_* requests
+    #: with a blank name).
     INVALID_PARAMETER = 29
     TRANSACTION_SHOULD_COMMIT = 200
     TRANSACTION_SHOULD_ROLLBACK = 201

@@ -32,7 +32,7 @@ from rocket.remoting.command import (
     decode,
     encode,
 )
-from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
+from rocket.remoting.connection import FlowControl, Processors, RemotingConnection, parse_addr
 from rocket.remoting.server import RemotingServer
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "PERM_PRIORITY",
     "PERM_READ",
     "PERM_WRITE",
+    "FlowControl",
     "FrameDecoder",
     "FrameError",
     "HeaderFieldError",

@@ -9,7 +9,7 @@ from typing import cast
 
 from rocket.protocol.codes import ResponseCode
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE, RemotingCommand
-from rocket.remoting.connection import Handler, HandlerResult, Processors, RemotingConnection
+from rocket.remoting.connection import FlowControl, Handler, HandlerResult, Processors, RemotingConnection
 
 log = logging.getLogger("rocket.remoting")
 
@@ -87,6 +87,9 @@ class RemotingServer:
     routes at once). A malformed frame closes only its own connection.
     ``rpc_hook`` (:data:`ServerHook`) sees every request before its processor
     (authentication and authorization, :mod:`rocket.auth.hook`).
+    ``flow_control``: every connection's backpressure bounds (unsent replies,
+    pending requests; :class:`~rocket.remoting.connection.FlowControl`,
+    defaults when None).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class RemotingServer:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         name: str = "server",
         rpc_hook: ServerHook | None = None,
+        flow_control: FlowControl | None = None,
     ) -> None:
         self.processors = processors or Processors()
         if rpc_hook is not None:
@@ -106,6 +110,7 @@ class RemotingServer:
         self.port = port
         self.max_frame_size = max_frame_size
         self.name = name
+        self.flow_control = flow_control or FlowControl()
         self.connections: set[RemotingConnection] = set()
         self.on_connection_closed: list[Callable[[RemotingConnection], None]] = []
         self._server: asyncio.AbstractServer | None = None
@@ -120,6 +125,7 @@ class RemotingServer:
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             role=self.name,
+            flow_control=self.flow_control,
         )
         self.connections.add(conn)
         return conn

@@ -70,6 +70,11 @@ class MessageStoreConfig:
     #: A consumer further behind than this % of RAM is told to pull from a slave
     #: (``accessMessageInMemoryMaxRatio``).
     access_message_in_memory_max_ratio: int = 40
+    #: On a slave, correct a pull's out-of-range offset (``offsetCheckInSlave``, MessageStoreConfig).
+    #: Off (RocketMQ's default): a slave answers an offset outside its queue with the requested
+    #: offset as ``nextBeginOffset``, since a slave that is behind its master must not move a
+    #: consumer's offset.
+    offset_check_in_slave: bool = False
     #: Delay levels 1.. (``messageDelayLevel``): a record rebuilt into SCHEDULE_TOPIC_XXXX's
     #: ConsumeQueue gets store time + its level's delay as tag code, as the broker gave it.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

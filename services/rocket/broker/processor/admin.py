@@ -28,6 +28,14 @@ from rocket.broker.config import ConfigError, format_properties, parse_propertie
 from rocket.broker.processor.tools import dumps_java
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.protocol import MessageQueue, loads_lenient
+from rocket.protocol.validation import (
+    INT_MAX,
+    LONG_MAX,
+    MAX_QUEUE_NUMS,
+    first_problem,
+    out_of_range,
+    topic_counts_problem,
+)
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
@@ -84,24 +92,26 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
         if is_system_topic(topic, broker.config.broker_cluster_name) or topic == broker.config.broker_name:
             return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        read = request.require_int("readQueueNums")
-        write = request.require_int("writeQueueNums")
-        perm = request.require_int("perm")
-        if read < 0 or write < 0 or max(read, write) == 0 or max(read, write) > 65535:
-            return request.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"illegal queue numbers for topic[{topic}]: readQueueNums={read} writeQueueNums={write}",
-            )
-        if not 0 <= perm <= 7:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"illegal perm {perm} for topic[{topic}] (0..7)")
+        read = request.require_int("readQueueNums", bits=32)
+        write = request.require_int("writeQueueNums", bits=32)
+        perm = request.require_int("perm", bits=32)
+        topic_sys_flag = request.get_int("topicSysFlag", 0, bits=32)
+        filter_type = request.get("topicFilterType") or "SINGLE_TAG"
+        problem = first_problem(
+            topic_counts_problem(read, write, perm, topic_sys_flag),
+            None if filter_type in ("SINGLE_TAG", "MULTI_TAG")
+            else f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG",
+        )
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, topic[{topic}]")
         try:
             tc = broker.new_topic_config(
                 topic,
                 read_queue_nums=read,
                 write_queue_nums=write,
                 perm=perm,
-                topic_filter_type=request.get("topicFilterType") or "SINGLE_TAG",
-                topic_sys_flag=request.get_int("topicSysFlag", 0),
+                topic_filter_type=filter_type,
+                topic_sys_flag=topic_sys_flag,
                 order=request.get_bool("order", False),
             )
         except (TypeError, ValueError) as exc:
@@ -142,6 +152,14 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}")
         if not cfg.group_name:
             return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
+        problem = first_problem(
+            out_of_range("retryQueueNums", cfg.retry_queue_nums, 0, MAX_QUEUE_NUMS),
+            out_of_range("retryMaxTimes", cfg.retry_max_times, -1, INT_MAX),
+            out_of_range("brokerId", cfg.broker_id, 0, LONG_MAX),
+            out_of_range("whichBrokerWhenConsumeSlowly", cfg.which_broker_when_consume_slowly, 0, LONG_MAX),
+        )
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, subscription group [{cfg.group_name}]")
         broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
         return request.response(ResponseCode.SUCCESS)
@@ -167,28 +185,36 @@ class AdminBrokerProcessor:
         """Ext ``offset`` = the queue's max offset, exclusive (``ConsumeQueue.getMaxOffsetInQueue``);
         0 for an unknown queue."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
 
     def get_min_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``offset`` = the queue's first retained offset."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.store.get_min_offset_in_queue(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
 
     def get_earliest_msg_storetime(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``timestamp`` = store time (ms) of the queue's first message, -1 if none."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         ts = self.broker.store.get_earliest_message_time(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": ts})
 
     def search_offset_by_timestamp(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``offset`` = the queue offset whose store time is nearest ``timestamp`` (ms)."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         ts = request.require_int("timestamp")
         offset = self.broker.store.get_offset_in_queue_by_time(topic, queue_id, ts)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
@@ -320,7 +346,10 @@ class AdminBrokerProcessor:
         client_id = obj.get("clientId")
         if not isinstance(group, str) or not isinstance(client_id, str):
             raise ValueError("consumerGroup and clientId are required")
-        mqs = [MessageQueue.from_json(item) for item in obj.get("mqSet") or []]
+        items = obj.get("mqSet") or []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ValueError("mqSet is not a list of MessageQueue objects")
+        mqs = [MessageQueue.from_json(item) for item in items]
         return group, client_id, mqs
 
     def lock_batch_mq(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -270,6 +270,7 @@ class SendMessageProcessor:
         """The store confirmed (or failed) the append: answer the send."""
         self._done(size, started)
         if put.cancelled():  # the store shut down under it: no answer, as a cancelled task gives none
+            conn.answer(request, None, started)  # (None: nothing is sent; the request is no longer pending)
             return
         try:
             result = put.result()
@@ -369,6 +370,9 @@ class SendMessageProcessor:
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden "
                 f"(brokerPermission={cfg.broker_permission})",
             )
+        problem = header.problem()
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         problem = _topic_problem(header.topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
@@ -566,6 +570,9 @@ class SendMessageProcessor:
         broker = self.broker
         cfg = broker.config
         header = ConsumerSendMsgBackRequestHeader.parse(request)
+        problem = header.problem()
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         group_config = broker.find_subscription_group(header.group)
         if group_config is None:
             return request.response(
