@@ -1,4 +1,4 @@
-"""Process runtime helpers: the event loop policy and logging set-up."""
+"""Process runtime helpers: the event loop policy, logging set-up, signals and background tasks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -57,3 +57,34 @@ async def stop_signals() -> AsyncIterator[asyncio.Future[str]]:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+class BackgroundTask:
+    """One named asyncio task that a service starts and stops, at most one at a time.
+
+    ``name``: the task's name (``asyncio.Task.get_name``). :meth:`start` runs ``loop()`` (a coroutine
+    function) unless the task still runs; :meth:`stop` cancels it and waits for it to end, swallowing
+    its ``CancelledError`` or any error it ended with. Both on the event loop's thread.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """The task was started and has not ended."""
+        return self._task is not None and not self._task.done()
+
+    def start(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start ``loop()`` in the running event loop unless it runs already (idempotent)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(loop(), name=self.name)
+
+    async def stop(self) -> None:
+        """Cancel the task and wait until it has ended (a no-op when it was never started)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

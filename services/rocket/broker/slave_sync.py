@@ -15,13 +15,13 @@ delayed messages from where the master stopped. Each step fails on its own
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from rocket.runtime import BackgroundTask
 
 if TYPE_CHECKING:
     from rocket.broker.metadata import BrokerMetadata
@@ -59,25 +59,20 @@ class SlaveSynchronize:
         self.rounds = 0
         self.last_success = 0.0
         self.last_error = ""
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundTask("ha-config-sync")
 
     @property
     def running(self) -> bool:
         """The copy loop runs (this broker is a slave)."""
-        return self._task is not None and not self._task.done()
+        return self._loop.running
 
     def start(self) -> None:
         """Start the periodic copy (idempotent)."""
-        if not self.running:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-config-sync")
+        self._loop.start(self._run)
 
     async def stop(self) -> None:
         """Stop copying and close the connection to the master."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._loop.stop()
         await self.client.close()
 
     async def _run(self) -> None:

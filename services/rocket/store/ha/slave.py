@@ -32,6 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rocket.remoting import parse_addr
+from rocket.runtime import BackgroundTask
 from rocket.store.ha.epoch import EpochEntry, entries_from_json, find_consistent_point
 from rocket.store.ha.protocol import (
     HAProtocolError,
@@ -83,7 +84,7 @@ class HAClient:
         self.last_received = 0.0
         self.received_bytes = 0
         self._remote_epochs: list[EpochEntry] = []
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundTask("ha-client")
         self._writer: asyncio.StreamWriter | None = None
         self._last_report = 0.0
         self._wakeup = asyncio.Event()
@@ -93,20 +94,15 @@ class HAClient:
     @property
     def running(self) -> bool:
         """The client loop runs (this broker is a slave)."""
-        return self._task is not None and not self._task.done()
+        return self._loop.running
 
     def start(self) -> None:
         """Start the connect/replicate loop (idempotent)."""
-        if not self.running:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
+        self._loop.start(self._run)
 
     async def stop(self) -> None:
         """Stop replicating and wait until the store has written every byte received."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._loop.stop()
         self._close()
         self._set_state("disconnected")
         await self.host.store.commit_log.wait_idle()
