@@ -60,7 +60,7 @@ from typing import Any
 
 import orjson
 
-from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
+from rocket.client.base import DEFAULT_TIMEOUT, ClientLifecycle, MQClient, check_response, ext, heartbeat_data
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from rocket.client.producer import CLIENT_INNER_PRODUCER_GROUP, Producer
@@ -302,7 +302,7 @@ class _OffsetAPI:
                                        timestamp=_timestamp_ms(timestamp))
 
 
-class PullConsumer(_OffsetAPI):
+class PullConsumer(_OffsetAPI, ClientLifecycle):
     """Pull messages from queues you choose, at offsets you choose.
 
     ``group``: consumer group (offsets committed with :meth:`commit` are kept
@@ -344,25 +344,15 @@ class PullConsumer(_OffsetAPI):
             await self.client.unregister(consumer_group=self.group)
             await self.client.close()
 
-    async def __aenter__(self) -> PullConsumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
     def _heartbeat_body(self) -> dict[str, Any]:
-        return {
-            "clientID": self.client.client_id,
-            "producerDataSet": [],
-            "consumerDataSet": [{
-                "groupName": self.group,
-                "consumeType": "CONSUME_ACTIVELY",
-                "messageModel": MessageModel.CLUSTERING.value,
-                "consumeFromWhere": ConsumeFrom.LAST_OFFSET.value,
-                "unitMode": False,
-                "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
-            }],
-        }
+        return heartbeat_data(self.client.client_id, consumer_data=[{
+            "groupName": self.group,
+            "consumeType": "CONSUME_ACTIVELY",
+            "messageModel": MessageModel.CLUSTERING.value,
+            "consumeFromWhere": ConsumeFrom.LAST_OFFSET.value,
+            "unitMode": False,
+            "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
+        }])
 
     def _check(self) -> None:
         if not self._started:
@@ -672,18 +662,14 @@ class PushConsumer(_OffsetAPI):
         await self.shutdown()
 
     def _heartbeat_body(self) -> dict[str, Any]:
-        return {
-            "clientID": self.client.client_id,
-            "producerDataSet": [{"groupName": CLIENT_INNER_PRODUCER_GROUP}],
-            "consumerDataSet": [{
-                "groupName": self.group,
-                "consumeType": "CONSUME_PASSIVELY",
-                "messageModel": self.message_model.value,
-                "consumeFromWhere": self.consume_from.value,
-                "unitMode": False,
-                "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
-            }],
-        }
+        return heartbeat_data(self.client.client_id, [CLIENT_INNER_PRODUCER_GROUP], [{
+            "groupName": self.group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from.value,
+            "unitMode": False,
+            "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
+        }])
 
     # -- the async-iterator API --------------------------------------------------------
 
