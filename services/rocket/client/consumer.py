@@ -269,6 +269,18 @@ class _Puller:
         return PullResult(status, next_begin, min_offset, max_offset, messages, suggest)
 
 
+def _consumer_client(namesrv_addr: str, heartbeat_body: Callable[[], dict[str, Any] | None], *,
+                     instance_name: str | None, timeout: float, poll_namesrv_interval: float,
+                     heartbeat_interval: float) -> MQClient:
+    """A consumer's :class:`MQClient`: it heartbeats ``heartbeat_body()`` to slaves as well as masters,
+    since a consumer may be told to pull from a slave (``MQClientInstance.sendHeartbeatToAllBroker``)."""
+    client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
+                      poll_namesrv_interval=poll_namesrv_interval, heartbeat_interval=heartbeat_interval)
+    client.heartbeat_body = heartbeat_body
+    client.heartbeat_slaves = True
+    return client
+
+
 class _OffsetAPI:
     """Queue offset queries shared by both consumers (codes 29, 30, 31, 14, 15)."""
 
@@ -321,11 +333,9 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
     ) -> None:
         self.group = group
         self.timeout = timeout
-        self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
-                               poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval)
-        self.client.heartbeat_body = self._heartbeat_body
-        self.client.heartbeat_slaves = True
+        self.client = _consumer_client(namesrv_addr, self._heartbeat_body, instance_name=instance_name,
+                                       timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
+                                       heartbeat_interval=heartbeat_interval)
         self._puller = _Puller(self.client, group)
         self._subs: dict[str, SubscriptionData] = {}
         self._started = False
@@ -534,11 +544,9 @@ class PushConsumer(_OffsetAPI):
         self.rebalance_interval = rebalance_interval
         self.persist_interval = persist_interval
         self.timeout = timeout
-        self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
-                               poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval)
-        self.client.heartbeat_body = self._heartbeat_body
-        self.client.heartbeat_slaves = True
+        self.client = _consumer_client(namesrv_addr, self._heartbeat_body, instance_name=instance_name,
+                                       timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
+                                       heartbeat_interval=heartbeat_interval)
         self.client.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self._puller = _Puller(self.client, group)
         self._subs: dict[str, SubscriptionData] = {}
