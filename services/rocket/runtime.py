@@ -59,6 +59,16 @@ async def stop_signals() -> AsyncIterator[asyncio.Future[str]]:
             loop.remove_signal_handler(sig)
 
 
+async def until_stopped(stop: Callable[[], Coroutine[Any, Any, None]]) -> str:
+    """Wait for SIGTERM or SIGINT (:func:`stop_signals`), then await ``stop()``; returns the signal's
+    name (``"SIGTERM"``). ``stop()`` runs also when the wait itself is cancelled."""
+    async with stop_signals() as received:
+        try:
+            return await received
+        finally:
+            await stop()
+
+
 class BackgroundTask:
     """One named asyncio task that a service starts and stops, at most one at a time.
 
