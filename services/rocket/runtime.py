@@ -69,32 +69,35 @@ async def until_stopped(stop: Callable[[], Coroutine[Any, Any, None]]) -> str:
             await stop()
 
 
-class BackgroundTask:
-    """One named asyncio task that a service starts and stops, at most one at a time.
+class LoopService:
+    """Base of a service that runs one loop, :meth:`_run`, in a task named ``task_name``, between
+    :meth:`start` and :meth:`stop`; at most one such task at a time, on the event loop's thread.
 
-    ``name``: the task's name (``asyncio.Task.get_name``). :meth:`start` runs ``loop()`` (a coroutine
-    function) unless the task still runs; :meth:`stop` cancels it and waits for it to end, swallowing
-    its ``CancelledError`` or any error it ended with. Both on the event loop's thread.
+    A subclass implements :meth:`_run` and extends :meth:`stop` to release what it holds.
     """
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._task: asyncio.Task[None] | None = None
+    #: The task's name (``asyncio.Task.get_name``).
+    task_name = "loop"
+    _task: asyncio.Task[None] | None = None
 
     @property
     def running(self) -> bool:
-        """The task was started and has not ended."""
+        """The loop was started and has not ended."""
         return self._task is not None and not self._task.done()
 
-    def start(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Start ``loop()`` in the running event loop unless it runs already (idempotent)."""
+    def start(self) -> None:
+        """Start the loop in the running event loop unless it runs already (idempotent)."""
         if not self.running:
-            self._task = asyncio.get_running_loop().create_task(loop(), name=self.name)
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self.task_name)
 
     async def stop(self) -> None:
-        """Cancel the task and wait until it has ended (a no-op when it was never started)."""
+        """Cancel the loop and wait until it has ended, swallowing its ``CancelledError`` or any error
+        it ended with (a no-op when it was never started)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    async def _run(self) -> None:
+        raise NotImplementedError

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
-from rocket.runtime import BackgroundTask
+from rocket.runtime import LoopService
 
 if TYPE_CHECKING:
     from rocket.broker.metadata import BrokerMetadata
@@ -40,13 +40,16 @@ class SlaveSyncBroker(Protocol):
     schedule: ScheduleMessageService
 
 
-class SlaveSynchronize:
+class SlaveSynchronize(LoopService):
     """Copies the master's metadata into this slave; see the module doc.
 
     ``broker``: where the copies go (read at each round). ``master_address()``: the master's
     remoting address ``host:port``, None while unknown (the round is skipped). ``period``:
     seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request.
+    ``running``/``start``/``stop`` run the periodic copy (:class:`~rocket.runtime.LoopService`).
     """
+
+    task_name = "ha-config-sync"
 
     def __init__(self, broker: SlaveSyncBroker, master_address: Callable[[], str | None], *, period: float,
                  timeout: float = 3.0) -> None:
@@ -59,20 +62,10 @@ class SlaveSynchronize:
         self.rounds = 0
         self.last_success = 0.0
         self.last_error = ""
-        self._loop = BackgroundTask("ha-config-sync")
-
-    @property
-    def running(self) -> bool:
-        """The copy loop runs (this broker is a slave)."""
-        return self._loop.running
-
-    def start(self) -> None:
-        """Start the periodic copy (idempotent)."""
-        self._loop.start(self._run)
 
     async def stop(self) -> None:
         """Stop copying and close the connection to the master."""
-        await self._loop.stop()
+        await super().stop()
         await self.client.close()
 
     async def _run(self) -> None:
