@@ -114,6 +114,23 @@ def _meta(owner: Owner, name: str, labels: Mapping[str, str], annotations: Mappi
     return meta
 
 
+def _service(owner: Owner, name: str, component: str, ports: Mapping[str, int], spec: Mapping[str, Any]) -> Manifest:
+    """A Service ``name`` selecting ``owner``'s ``component`` pods: the ``spec`` fields given (``type``,
+    ``clusterIP``, ``publishNotReadyAddresses``), then one TCP port per ``ports`` item (port name ->
+    number), each targeting the container port of the same name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(owner, name, names.base_labels(owner.name, component)),
+        "spec": {
+            **spec,
+            "selector": names.selector_labels(owner.name, component),
+            "ports": [{"name": port_name, "port": number, "targetPort": port_name, "protocol": "TCP"}
+                      for port_name, number in ports.items()],
+        },
+    }
+
+
 def _http_probe(path: str, port: str, *, initial: int, period: int, failures: int, timeout: int = 3
                 ) -> dict[str, Any]:
     return {
@@ -223,20 +240,8 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
 
 def build_nameserver_service(owner: Owner) -> Manifest:
     """ClusterIP Service for clients: ``<cluster>-nameserver:9876`` (plus ``http`` 9877)."""
-    cluster = owner.name
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(owner, names.nameserver(cluster), names.base_labels(cluster, names.COMPONENT_NAMESERVER)),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": names.selector_labels(cluster, names.COMPONENT_NAMESERVER),
-            "ports": [
-                {"name": "remoting", "port": NAMESERVER_PORT, "targetPort": "remoting", "protocol": "TCP"},
-                {"name": "http", "port": NAMESERVER_HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
-            ],
-        },
-    }
+    return _service(owner, names.nameserver(owner.name), names.COMPONENT_NAMESERVER,
+                    {"remoting": NAMESERVER_PORT, "http": NAMESERVER_HTTP_PORT}, {"type": "ClusterIP"})
 
 
 def build_nameserver_headless_service(owner: Owner) -> Manifest:
@@ -245,18 +250,8 @@ def build_nameserver_headless_service(owner: Owner) -> Manifest:
     Brokers get this one name and register with every address it resolves to,
     so NameServer pods can be replaced without restarting brokers.
     """
-    cluster = owner.name
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(owner, names.nameserver_headless(cluster),
-                          names.base_labels(cluster, names.COMPONENT_NAMESERVER)),
-        "spec": {
-            "clusterIP": "None",
-            "selector": names.selector_labels(cluster, names.COMPONENT_NAMESERVER),
-            "ports": [{"name": "remoting", "port": NAMESERVER_PORT, "targetPort": "remoting", "protocol": "TCP"}],
-        },
-    }
+    return _service(owner, names.nameserver_headless(owner.name), names.COMPONENT_NAMESERVER,
+                    {"remoting": NAMESERVER_PORT}, {"clusterIP": "None"})
 
 
 def nameserver_dns(namespace: str, cluster: str) -> str:
@@ -313,22 +308,9 @@ def build_broker_headless_service(owner: Owner) -> Manifest:
     ``publishNotReadyAddresses`` so that a recovering broker is reachable by the
     operator and its slaves before it reports ready.
     """
-    cluster = owner.name
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(owner, names.broker_service(cluster), names.base_labels(cluster, names.COMPONENT_BROKER)),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": names.selector_labels(cluster, names.COMPONENT_BROKER),
-            "ports": [
-                {"name": "remoting", "port": BROKER_PORT, "targetPort": "remoting", "protocol": "TCP"},
-                {"name": "ha", "port": BROKER_HA_PORT, "targetPort": "ha", "protocol": "TCP"},
-                {"name": "http", "port": BROKER_HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
-            ],
-        },
-    }
+    return _service(owner, names.broker_service(owner.name), names.COMPONENT_BROKER,
+                    {"remoting": BROKER_PORT, "ha": BROKER_HA_PORT, "http": BROKER_HTTP_PORT},
+                    {"clusterIP": "None", "publishNotReadyAddresses": True})
 
 
 def broker_command(owner: Owner, broker_id: int) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,29 @@ def _root(
     if creds is not None:  # clients (MQClient) sign with these
         os.environ["ROCKET_ACCESS_KEY"] = creds.access_key
         os.environ["ROCKET_SECRET_KEY"] = creds.secret_key
+
+
+def _bad_config(command: str, exc: Exception) -> typer.Exit:
+    """Print why ``rocket <command>`` refused its settings; returns the exit to raise (code 2, bad usage)."""
+    typer.echo(f"rocket {command}: {exc}", err=True)
+    return typer.Exit(2)
+
+
+def _run_server(command: str, main: Coroutine[Any, Any, None], log_level: str,
+                failures: tuple[type[Exception], ...] = (OSError,)) -> None:
+    """Set up logging at ``log_level`` and run the server coroutine ``main`` until it returns (a signal).
+
+    A ``failures`` error (a port taken; for a broker also a store that cannot be recovered) is printed
+    as ``rocket <command>: <error>`` and raises ``typer.Exit(1)``.
+    """
+    from rocket.runtime import run, setup_logging
+
+    setup_logging(log_level)
+    try:
+        run(main)
+    except failures as exc:
+        typer.echo(f"rocket {command}: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
@@ -85,7 +109,6 @@ def nameserver(
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
     from rocket.nameserver.server import serve
-    from rocket.runtime import run, setup_logging
 
     try:
         base = load_config_file(config) if config is not None else NameServerConfig()
@@ -99,8 +122,7 @@ def nameserver(
         )
         settings.validate()
     except ConfigError as exc:
-        typer.echo(f"rocket nameserver: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise _bad_config("nameserver", exc) from None
     controller_cfg = None
     if enable_controller:
         from rocket.controller.config import ConfigError as ControllerConfigError
@@ -113,14 +135,8 @@ def nameserver(
                 secret_file=secret_file, port=settings.port, host=None, unclean=None, heartbeat_timeout_ms=None,
                 log_level=None)
         except ControllerConfigError as exc:
-            typer.echo(f"rocket nameserver: {exc}", err=True)
-            raise typer.Exit(2) from None
-    setup_logging(settings.log_level)
-    try:
-        run(serve(settings, controller_cfg))
-    except OSError as exc:
-        typer.echo(f"rocket nameserver: {exc}", err=True)
-        raise typer.Exit(1) from None
+            raise _bad_config("nameserver", exc) from None
+    _run_server("nameserver", serve(settings, controller_cfg), settings.log_level)
 
 
 @app.command("controller")
@@ -145,7 +161,6 @@ def controller(
     """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
     from rocket.controller.config import ConfigError
     from rocket.controller.server import serve
-    from rocket.runtime import run, setup_logging
 
     try:
         cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
@@ -153,14 +168,8 @@ def controller(
                                  unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
                                  http_port=http_port)
     except ConfigError as exc:
-        typer.echo(f"rocket controller: {exc}", err=True)
-        raise typer.Exit(2) from None
-    setup_logging(log_level)
-    try:
-        run(serve(cfg))
-    except OSError as exc:
-        typer.echo(f"rocket controller: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _bad_config("controller", exc) from None
+    _run_server("controller", serve(cfg), log_level)
 
 
 @app.command("broker")
@@ -184,7 +193,6 @@ def broker(
     """Run a broker until SIGTERM or SIGINT."""
     from rocket.broker.config import ConfigError, load_config
     from rocket.broker.main import cli_overrides, serve
-    from rocket.runtime import run, setup_logging
     from rocket.store.api import StoreError
 
     try:
@@ -194,14 +202,8 @@ def broker(
         )
         settings_obj = load_config(config, overrides)
     except ConfigError as exc:
-        typer.echo(f"rocket broker: {exc}", err=True)
-        raise typer.Exit(2) from None
-    setup_logging(log_level)
-    try:
-        run(serve(settings_obj))
-    except (OSError, StoreError) as exc:
-        typer.echo(f"rocket broker: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _bad_config("broker", exc) from None
+    _run_server("broker", serve(settings_obj), log_level, (OSError, StoreError))
 
 
 # produce, consume, topic, cluster and group (rocket/client/cli.py); they find a running local

@@ -1,4 +1,4 @@
-"""Process runtime helpers: the event loop policy and logging set-up."""
+"""Process runtime helpers: the event loop policy, logging set-up, signals and background tasks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -57,3 +57,47 @@ async def stop_signals() -> AsyncIterator[asyncio.Future[str]]:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+async def until_stopped(stop: Callable[[], Coroutine[Any, Any, None]]) -> str:
+    """Wait for SIGTERM or SIGINT (:func:`stop_signals`), then await ``stop()``; returns the signal's
+    name (``"SIGTERM"``). ``stop()`` runs also when the wait itself is cancelled."""
+    async with stop_signals() as received:
+        try:
+            return await received
+        finally:
+            await stop()
+
+
+class LoopService:
+    """Base of a service that runs one loop, :meth:`_run`, in a task named ``task_name``, between
+    :meth:`start` and :meth:`stop`; at most one such task at a time, on the event loop's thread.
+
+    A subclass implements :meth:`_run` and extends :meth:`stop` to release what it holds.
+    """
+
+    #: The task's name (``asyncio.Task.get_name``).
+    task_name = "loop"
+    _task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """The loop was started and has not ended."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the loop in the running event loop unless it runs already (idempotent)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self.task_name)
+
+    async def stop(self) -> None:
+        """Cancel the loop and wait until it has ended, swallowing its ``CancelledError`` or any error
+        it ended with (a no-op when it was never started)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self) -> None:
+        raise NotImplementedError

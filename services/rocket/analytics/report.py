@@ -35,6 +35,14 @@ def _plt() -> Any:
     return plt
 
 
+def _save(fig: Any, path: Path, dpi: int) -> bool:
+    """Lay out ``fig``, write it to ``path`` as PNG at ``dpi`` dots per inch and free it; True (drawn)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    _plt().close(fig)
+    return True
+
+
 def _short(topic: str) -> str:
     return topic.removeprefix("loghub-")
 
@@ -75,10 +83,7 @@ def accuracy_chart(summary: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("grouping accuracy")
     ax.set_title("Log parsing accuracy on the LogHub 2k samples")
     ax.legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path, dpi=110)
 
 
 def levels_chart(summary: dict[str, Any], path: Path) -> bool:
@@ -99,10 +104,7 @@ def levels_chart(summary: dict[str, Any], path: Path) -> bool:
     ax.set_xlabel("lines")
     ax.set_title("Lines per level and topic")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path, dpi=110)
 
 
 def timeline_chart(level_counts: Any, spikes: Any, path: Path, max_topics: int = 12) -> bool:
@@ -138,10 +140,7 @@ def timeline_chart(level_counts: Any, spikes: Any, path: Path, max_topics: int =
             label.set_ha("right")
     axes.flat[0].legend(fontsize=6, loc="upper right")
     fig.suptitle("Lines per minute (event time, UTC); errors red, spikes ▲", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path, dpi=100)
 
 
 def _chart(name: str, draw: Any, *args: Any) -> bool:
@@ -255,10 +254,7 @@ def traffic_chart(per_minute: Any, path: Path) -> bool:
     for label in a2.get_xticklabels():
         label.set_rotation(30)
         label.set_ha("right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path, dpi=100)
 
 
 def traffic_report(summary: dict[str, Any], per_minute: Any, out_dir: Path) -> str:

@@ -19,7 +19,6 @@ delayed messages from where the master stopped. Each step fails on its own
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rocket.auth.sync import fetch_auth_metadata
 from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from rocket.runtime import LoopService
 
 if TYPE_CHECKING:
     from rocket.auth.store import AuthMetadataStore
@@ -49,13 +49,16 @@ class SlaveSyncBroker(Protocol):
     auth_store: AuthMetadataStore
 
 
-class SlaveSynchronize:
+class SlaveSynchronize(LoopService):
     """Copies the master's metadata into this slave; see the module doc.
 
     ``broker``: where the copies go (read at each round). ``master_address()``: the master's
     remoting address ``host:port``, None while unknown (the round is skipped). ``period``:
     seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request.
+    ``running``/``start``/``stop`` run the periodic copy (:class:`~rocket.runtime.LoopService`).
     """
+
+    task_name = "ha-config-sync"
 
     def __init__(self, broker: SlaveSyncBroker, master_address: Callable[[], str | None], *, period: float,
                  timeout: float = 3.0) -> None:
@@ -68,25 +71,10 @@ class SlaveSynchronize:
         self.rounds = 0
         self.last_success = 0.0
         self.last_error = ""
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        """The copy loop runs (this broker is a slave)."""
-        return self._task is not None and not self._task.done()
-
-    def start(self) -> None:
-        """Start the periodic copy (idempotent)."""
-        if not self.running:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-config-sync")
 
     async def stop(self) -> None:
         """Stop copying and close the connection to the master."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await super().stop()
         await self.client.close()
 
     async def _run(self) -> None:

@@ -22,7 +22,7 @@ import random
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -101,6 +101,38 @@ def ext(**fields: Any) -> dict[str, str]:
         else:
             out[key] = str(value)
     return out
+
+
+def heartbeat_data(client_id: str, producer_groups: Iterable[str] = (),
+                   consumer_data: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """A HEART_BEAT body as RocketMQ's ``HeartbeatData`` serializes it: ``clientID``, ``producerDataSet``
+    (one ``{"groupName": ...}`` per producer group) and ``consumerDataSet`` (``ConsumerData`` objects,
+    Java field names)."""
+    return {
+        "clientID": client_id,
+        "producerDataSet": [{"groupName": group} for group in producer_groups],
+        "consumerDataSet": list(consumer_data),
+    }
+
+
+class ClientLifecycle:
+    """``async with`` for a producer or consumer: entering awaits :meth:`start` and gives the
+    client, leaving awaits :meth:`shutdown` (also when the block raised)."""
+
+    async def start(self) -> object:
+        """Start the client (route refresh, heartbeats); a subclass implements it."""
+        raise NotImplementedError
+
+    async def shutdown(self) -> None:
+        """Stop the client and close its connections; a subclass implements it."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
 
 
 class MQClient:

@@ -61,7 +61,7 @@ from typing import Any
 import orjson
 
 from rocket.auth.signature import SessionCredentials
-from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
+from rocket.client.base import DEFAULT_TIMEOUT, ClientLifecycle, MQClient, check_response, ext, heartbeat_data
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from rocket.client.producer import CLIENT_INNER_PRODUCER_GROUP, Producer
@@ -270,6 +270,19 @@ class _Puller:
         return PullResult(status, next_begin, min_offset, max_offset, messages, suggest)
 
 
+def _consumer_client(namesrv_addr: str, heartbeat_body: Callable[[], dict[str, Any] | None], *,
+                     instance_name: str | None, timeout: float, poll_namesrv_interval: float,
+                     heartbeat_interval: float, credentials: SessionCredentials | None) -> MQClient:
+    """A consumer's :class:`MQClient`: it heartbeats ``heartbeat_body()`` to slaves as well as masters,
+    since a consumer may be told to pull from a slave (``MQClientInstance.sendHeartbeatToAllBroker``)."""
+    client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
+                      poll_namesrv_interval=poll_namesrv_interval, heartbeat_interval=heartbeat_interval,
+                      credentials=credentials)
+    client.heartbeat_body = heartbeat_body
+    client.heartbeat_slaves = True
+    return client
+
+
 class _OffsetAPI:
     """Queue offset queries shared by both consumers (codes 29, 30, 31, 14, 15)."""
 
@@ -303,7 +316,7 @@ class _OffsetAPI:
                                        timestamp=_timestamp_ms(timestamp))
 
 
-class PullConsumer(_OffsetAPI):
+class PullConsumer(_OffsetAPI, ClientLifecycle):
     """Pull messages from queues you choose, at offsets you choose.
 
     ``group``: consumer group (offsets committed with :meth:`commit` are kept
@@ -323,11 +336,9 @@ class PullConsumer(_OffsetAPI):
     ) -> None:
         self.group = group
         self.timeout = timeout
-        self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
-                               poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval, credentials=credentials)
-        self.client.heartbeat_body = self._heartbeat_body
-        self.client.heartbeat_slaves = True
+        self.client = _consumer_client(namesrv_addr, self._heartbeat_body, instance_name=instance_name,
+                                       timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
+                                       heartbeat_interval=heartbeat_interval, credentials=credentials)
         self._puller = _Puller(self.client, group)
         self._subs: dict[str, SubscriptionData] = {}
         self._started = False
@@ -346,25 +357,15 @@ class PullConsumer(_OffsetAPI):
             await self.client.unregister(consumer_group=self.group)
             await self.client.close()
 
-    async def __aenter__(self) -> PullConsumer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
     def _heartbeat_body(self) -> dict[str, Any]:
-        return {
-            "clientID": self.client.client_id,
-            "producerDataSet": [],
-            "consumerDataSet": [{
-                "groupName": self.group,
-                "consumeType": "CONSUME_ACTIVELY",
-                "messageModel": MessageModel.CLUSTERING.value,
-                "consumeFromWhere": ConsumeFrom.LAST_OFFSET.value,
-                "unitMode": False,
-                "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
-            }],
-        }
+        return heartbeat_data(self.client.client_id, consumer_data=[{
+            "groupName": self.group,
+            "consumeType": "CONSUME_ACTIVELY",
+            "messageModel": MessageModel.CLUSTERING.value,
+            "consumeFromWhere": ConsumeFrom.LAST_OFFSET.value,
+            "unitMode": False,
+            "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
+        }])
 
     def _check(self) -> None:
         if not self._started:
@@ -547,11 +548,9 @@ class PushConsumer(_OffsetAPI):
         self.rebalance_interval = rebalance_interval
         self.persist_interval = persist_interval
         self.timeout = timeout
-        self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
-                               poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval, credentials=credentials)
-        self.client.heartbeat_body = self._heartbeat_body
-        self.client.heartbeat_slaves = True
+        self.client = _consumer_client(namesrv_addr, self._heartbeat_body, instance_name=instance_name,
+                                       timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
+                                       heartbeat_interval=heartbeat_interval, credentials=credentials)
         self.client.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self._puller = _Puller(self.client, group)
         self._subs: dict[str, SubscriptionData] = {}
@@ -675,18 +674,14 @@ class PushConsumer(_OffsetAPI):
         await self.shutdown()
 
     def _heartbeat_body(self) -> dict[str, Any]:
-        return {
-            "clientID": self.client.client_id,
-            "producerDataSet": [{"groupName": CLIENT_INNER_PRODUCER_GROUP}],
-            "consumerDataSet": [{
-                "groupName": self.group,
-                "consumeType": "CONSUME_PASSIVELY",
-                "messageModel": self.message_model.value,
-                "consumeFromWhere": self.consume_from.value,
-                "unitMode": False,
-                "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
-            }],
-        }
+        return heartbeat_data(self.client.client_id, [CLIENT_INNER_PRODUCER_GROUP], [{
+            "groupName": self.group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from.value,
+            "unitMode": False,
+            "subscriptionDataSet": [s.to_json() for s in self._subs.values()],
+        }])
 
     # -- the async-iterator API --------------------------------------------------------
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocket.auth.signature import SessionCredentials
-from rocket.client.base import DEFAULT_TIMEOUT, MQClient
+from rocket.client.base import DEFAULT_TIMEOUT, ClientLifecycle, MQClient, heartbeat_data
 from rocket.client.errors import MQClientError, NotStartedError, SendFailedError, TopicRouteError
 from rocket.client.route import FaultTracker, PublishInfo
 from rocket.message import (
@@ -213,7 +213,7 @@ def _validate_message(msg: Message) -> None:
         raise ValueError(f"message body of {len(msg.body)} bytes exceeds {MAX_MESSAGE_SIZE}")
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """Sends messages to the masters of a topic's broker groups.
 
     ``group``: producer group name. ``namesrv_addr``: ``"host:port;host:port"``.
@@ -289,18 +289,8 @@ class Producer:
             await self.client.unregister(producer_group=self.group)
             await self.client.close()
 
-    async def __aenter__(self) -> Producer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
     def _heartbeat_body(self) -> dict[str, Any]:
-        return {
-            "clientID": self.client.client_id,
-            "producerDataSet": [{"groupName": self.group}, {"groupName": CLIENT_INNER_PRODUCER_GROUP}],
-            "consumerDataSet": [],
-        }
+        return heartbeat_data(self.client.client_id, [self.group, CLIENT_INNER_PRODUCER_GROUP])
 
     # -- routes ------------------------------------------------------------------------
 

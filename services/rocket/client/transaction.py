@@ -149,9 +149,6 @@ class TransactionProducer(Producer):
             task.cancel()
         await super().shutdown()
 
-    async def __aenter__(self) -> TransactionProducer:
-        return await self.start()
-
     # -- sending ---------------------------------------------------------------------------------
 
     async def send_message_in_transaction(self, msg: Message, execute: LocalTransactionExecutor,

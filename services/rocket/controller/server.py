@@ -11,7 +11,7 @@ from rocket.controller.config import ControllerConfig
 from rocket.controller.http import build_app, controller_registry
 from rocket.controller.manager import ControllerManager
 from rocket.remoting import Processors, RemotingServer
-from rocket.runtime import stop_signals
+from rocket.runtime import until_stopped
 
 log = logging.getLogger("rocket.controller")
 
@@ -82,9 +82,5 @@ async def serve(config: ControllerConfig) -> None:
     http = f", http {server.http_port}" if server.http_port else ""
     log.info("controller %s listening on %s:%d (Raft %s, data %s%s)", me.id, config.host, server.port,
              me.raft_address, config.data_dir, http)
-    async with stop_signals() as received:
-        try:
-            name = await received
-        finally:
-            await server.stop()
+    name = await until_stopped(server.stop)
     log.info("controller stopped (%s)", name)

@@ -68,6 +68,17 @@ async def _call(
     return response
 
 
+def _broker_fields(cluster_name: str, broker_name: str, broker_addr: str, broker_id: int) -> dict[str, str]:
+    """The fields that name one broker in REGISTER_BROKER, UNREGISTER_BROKER and QUERY_DATA_VERSION
+    (``RegisterBrokerRequestHeader``, ``UnRegisterBrokerRequestHeader``, ``QueryDataVersionRequestHeader``)."""
+    return {
+        "brokerName": broker_name,
+        "brokerAddr": broker_addr,
+        "clusterName": cluster_name,
+        "brokerId": str(broker_id),
+    }
+
+
 async def register_broker(
     client: RemotingClient,
     addr: str,
@@ -97,15 +108,9 @@ async def register_broker(
             {tc.topic_name: tc for tc in topic_configs}, data_version or DataVersion()
         )
     body = RegisterBrokerBody(wrapper, list(filter_server_list or [])).encode(compressed)
-    ext = {
-        "brokerName": broker_name,
-        "brokerAddr": broker_addr,
-        "clusterName": cluster_name,
-        "haServerAddr": ha_server_addr,
-        "brokerId": str(broker_id),
-        "compressed": "true" if compressed else "false",
-        "bodyCrc32": str(crc32_masked(body)),
-    }
+    ext = _broker_fields(cluster_name, broker_name, broker_addr, broker_id)
+    ext.update(haServerAddr=ha_server_addr, compressed="true" if compressed else "false",
+               bodyCrc32=str(crc32_masked(body)))
     response = await _call(client, addr, RequestCode.REGISTER_BROKER, ext, body, timeout)
     return RegisterBrokerResponse(
         ha_server_addr=response.ext_fields.get("haServerAddr") or None,
@@ -125,12 +130,7 @@ async def unregister_broker(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> None:
     """UNREGISTER_BROKER (104)."""
-    ext = {
-        "brokerName": broker_name,
-        "brokerAddr": broker_addr,
-        "clusterName": cluster_name,
-        "brokerId": str(broker_id),
-    }
+    ext = _broker_fields(cluster_name, broker_name, broker_addr, broker_id)
     await _call(client, addr, RequestCode.UNREGISTER_BROKER, ext, timeout=timeout)
 
 
@@ -146,12 +146,7 @@ async def query_data_version(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> tuple[bool, DataVersion | None]:
     """QUERY_DATA_VERSION (322): ``(changed, version the NameServer holds or None)``."""
-    ext = {
-        "brokerName": broker_name,
-        "brokerAddr": broker_addr,
-        "clusterName": cluster_name,
-        "brokerId": str(broker_id),
-    }
+    ext = _broker_fields(cluster_name, broker_name, broker_addr, broker_id)
     response = await _call(
         client, addr, RequestCode.QUERY_DATA_VERSION, ext, dumps(data_version.to_json()), timeout
     )
@@ -175,24 +170,26 @@ async def get_cluster_info(client: RemotingClient, addr: str, timeout: float = D
     return ClusterInfo.from_json(response.body)
 
 
+async def _write_perm_call(client: RemotingClient, addr: str, code: int, broker_name: str, count_field: str,
+                           timeout: float) -> int:
+    response = await _call(client, addr, code, {"brokerName": broker_name}, timeout=timeout)
+    return response.get_int(count_field, 0)
+
+
 async def wipe_write_perm_of_broker(
     client: RemotingClient, addr: str, broker_name: str, timeout: float = DEFAULT_TIMEOUT
 ) -> int:
     """WIPE_WRITE_PERM_OF_BROKER (205): the number of topics touched (``wipeTopicCount``)."""
-    response = await _call(
-        client, addr, RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}, timeout=timeout
-    )
-    return response.get_int("wipeTopicCount", 0)
+    return await _write_perm_call(client, addr, RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name,
+                                  "wipeTopicCount", timeout)
 
 
 async def add_write_perm_of_broker(
     client: RemotingClient, addr: str, broker_name: str, timeout: float = DEFAULT_TIMEOUT
 ) -> int:
     """ADD_WRITE_PERM_OF_BROKER (327): the number of topics touched (``addTopicCount``)."""
-    response = await _call(
-        client, addr, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}, timeout=timeout
-    )
-    return response.get_int("addTopicCount", 0)
+    return await _write_perm_call(client, addr, RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name,
+                                  "addTopicCount", timeout)
 
 
 async def get_all_topic_list(client: RemotingClient, addr: str, timeout: float = DEFAULT_TIMEOUT) -> list[str]:

@@ -47,7 +47,7 @@ from rocket.remoting import RemotingClient, RemotingError
 from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.server import RemotingServer
-from rocket.runtime import stop_signals
+from rocket.runtime import until_stopped
 
 log = logging.getLogger("rocket.nameserver")
 
@@ -300,9 +300,5 @@ async def serve(config: NameServerConfig, controller: ControllerConfig | None = 
     await server.start()
     http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
     log.info("NameServer listening on %s:%d%s", config.host, server.port, http)
-    async with stop_signals() as received:
-        try:
-            name = await received
-        finally:
-            await server.stop()
+    name = await until_stopped(server.stop)
     log.info("NameServer stopped (%s)", name)

@@ -211,10 +211,7 @@ class SendMessageProcessor:
             return asyncio.get_running_loop().create_task(self._send_task(request, conn, size, started, None))
         try:
             header = SendMessageRequestHeader.parse(request)
-            if header.batch:
-                prepared = self._prepare_batch(request, conn, header)
-            else:
-                prepared = self._prepare_single(request, conn, header)
+            prepared = self._prepare(request, conn, header)
             if isinstance(prepared, RemotingCommand):
                 self._done(size, started)
                 return prepared
@@ -243,7 +240,7 @@ class SendMessageProcessor:
                 if broker.ha.role_pending:
                     await broker.ha.wait_role_settled()
                 header = SendMessageRequestHeader.parse(request)
-                checked = (self._prepare_batch if header.batch else self._prepare_single)(request, conn, header)
+                checked = self._prepare(request, conn, header)
                 if isinstance(checked, RemotingCommand):
                     return checked
                 inners = checked
@@ -435,24 +432,41 @@ class SendMessageProcessor:
             log.info("message for %s exceeded %d reconsume times: moved to %s", header.topic, max_times, dlq)
         return None
 
+    def _body_too_large(self, request: RemotingCommand, what: str) -> RemotingCommand | None:
+        """MESSAGE_ILLEGAL when the request body (one message, or a whole batch) is over ``maxMessageSize``
+        bytes (``AbstractSendMessageProcessor.msgCheck``); ``what`` words the size in the remark."""
+        limit = self.broker.config.max_message_size
+        if len(request.body) <= limit:
+            return None
+        return request.response(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message body size over max value, MAX: {limit} ({what} {len(request.body)} bytes)",
+        )
+
     # -- single ----------------------------------------------------------------------------
 
-    def _prepare_single(
+    def _prepare(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
     ) -> RemotingCommand | list[MessageInner]:
-        """Check a single send: the refusal, or the message to store (in a list of one)."""
-        broker = self.broker
+        """Check a send, single or batch: the refusal, or the messages to store."""
         checked = self._check(request, conn, header)
         if isinstance(checked, RemotingCommand):
             return checked
-        topic_config = checked
+        if header.batch:
+            return self._prepare_batch(request, conn, header, checked)
+        return self._prepare_single(request, conn, header, checked)
+
+    def _prepare_single(
+        self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
+        topic_config: TopicConfig,
+    ) -> RemotingCommand | list[MessageInner]:
+        """Check a single send to ``topic_config`` (which passed :meth:`_check`): the refusal, or the
+        message to store (in a list of one)."""
+        broker = self.broker
+        too_large = self._body_too_large(request, "got")
+        if too_large is not None:
+            return too_large
         body = request.body
-        if len(body) > broker.config.max_message_size:
-            return request.response(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size over max value, MAX: {broker.config.max_message_size} "
-                f"(got {len(body)} bytes)",
-            )
         text = header.properties
         props_size = len(text) if text.isascii() else len(text.encode())
         if props_size > MAX_PROPERTIES_SIZE:
@@ -501,24 +515,19 @@ class SendMessageProcessor:
     # -- batch -------------------------------------------------------------------------------
 
     def _prepare_batch(
-        self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
+        self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
+        topic_config: TopicConfig,
     ) -> RemotingCommand | list[MessageInner]:
-        """Check a batch send: the refusal, or the messages to store."""
+        """Check a batch send to ``topic_config`` (which passed :meth:`_check`): the refusal, or the
+        messages to store."""
         broker = self.broker
-        checked = self._check(request, conn, header)
-        if isinstance(checked, RemotingCommand):
-            return checked
-        topic_config = checked
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {header.topic}"
             )
-        if len(request.body) > broker.config.max_message_size:
-            return request.response(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size over max value, MAX: {broker.config.max_message_size} "
-                f"(batch of {len(request.body)} bytes)",
-            )
+        too_large = self._body_too_large(request, "batch of")
+        if too_large is not None:
+            return too_large
         try:
             items = decode_batch(request.body)
         except MessageFormatError as exc:

@@ -32,6 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rocket.remoting import parse_addr
+from rocket.runtime import LoopService
 from rocket.store.ha.epoch import EpochEntry, entries_from_json, find_consistent_point
 from rocket.store.ha.protocol import (
     HAProtocolError,
@@ -64,9 +65,12 @@ def common_epoch(local: list[EpochEntry], remote: list[EpochEntry]) -> int:
     return 0
 
 
-class HAClient:
+class HAClient(LoopService):
     """Replicates from the master; see the module doc. ``state`` is one of
-    :data:`~rocket.store.ha.protocol.STATES`. ``start``/``stop`` on the broker's loop."""
+    :data:`~rocket.store.ha.protocol.STATES`. ``running``/``start``/``stop`` run the connect/replicate
+    loop (:class:`~rocket.runtime.LoopService`), on the broker's loop."""
+
+    task_name = "ha-client"
 
     def __init__(self, host: HAHost) -> None:
         self.host = host
@@ -83,30 +87,15 @@ class HAClient:
         self.last_received = 0.0
         self.received_bytes = 0
         self._remote_epochs: list[EpochEntry] = []
-        self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._last_report = 0.0
         self._wakeup = asyncio.Event()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        """The client loop runs (this broker is a slave)."""
-        return self._task is not None and not self._task.done()
-
-    def start(self) -> None:
-        """Start the connect/replicate loop (idempotent)."""
-        if not self.running:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
-
     async def stop(self) -> None:
         """Stop replicating and wait until the store has written every byte received."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await super().stop()
         self._close()
         self._set_state("disconnected")
         await self.host.store.commit_log.wait_idle()
