@@ -3,21 +3,25 @@
 Run it with ``spark-submit services/rocket/analytics/jobs/logs.py --namesrv H:P --topics loghub-HDFS,... --out
 DIR``, as ``rocket analytics logs ...``, or from Python with :func:`run_logs_job` / :func:`analyze_logs`.
 
-Per topic (one LogHub system per topic, found from the tags or the
-``loghub-<System>`` topic name), in a grouped pandas UDF:
+Any topic, no configuration needed. Per Spark partition (``mapInPandas``), per
+topic, in chunks of at most ``MinerSettings.chunk_lines`` lines (bounded memory per task):
 
-1. order the lines: by the line number in the message keys (``<System>-<n>``,
-   as ``make run`` publishes them), else by store time, queue and offset;
-2. split each line's header with the system's regex
-   (:mod:`rocket.analytics.loghub`): event time, level (normalised; inferred
-   from the words for systems without one), component. A line that does not
-   match is **unparsed**: counted, kept with its store time, never mined, never fatal;
-3. mine templates from the contents with drain3 (:mod:`rocket.analytics.mining`).
+1. decode each body (:func:`decode_body`): empty, binary and over-long bodies
+   are **skipped** and counted by reason; invalid UTF-8 is replaced and mined;
+2. split the header (:mod:`rocket.analytics.header`): learned from the
+   chunk's first lines, or ``--log-format`` (a LogHub preset name or loghub
+   notation ``'<Date> <Time> <Level> <Component>: <Content>'``): event time,
+   level (normalised; inferred from the words when there is none), component.
+   A line whose header does not match is **unparsed**: mined whole, never fatal;
+3. mine templates with the one default setting (:mod:`rocket.analytics.mining`);
+
+then the partitions' templates are merged per topic on the driver
+(:func:`merge_lines`), deterministically.
 
 Then Spark aggregates: per-level counts per minute (event-time minutes, UTC),
 templates with counts, error-rate spikes (below), and, where the LogHub ground
-truth (``*_structured.csv``) is found, the grouping accuracy
-(:mod:`rocket.analytics.accuracy`) over the lines matched to it.
+truth (``*_structured.csv``) is found (LogHub topics ``loghub-<System>``), GA, PA,
+FGA and FTA (:mod:`rocket.analytics.accuracy`) over the lines matched to it.
 
 Error-rate spike: a minute of a topic whose error count (ERROR + FATAL) is at
 least ``min_errors`` (3), whose error rate is at least twice the topic's
@@ -39,16 +43,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rocket.analytics import loghub
-from rocket.analytics.accuracy import grouping_accuracy
+from rocket.analytics import header, loghub
+from rocket.analytics.accuracy import grouping_accuracy, parsing_accuracy, template_f1
 from rocket.analytics.jobs.common import (
     InputSpec,
     Stopwatch,
@@ -59,15 +63,16 @@ from rocket.analytics.jobs.common import (
     write_json,
     write_parquet,
 )
-from rocket.analytics.mining import mine
+from rocket.analytics.mining import DEFAULT_SETTINGS, MinerSettings, merge_templates, mine, template_id
 
 log = logging.getLogger("rocket.analytics.logs")
 
-#: Schema of the grouped UDF's output (one row per input line).
+#: Schema of the per-partition mining output (one row per input line). ``template`` is the partition's
+#: template; the job replaces it with the merged one and sets ``template_id``.
 LINES_SCHEMA = (
     "topic string, system string, line_no int, broker_name string, queue_id int, queue_offset bigint, "
     "store_ms bigint, event_ms bigint, level string, level_inferred boolean, component string, parsed boolean, "
-    "template_id int, template string, content string, line string"
+    "skipped string, template string, content string, line string"
 )
 
 _KEY_LINE = re.compile(r"^(?P<system>[A-Za-z]+)-(?P<n>\d+)$")
@@ -75,6 +80,12 @@ _KEY_LINE = re.compile(r"^(?P<system>[A-Za-z]+)-(?P<n>\d+)$")
 MIN_SPIKE_ERRORS = 3
 SPIKE_SIGMAS = 3.0
 SPIKE_RATIO = 2.0
+#: Longest line mined, in bytes; a longer body is skipped (reason ``too_long``).
+MAX_LINE_BYTES = 64 * 1024
+#: Lines of a topic (per partition chunk) its header format is learned from.
+SAMPLE_LINES = 1000
+#: Reasons a message is skipped (counted in the summary, never mined).
+SKIP_REASONS = ("empty", "binary", "too_long")
 
 
 def _line_number(keys: Any, system: str | None) -> int | None:
@@ -87,85 +98,125 @@ def _line_number(keys: Any, system: str | None) -> int | None:
     return None
 
 
-def mine_topic_frame(pdf: Any) -> Any:
-    """The grouped-map UDF: one topic's messages (pandas) → one parsed row per line (pandas).
+def decode_body(body: Any) -> tuple[str, str | None]:
+    """A message body as one log line and the reason it is skipped (``None`` when it is mined).
 
-    Input columns: topic, tags, keys, broker_name, queue_id, queue_offset,
-    store_ms (epoch ms), line (bytes, or str). Output columns: :data:`LINES_SCHEMA`.
-    Never raises for bad lines (they come back with ``parsed = False``).
+    ``empty``: no bytes or only whitespace; ``too_long``: more than
+    :data:`MAX_LINE_BYTES`; ``binary``: holds NUL or mostly control bytes.
+    Invalid UTF-8 is decoded with U+FFFD replacements and mined. Never raises.
+    """
+    if isinstance(body, bytes | bytearray | memoryview):
+        raw = bytes(body)
+    elif isinstance(body, str):
+        raw = body.encode("utf-8", errors="replace")
+    else:
+        raw = b""
+    if len(raw) > MAX_LINE_BYTES:
+        return "", "too_long"
+    if b"\x00" in raw or sum(b < 9 or 13 < b < 32 for b in raw[:4096]) > len(raw[:4096]) // 10:
+        return "", "binary"
+    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    if not line.strip():
+        return "", "empty"
+    return line, None
+
+
+def mine_partition(batches: Iterator[Any], log_format: str | None = None,
+                   settings: MinerSettings = DEFAULT_SETTINGS) -> Iterator[Any]:
+    """The ``mapInPandas`` function: one partition's messages → one row per line (:data:`LINES_SCHEMA`).
+
+    Lines are gathered per topic up to ``settings.chunk_lines`` (memory per
+    task is bounded by a chunk), each chunk's header format learned from its
+    first :data:`SAMPLE_LINES` lines unless ``log_format`` (a preset name or
+    loghub notation, :func:`rocket.analytics.header.resolve`) is given, then
+    mined. Input columns: topic, tags, keys, broker_name, queue_id,
+    queue_offset, store_ms, line (bytes). Never raises for bad lines.
     """
     import pandas as pd
 
-    rows = mine_topic_rows(pdf.to_dict("records"))
+    fmt = header.resolve(log_format)
     columns = [c.split(" ")[0] for c in LINES_SCHEMA.split(", ")]
-    out = pd.DataFrame(rows, columns=columns)
-    for col in ("line_no", "queue_id", "template_id"):
-        out[col] = out[col].astype("Int32")
-    for col in ("queue_offset", "store_ms", "event_ms"):
-        out[col] = out[col].astype("Int64")
-    return out
+    pending: dict[str, list[dict[str, Any]]] = {}
+
+    def emit(records: list[dict[str, Any]]) -> Any:
+        out = pd.DataFrame(mine_topic_rows(records, fmt, settings), columns=columns)
+        for col in ("line_no", "queue_id"):
+            out[col] = out[col].astype("Int32")
+        for col in ("queue_offset", "store_ms", "event_ms"):
+            out[col] = out[col].astype("Int64")
+        return out
+
+    for pdf in batches:
+        for r in pdf.to_dict("records"):
+            topic = str(r.get("topic") or "")
+            bucket = pending.setdefault(topic, [])
+            bucket.append(r)
+            if len(bucket) >= settings.chunk_lines:
+                yield emit(bucket)
+                pending[topic] = []
+    for records in pending.values():
+        if records:
+            yield emit(records)
 
 
-def mine_topic_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`mine_topic_frame` on plain dicts (one per message; same keys)."""
+def mine_topic_rows(records: list[dict[str, Any]], fmt: header.HeaderFormat | None = None,
+                    settings: MinerSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
+    """Messages of one topic (dicts with :func:`mine_partition`'s input columns) → output rows.
+
+    ``fmt``: the header format; ``None`` learns it from the lines. The
+    ``template`` of each row is this chunk's (merged later across chunks).
+    """
     if not records:
         return []
     topic = str(records[0].get("topic") or "")
     tags = next((r.get("tags") for r in records if r.get("tags")), None)
     system = loghub.system_of(topic, tags)
-    prepared = []
-    for r in records:
-        n = _line_number(r.get("keys"), system)
-        store_ms = int(r.get("store_ms") or 0)
-        prepared.append((n if n is not None else math.inf, store_ms, str(r.get("broker_name") or ""),
-                         int(r.get("queue_id") or 0), int(r.get("queue_offset") or 0), n, r))
-    prepared.sort(key=lambda p: p[:5])
+    decoded = [decode_body(r.get("line")) for r in records]
+    if fmt is None:
+        fmt = header.learn_format(line for line, why in decoded[:SAMPLE_LINES * 2] if why is None)
     out: list[dict[str, Any]] = []
     contents: list[str] = []
-    parsed_rows: list[dict[str, Any]] = []
-    for *_, n, r in prepared:
-        line = r.get("line")
-        if isinstance(line, bytes | bytearray | memoryview):
-            line = bytes(line).decode("utf-8", errors="replace")
-        line = line if isinstance(line, str) else ""
+    mined_rows: list[dict[str, Any]] = []
+    for r, (line, why) in zip(records, decoded, strict=True):
         store_ms = int(r.get("store_ms") or 0)
         year = datetime.fromtimestamp(store_ms / 1000, tz=UTC).year if store_ms > 0 else 1970
-        parsed = None
-        if system is not None:
-            try:
-                parsed = loghub.parse_header(system, line, year)
-            except Exception:  # never let one line kill the topic
-                parsed = None
         row: dict[str, Any] = {
-            "topic": topic, "system": system, "line_no": n, "broker_name": r.get("broker_name"),
-            "queue_id": r.get("queue_id"), "queue_offset": r.get("queue_offset"), "store_ms": store_ms,
-            "event_ms": store_ms, "level": None, "level_inferred": None, "component": None, "parsed": False,
-            "template_id": None, "template": None, "content": line, "line": line,
+            "topic": topic, "system": system, "line_no": _line_number(r.get("keys"), system),
+            "broker_name": r.get("broker_name"), "queue_id": r.get("queue_id"), "queue_offset": r.get("queue_offset"),
+            "store_ms": store_ms, "event_ms": store_ms, "level": None, "level_inferred": None, "component": None,
+            "parsed": False, "skipped": why, "template": None, "content": line, "line": line,
         }
-        if parsed is not None:
-            row.update(parsed=True, level=parsed.level, level_inferred=parsed.level_inferred,
-                       component=parsed.component, content=parsed.content)
-            if parsed.event_time is not None:
-                row["event_ms"] = int(parsed.event_time.timestamp() * 1000)
-            contents.append(parsed.content)
-            parsed_rows.append(row)
         out.append(row)
+        if why is not None:
+            continue
+        fields = fmt.split(line) if fmt is not None else None
+        content = line.strip()
+        level = None
+        if fields is not None:
+            content = fields["Content"]
+            row.update(parsed=True, component=fields.get("Component") or fields.get("Program"))
+            level = loghub.normalize_level(fields.get("Level"))
+            when = header.header_time(fields, year)
+            if when is not None:
+                row["event_ms"] = int(when.timestamp() * 1000)
+        row.update(level=level or loghub.infer_level(content), level_inferred=level is None, content=content)
+        contents.append(content)
+        mined_rows.append(row)
     if contents:
-        result = mine(contents, system)
-        for row, cid in zip(parsed_rows, result.cluster_ids, strict=True):
-            row["template_id"] = cid
-            row["template"] = result.templates.get(cid)
+        result = mine(contents, settings)
+        for row, cid in zip(mined_rows, result.cluster_ids, strict=True):
+            row["template"] = result.templates[cid]
     return out
 
 
 # -- accuracy ---------------------------------------------------------------------------
 
 
-def topic_accuracy(system: str, rows: Sequence[tuple[int | None, int | None, str]],
+def topic_accuracy(system: str, rows: Sequence[tuple[int | None, int | None, str, str | None]],
                    truth: loghub.GroundTruth) -> dict[str, Any]:
     """Grouping accuracy of one topic against its ground truth.
 
-    ``rows``: ``(line_no, template_id, raw line)`` per message. A message is
+    ``rows``: ``(line_no, template_id, raw line, template text or None)`` per message. A message is
     matched to ground-truth line ``line_no`` when that line's text equals the
     raw line, else to the next unused ground-truth line with the same text;
     unmatched messages are left out. Unparsed lines (``template_id`` None)
@@ -177,7 +228,9 @@ def topic_accuracy(system: str, rows: Sequence[tuple[int | None, int | None, str
     used: set[int] = set()
     true_ids: list[str] = []
     predicted: list[Any] = []
-    for i, (line_no, template_id, line) in enumerate(rows):
+    pred_templates: list[str] = []
+    true_templates: list[str] = []
+    for i, (line_no, tid, line, template) in enumerate(rows):
         idx: int | None = None
         if line_no is not None and 1 <= line_no <= len(truth.event_ids):
             cand = line_no - 1
@@ -192,9 +245,15 @@ def topic_accuracy(system: str, rows: Sequence[tuple[int | None, int | None, str
             continue
         used.add(idx)
         true_ids.append(truth.event_ids[idx])
-        predicted.append(template_id if template_id is not None else f"unparsed-{i}")
+        predicted.append(tid if tid is not None else f"unparsed-{i}")
+        pred_templates.append(template if template is not None else line)
+        true_templates.append(truth.templates[idx] if idx < len(truth.templates) else "")
+    f1 = template_f1(true_ids, true_templates, predicted, pred_templates) if true_ids else None
     return {
         "accuracy": grouping_accuracy(true_ids, predicted) if true_ids else None,
+        "pa": parsing_accuracy(true_templates, pred_templates) if true_ids else None,
+        "fga": f1.fga if f1 else None,
+        "fta": f1.fta if f1 else None,
         "lines_evaluated": len(true_ids),
         "ground_truth_lines": len(truth.event_ids),
         "drain_published": loghub.DRAIN_PUBLISHED_ACCURACY.get(system),
@@ -204,10 +263,9 @@ def topic_accuracy(system: str, rows: Sequence[tuple[int | None, int | None, str
 # -- the job ---------------------------------------------------------------------------------
 
 
-def parse_lines(df: Any) -> Any:
-    """Messages (``rocket`` columns) → the per-line DataFrame of :data:`LINES_SCHEMA` plus
-    ``event_time``, ``minute`` (event-time minute), ``store_time`` (timestamps) and ``date``
-    (``yyyy-MM-dd`` of the store time, the day the line was ingested), all UTC."""
+def mine_lines(df: Any, log_format: str | None = None, settings: MinerSettings = DEFAULT_SETTINGS) -> Any:
+    """Messages (``rocket`` columns) → :data:`LINES_SCHEMA` rows, mined per Spark partition
+    (:func:`mine_partition`): a large topic uses every task, each with bounded memory."""
     from pyspark.sql import functions as F
 
     msgs = df.select(
@@ -215,7 +273,28 @@ def parse_lines(df: Any) -> Any:
         F.unix_millis("store_timestamp").alias("store_ms"),
         F.col("body").alias("line"),  # bytes: decoded in Python, bad UTF-8 replaced (never fatal)
     )
-    lines = msgs.groupBy("topic").applyInPandas(mine_topic_frame, schema=LINES_SCHEMA)
+    return msgs.mapInPandas(partial(mine_partition, log_format=log_format, settings=settings),
+                            schema=LINES_SCHEMA)
+
+
+def merge_lines(mined: Any, settings: MinerSettings = DEFAULT_SETTINGS) -> Any:
+    """Merge the partitions' templates per topic (:func:`rocket.analytics.mining.merge_templates`, on the
+    driver: one row per distinct template) and add ``template_id``, ``event_time``, ``minute`` (event-time
+    minute), ``store_time`` and ``date`` (``yyyy-MM-dd`` of the store time), all UTC. Deterministic: the
+    result does not depend on how lines were partitioned beyond the templates each partition found."""
+    from pyspark.sql import functions as F
+
+    spark = mined.sparkSession
+    per_topic: dict[str, list[str]] = {}
+    for r in mined.where(F.col("template").isNotNull()).select("topic", "template").distinct().collect():
+        per_topic.setdefault(r["topic"], []).append(r["template"])
+    mapping = [(topic, t, merged, template_id(merged))
+               for topic, templates in per_topic.items()
+               for t, merged in merge_templates(templates, settings.merge_min_constant).items()]
+    schema = "topic string, template string, merged string, template_id int"
+    mapping_df = spark.createDataFrame(mapping, schema=schema)
+    lines = (mined.join(F.broadcast(mapping_df), ["topic", "template"], "left")
+             .withColumn("template", F.col("merged")).drop("merged"))
     event_time = F.timestamp_millis("event_ms")
     return (lines.withColumn("event_time", event_time)
             .withColumn("minute", F.date_trunc("minute", event_time))
@@ -228,7 +307,7 @@ def error_spikes(lines: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    per_min = (lines.where("parsed").groupBy("topic", "minute")
+    per_min = (lines.where(F.col("template").isNotNull()).groupBy("topic", "minute")
                .agg(F.count("*").alias("lines"),
                     F.sum(F.when(F.col("level").isin("ERROR", "FATAL"), 1).otherwise(0)).alias("errors")))
     w = Window.partitionBy("topic")
@@ -246,7 +325,8 @@ def error_spikes(lines: Any) -> Any:
 
 
 def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None = None, top_n: int = 10,
-                 input_info: dict[str, Any] | None = None, report: bool = True) -> dict[str, Any]:
+                 input_info: dict[str, Any] | None = None, report: bool = True,
+                 log_format: str | None = None) -> dict[str, Any]:
     """Run the logs job on a message DataFrame ``df`` and write everything under ``out_dir``.
 
     ``loghub_root``: where to look for ground truth (default: found by
@@ -261,12 +341,15 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(loghub_root) if loghub_root else loghub.find_loghub_dir()
-    lines = parse_lines(df).persist()
+    mined = mine_lines(df, log_format).persist()
+    lines = merge_lines(mined).persist()
     try:
         write_parquet(lines.drop("line"), out / "lines", ["date", "topic"])
         level_counts = lines.groupBy(F.date_format("minute", "yyyy-MM-dd").alias("date"), "topic", "minute",
-                                     F.coalesce("level", F.lit("UNPARSED")).alias("level")).count()
-        templates = (lines.where("parsed").groupBy("topic", "system", "template_id", "template")
+                                     F.coalesce("level", F.lit("SKIPPED")).alias("level")).count()
+        skipped_pd = lines.where(F.col("skipped").isNotNull()).groupBy("topic", "skipped").count().toPandas()
+        parsed_pd = lines.groupBy("topic").agg(F.sum(F.col("parsed").cast("int")).alias("parsed")).toPandas()
+        templates = (lines.where(F.col("template").isNotNull()).groupBy("topic", "system", "template_id", "template")
                      .agg(F.count("*").alias("count"),
                           F.sum(F.when(F.col("level").isin("ERROR", "FATAL"), 1).otherwise(0)).alias("errors"),
                           F.min("event_time").alias("first_seen"), F.max("event_time").alias("last_seen")))
@@ -280,13 +363,14 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
         systems = {r["topic"]: r["system"] for r in lines.select("topic", "system").distinct().collect()}
         with_truth = [t for t, sys_ in systems.items()
                       if root and sys_ and loghub.structured_path(root, sys_) is not None]
-        truth_rows: dict[str, list[tuple[int | None, int | None, str]]] = {t: [] for t in with_truth}
+        truth_rows: dict[str, list[tuple[int | None, int | None, str, str | None]]] = {t: [] for t in with_truth}
         if with_truth:
             for r in (lines.where(F.col("topic").isin(with_truth))
-                      .select("topic", "line_no", "template_id", "line").collect()):
-                truth_rows[r["topic"]].append((r["line_no"], r["template_id"], r["line"]))
+                      .select("topic", "line_no", "template_id", "line", "template").collect()):
+                truth_rows[r["topic"]].append((r["line_no"], r["template_id"], r["line"], r["template"]))
     finally:
         lines.unpersist()
+        mined.unpersist()
 
     accuracies: dict[str, dict[str, Any]] = {}
     for topic, rows in truth_rows.items():
@@ -302,7 +386,8 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
         per_topic[str(topic)] = {
             "system": systems.get(str(topic)),
             "lines": total,
-            "parsed": total - lv.get("UNPARSED", 0),
+            "parsed": int(parsed_pd.loc[parsed_pd["topic"] == topic, "parsed"].sum()),
+            "skipped": {str(r.skipped): int(r.count) for r in skipped_pd[skipped_pd["topic"] == topic].itertuples()},
             "templates": int((templates_pd["topic"] == topic).sum()),
             "first_event": sub["minute"].min().to_pydatetime(),
             "last_event": sub["minute"].max().to_pydatetime(),
@@ -323,15 +408,19 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
         info = per_topic[topic]
         lv = levels.get(topic, {})
         parsed = int(info["parsed"] or 0)
+        skipped = info.get("skipped", {})
+        mined = int(info["lines"]) - sum(skipped.values())
         errors = lv.get("ERROR", 0) + lv.get("FATAL", 0)
         topics_summary[topic] = {
             "system": info.get("system"),
             "lines": int(info["lines"]),
             "parsed": parsed,
-            "unparsed": int(info["lines"]) - parsed,
+            "unparsed": mined - parsed,
+            "mined": mined,
+            "skipped": skipped,
             "templates": int(info["templates"]),
             "levels": dict(sorted(lv.items())),
-            "error_rate": errors / parsed if parsed else None,
+            "error_rate": errors / mined if mined else None,
             "first_event": info.get("first_event"),
             "last_event": info.get("last_event"),
             "top_templates": top.get(topic, []),
@@ -349,6 +438,7 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
             "lines": sum(t["lines"] for t in topics_summary.values()),
             "parsed": sum(t["parsed"] for t in topics_summary.values()),
             "unparsed": sum(t["unparsed"] for t in topics_summary.values()),
+            "skipped": sum(sum(t["skipped"].values()) for t in topics_summary.values()),
             "templates": sum(t["templates"] for t in topics_summary.values()),
             "error_spikes": sum(len(t["error_spikes"]) for t in topics_summary.values()),
         },
@@ -367,7 +457,7 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
     return summary
 
 
-def run_logs_job(namesrv: str, topics: list[str], out_dir: Path) -> dict[str, Any]:
+def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str | None = None) -> dict[str, Any]:
     """The logs job on ``topics`` of a running cluster (``make run`` calls this after publishing LogHub).
 
     Reads every message from earliest to latest with ``format("rocket")`` on a
@@ -385,7 +475,7 @@ def run_logs_job(namesrv: str, topics: list[str], out_dir: Path) -> dict[str, An
     active = SparkSession.getActiveSession()
     spark = spark_session("rocket-logs")
     try:
-        return analyze_logs(input_frame(spark, spec), out_dir, input_info=spec.describe())
+        return analyze_logs(input_frame(spark, spec), out_dir, input_info=spec.describe(), log_format=log_format)
     finally:
         if active is None:
             spark.stop()
@@ -397,33 +487,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_input_arguments(parser)
     parser.add_argument("--ground-truth", default=None, help="LogHub folder with *_structured.csv")
     parser.add_argument("--top", type=int, default=10, help="templates per topic in the summary")
+    parser.add_argument("--log-format", default=None,
+                        help="header format: 'auto' (learned per topic, the default), a LogHub preset name "
+                             "(HDFS, Spark...) or loghub notation '<Date> <Time> <Level> <Component>: <Content>'")
     args = parser.parse_args(argv)
+    try:
+        header.resolve(args.log_format)
+    except (ValueError, re.error) as exc:
+        parser.error(str(exc))
     from rocket.analytics.session import spark_session
 
     spec = input_spec(args)
     spark = spark_session("rocket-logs", master=args.master)
     summary = analyze_logs(input_frame(spark, spec), args.out, loghub_root=args.ground_truth, top_n=args.top,
-                           input_info=spec.describe())
+                           input_info=spec.describe(), log_format=args.log_format)
     print_summary(summary)
     return 0
 
 
 def print_summary(summary: dict[str, Any], stream: Any = None) -> None:
-    """A plain-text table of the summary (topic, lines, unparsed, templates, error rate, accuracy)."""
+    """A plain-text table of the summary: per topic lines, unparsed (no header), skipped, templates, error
+    rate and, with ground truth, GA (beside Drain's published GA), PA, FGA, FTA; then their means."""
     stream = stream or sys.stdout
-    print(f"{'topic':24} {'lines':>7} {'unparsed':>8} {'templates':>9} {'err rate':>8} {'accuracy':>8} "
-          f"{'Drain':>6}", file=stream)
+    print(f"{'topic':22} {'lines':>7} {'nohdr':>6} {'skipped':>7} {'tmpl':>5} {'err':>6} {'GA':>6} {'Drain':>6} "
+          f"{'PA':>6} {'FGA':>6} {'FTA':>6}", file=stream)
+
+    def f(x: Any) -> str:
+        return "" if x is None else f"{x:.3f}"
+
+    scored: list[dict[str, Any]] = []
     for topic, t in summary["topics"].items():
         acc = t.get("accuracy") or {}
-        a = acc.get("accuracy")
-        d = acc.get("drain_published")
-        rate = t.get("error_rate")
-        print(f"{topic:24} {t['lines']:>7} {t['unparsed']:>8} {t['templates']:>9} "
-              f"{'' if rate is None else f'{rate:.3f}':>8} {'' if a is None else f'{a:.3f}':>8} "
-              f"{'' if d is None else f'{d:.3f}':>6}", file=stream)
-    mean = summary.get("accuracy_mean")
-    if mean is not None:
-        print(f"mean parsing accuracy {mean:.3f} (Drain published {summary['drain_published_mean']:.3f})",
+        if acc.get("accuracy") is not None:
+            scored.append(acc)
+        print(f"{topic:22} {t['lines']:>7} {t['unparsed']:>6} {sum(t.get('skipped', {}).values()):>7} "
+              f"{t['templates']:>5} {f(t.get('error_rate')):>6} {f(acc.get('accuracy')):>6} "
+              f"{f(acc.get('drain_published')):>6} {f(acc.get('pa')):>6} {f(acc.get('fga')):>6} "
+              f"{f(acc.get('fta')):>6}", file=stream)
+    if scored:
+        means = {k: sum(a.get(k) or 0.0 for a in scored) / len(scored) for k in ("accuracy", "pa", "fga", "fta")}
+        print(f"mean over {len(scored)} topics with ground truth: GA {means['accuracy']:.3f} (Drain published "
+              f"{summary['drain_published_mean']:.3f}, tuned per system) PA {means['pa']:.3f} "
+              f"FGA {means['fga']:.3f} FTA {means['fta']:.3f}; one default setting, headers learned",
               file=stream)
     print(f"outputs: {summary['outputs'].get('report', summary['outputs'].get('summary'))}", file=stream)
 
