@@ -100,10 +100,12 @@ def evaluate_loghub(root: str | Path | None = None, settings: MinerSettings = DE
 
 #: The grid :func:`select_setting` searches.
 SETTING_GRID: dict[str, tuple[Any, ...]] = {
-    "variable_threshold": (2, 3, 4, 5),
-    "mask_key_values": (False, True),
+    "variable_threshold": (2, 3, 4),
+    "key_value_separators": ("", "=", "=:"),
     "mask_hosts": (False, True),
+    "mask_quantities": (False, True),
     "merge_min_constant": (0.5, 0.75, 1.01),
+    "root_prefers_rare": (False, True),
 }
 
 
