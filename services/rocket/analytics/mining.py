@@ -78,9 +78,10 @@ class MinerSettings:
     ``k=`` / ``k:`` (for each separator given) is a parameter; ``mask_hosts``:
     dotted names (``a.b.example``) are parameters; ``mask_quantities``: a number
     with its unit (``1.2 KB``, ``35 ms``, ``<1 sec``) is one parameter;
-    ``merge_min_constant``: a template absorbs the more specific ones it generalises (:func:`merge_templates`) only when at least this share of
-    its tokens are constants (> 1: never); ``root_prefers_rare``: between
-    token sets of equal size the root is the one of the lower count (else the
+    ``merge_min_constant``: a template absorbs the more specific ones it
+    generalises (:func:`merge_templates`) only when at least this share of its
+    tokens are constants (> 1: never); ``root_prefers_rare``: between token
+    sets of equal size the root is the one of the lower count (else the
     higher); ``chunk_lines``: most lines mined at once (bounds memory: a chunk
     of lines and their tokens is held in memory; the Spark job mines each
     partition chunk by chunk).
