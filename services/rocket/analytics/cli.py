@@ -52,13 +52,16 @@ def logs(
     log_format: Annotated[str | None, typer.Option(
         "--log-format", help="Header format: auto (learned per topic, default), a LogHub preset (HDFS, Spark, ...) "
         "or loghub notation '<Date> <Time> <Level> <Component>: <Content>'.")] = None,
+    events_topic: Annotated[str | None, typer.Option(
+        "--events-topic", help="Publish new templates and error spikes to this topic (JSON bodies).")] = None,
 ) -> None:
     """Split headers (learned per topic), mine templates, count levels per minute, find error spikes, score."""
     from rocket.analytics.jobs.logs import main
 
     raise typer.Exit(main(_argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog, loghub=loghub,
                                 systems=systems, ground_truth=ground_truth, starting_offsets=starting_offsets,
-                                ending_offsets=ending_offsets, master=master, log_format=log_format)))
+                                ending_offsets=ending_offsets, master=master, log_format=log_format,
+                                events_topic=events_topic)))
 
 
 @analytics_app.command()

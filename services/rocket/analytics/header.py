@@ -28,6 +28,7 @@ final ``Content`` group):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -117,19 +118,27 @@ def _kinds_of(line: str) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class HeaderFormat:
-    """One way of splitting lines: ``regex`` (anchored; named groups, ``Content`` last) and a ``name``.
+    """One way of splitting lines: ``regex`` (anchored; named groups, ``Content`` last) and a ``name``;
+    ``alternatives``: more regexes tried in order when ``regex`` does not match (a topic that mixes formats).
 
     ``name`` is a preset's system name, ``"learned: <kinds>"`` or ``"format: <notation>"``.
     """
 
     name: str
     regex: re.Pattern[str]
+    alternatives: tuple[re.Pattern[str], ...] = ()
 
     def split(self, line: str) -> dict[str, str] | None:
-        """The line's header fields and ``Content`` (stripped), or ``None`` when it does not match."""
-        m = self.regex.match(line.strip())
+        """The line's header fields and ``Content`` (stripped), or ``None`` when no regex matches."""
+        text = line.strip()
+        m = self.regex.match(text)
         if m is None:
-            return None
+            for rx in self.alternatives:
+                m = rx.match(text)
+                if m is not None:
+                    break
+            else:
+                return None
         fields = {k: v for k, v in m.groupdict().items() if v is not None}
         fields["Content"] = fields.get("Content", "").strip()
         return fields
@@ -166,9 +175,11 @@ def _format_of_kinds(kinds: tuple[str, ...]) -> HeaderFormat:
     return HeaderFormat("learned: " + " ".join(kinds), re.compile(rx, re.DOTALL))
 
 
-def learn_format(sample: Iterable[str], min_share: float = 0.5) -> HeaderFormat | None:
-    """The header layout most lines of ``sample`` share, or ``None`` when fewer than ``min_share`` of them
-    (in [0, 1]) agree on one with a time, level or component (then lines are mined whole)."""
+def learn_format(sample: Iterable[str], min_share: float = 0.5, other_share: float = 0.05,
+                 max_layouts: int = 16) -> HeaderFormat | None:
+    """The header layout most lines of ``sample`` share, with up to ``max_layouts - 1`` alternatives that each
+    cover at least ``other_share`` of the sample (a topic that mixes formats); ``None`` when together they
+    cover fewer than ``min_share`` (shares in [0, 1]; then lines are mined whole)."""
     counts: Counter[tuple[str, ...]] = Counter()
     total = 0
     for line in sample:
@@ -178,11 +189,15 @@ def learn_format(sample: Iterable[str], min_share: float = 0.5) -> HeaderFormat 
             counts[kinds] += 1
     if not counts:
         return None
-    layout, n = max(counts.items(), key=lambda kv: (kv[1], len(kv[0]), kv[0]))
-    # a longer layout that extends the winner is as good when most of its lines also have it
-    if n < min_share * total:
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))
+    chosen = [ranked[0]] + [kv for kv in ranked[1:max_layouts] if kv[1] >= other_share * total]
+    if sum(n for _, n in chosen) < min_share * total:
         return None
-    return _format_of_kinds(layout)
+    main = _format_of_kinds(chosen[0][0])
+    if len(chosen) == 1:
+        return main
+    others = tuple(_format_of_kinds(layout).regex for layout, _ in chosen[1:])
+    return HeaderFormat(main.name + f" (+{len(others)} more)", main.regex, others)
 
 
 def format_from_loghub(notation: str) -> HeaderFormat:
@@ -247,6 +262,7 @@ _TIME_PARSERS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_time(text: str, default_year: int = 1970) -> datetime | None:
     """A header time in any layout of :data:`FIELD_KINDS` as UTC (zones and offsets ignored), or ``None``.
 

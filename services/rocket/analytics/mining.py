@@ -106,6 +106,7 @@ _UUID = re.compile(r"\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
 _KV = {seps: re.compile(rf"(?<=[{re.escape(seps)}])[^\s,;=]+") for seps in ("=", ":", "=:", ":=")}
 _QUANTITY = re.compile(r"(?<![\w.])<?-?\d+(?:\.\d+)?\s?(?:[kKMGTP]i?B|B|bytes|ms|us|ns|s|sec|secs|seconds|min|"
                        r"minutes|h|hours|%)(?![\w])")
+_DIGIT_TOKEN = re.compile(r"(?<!\S)\S*?\d\S*")  # anchored at a token's start: no quadratic backtracking
 _HOST = re.compile(r"(?<![\w.])(?:[A-Za-z][\w-]*\.){2,}[A-Za-z][\w-]*(?::\d+)?(?![\w.])")
 
 
@@ -118,7 +119,7 @@ def tokenize(content: str, settings: MinerSettings = DEFAULT_SETTINGS) -> tuple[
         content = _KV[settings.key_value_separators].sub(WILDCARD, content)
     if settings.mask_hosts:
         content = _HOST.sub(WILDCARD, content)
-    return tuple(WILDCARD if any(c.isdigit() for c in t) else t for t in content.split())
+    return tuple(_DIGIT_TOKEN.sub(WILDCARD, content).split())
 
 
 @dataclass(slots=True)

@@ -36,7 +36,11 @@ Output under ``out_dir``:
   and ``topic``: (minute, level, count);
 * ``templates/`` Parquet, partitioned by ``topic``: every template with its counts;
 * ``error_spikes/`` Parquet, partitioned by ``topic``;
-* ``summary.json`` (the dict :func:`analyze_logs` returns) and ``report.md`` with ``charts/*.png``.
+* ``summary.json`` (the dict :func:`analyze_logs` returns) and ``report.md`` with ``charts/*.png``;
+* with ``--events-topic T``: the events (a template not seen by the previous run
+  into the same ``--out``, an error spike) as JSON messages on topic ``T``
+  (tags ``new_template`` / ``error_spike``, keys = the source topic), written
+  with ``df.write.format("rocket")``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from rocket.analytics import header, loghub
 from rocket.analytics.accuracy import grouping_accuracy, parsing_accuracy, template_f1
 from rocket.analytics.jobs.common import (
     InputSpec,
+    JobInputError,
     Stopwatch,
     add_input_arguments,
     input_frame,
@@ -98,6 +103,9 @@ def _line_number(keys: Any, system: str | None) -> int | None:
     return None
 
 
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13))
+
+
 def decode_body(body: Any) -> tuple[str, str | None]:
     """A message body as one log line and the reason it is skipped (``None`` when it is mined).
 
@@ -113,7 +121,8 @@ def decode_body(body: Any) -> tuple[str, str | None]:
         raw = b""
     if len(raw) > MAX_LINE_BYTES:
         return "", "too_long"
-    if b"\x00" in raw or sum(b < 9 or 13 < b < 32 for b in raw[:4096]) > len(raw[:4096]) // 10:
+    head = raw[:4096]
+    if b"\x00" in head or len(head) - len(head.translate(None, _CONTROL_BYTES)) > len(head) // 10:
         return "", "binary"
     line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     if not line.strip():
@@ -157,6 +166,33 @@ def mine_partition(batches: Iterator[Any], log_format: str | None = None,
     for records in pending.values():
         if records:
             yield emit(records)
+    _record_task_stats()
+
+
+#: When set, each mining task writes ``<partition>-<pid>.json`` there: ``{"partition", "pid",
+#: "max_rss_kib"}`` (the Python worker's peak resident set, ``getrusage`` ``ru_maxrss``; a reused worker's
+#: figure covers its earlier tasks too, so it is an upper bound per task). Used by the benchmark.
+STATS_DIR_ENV = "ROCKET_ANALYTICS_STATS_DIR"
+
+
+def _record_task_stats() -> None:
+    import json
+    import os
+    import resource
+
+    folder = os.environ.get(STATS_DIR_ENV)
+    if not folder:
+        return
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else -1
+        stats = {"partition": partition, "pid": os.getpid(),
+                 "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+        Path(folder, f"{partition}-{os.getpid()}.json").write_text(json.dumps(stats))
+    except OSError:
+        pass
 
 
 def mine_topic_rows(records: list[dict[str, Any]], fmt: header.HeaderFormat | None = None,
@@ -324,13 +360,75 @@ def error_spikes(lines: Any) -> Any:
     ).select("topic", "minute", "lines", "errors", "rate", "topic_rate", "z")
 
 
+def known_templates(out: Path) -> set[tuple[str, int]]:
+    """``(topic, template_id)`` of the templates a previous run wrote under ``out/templates`` (empty when none)."""
+    path = out / "templates"
+    if not (path / "_SUCCESS").exists():
+        return set()
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(str(path), columns=["topic", "template_id"])
+    except (OSError, ValueError):
+        return set()
+    return {(str(t), int(i)) for t, i in zip(table.column("topic").to_pylist(),
+                                              table.column("template_id").to_pylist(), strict=True)
+            if i is not None}
+
+
+def log_events(templates_pd: Any, spikes_pd: Any, known: set[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The job's events: ``new_template`` for each template not in ``known`` (topic, template_id, template,
+    count, errors, first_seen), then ``error_spike`` for each spike minute (topic, minute, lines, errors, rate,
+    topic_rate, z). Times are ISO-8601 UTC strings."""
+    events: list[dict[str, Any]] = []
+    for r in templates_pd.sort_values(["topic", "template_id"]).itertuples():
+        if (str(r.topic), int(r.template_id)) in known:
+            continue
+        first = r.first_seen.to_pydatetime().isoformat() if r.first_seen is not None else None
+        events.append({"type": "new_template", "topic": str(r.topic), "template_id": int(r.template_id),
+                       "template": r.template, "count": int(r.count), "errors": int(r.errors), "first_seen": first})
+    for r in spikes_pd.sort_values(["topic", "minute"]).itertuples():
+        events.append({"type": "error_spike", "topic": str(r.topic), "minute": r.minute.to_pydatetime().isoformat(),
+                       "lines": int(r.lines), "errors": int(r.errors), "rate": float(r.rate),
+                       "topic_rate": float(r.topic_rate), "z": float(r.z)})
+    return events
+
+
+def publish_events(spark: Any, events: list[dict[str, Any]], namesrv: str, topic: str) -> int:
+    """Send ``events`` to ``topic`` (created when missing, 4 queues per broker group) with
+    ``df.write.format("rocket")``: body = the event as JSON, tags = its type, keys = the source topic,
+    properties ``eventType`` and ``sourceTopic``. Returns the number sent."""
+    import asyncio
+    import json
+
+    from rocket.client import Admin
+
+    async def create() -> None:
+        async with Admin(namesrv) as admin:
+            await admin.create_topic(topic, queue_nums=4)
+
+    asyncio.run(create())
+    if not events:
+        return 0
+    rows = [(topic, e["topic"], e["type"], {"eventType": e["type"], "sourceTopic": e["topic"]},
+             json.dumps(e, sort_keys=True).encode()) for e in events]
+    frame = spark.createDataFrame(rows, schema="topic string, key string, tags string, "
+                                               "properties map<string,string>, body binary")
+    frame.coalesce(1).write.format("rocket").mode("append").option("namesrv", namesrv).save()
+    return len(rows)
+
+
 def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None = None, top_n: int = 10,
                  input_info: dict[str, Any] | None = None, report: bool = True,
-                 log_format: str | None = None) -> dict[str, Any]:
+                 log_format: str | None = None, events_topic: str | None = None,
+                 events_namesrv: str | None = None) -> dict[str, Any]:
     """Run the logs job on a message DataFrame ``df`` and write everything under ``out_dir``.
 
     ``loghub_root``: where to look for ground truth (default: found by
-    :func:`rocket.analytics.loghub.find_loghub_dir`). Returns the summary
+    :func:`rocket.analytics.loghub.find_loghub_dir`). ``events_topic``: publish
+    the events (:func:`log_events`: templates not in the previous run's
+    ``out_dir/templates``, error spikes) there through ``events_namesrv``
+    (:func:`publish_events`). Returns the summary
     (also written to ``summary.json``): per topic lines, parsed/unparsed,
     templates, level counts, error rate, top templates, spikes, accuracy;
     plus ``accuracy_mean`` over the topics with ground truth.
@@ -341,6 +439,7 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(loghub_root) if loghub_root else loghub.find_loghub_dir()
+    known = known_templates(out) if events_topic else set()
     mined = mine_lines(df, log_format).persist()
     lines = merge_lines(mined).persist()
     try:
@@ -427,6 +526,12 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
             "error_spikes": spike_rows.get(topic, []),
             "accuracy": accuracies.get(topic),
         }
+    for topic in (input_info or {}).get("topics", []):
+        if topic not in topics_summary:  # an input topic with no message: reported, not an error
+            topics_summary[topic] = {"system": loghub.system_of(topic), "lines": 0, "parsed": 0, "unparsed": 0,
+                                     "mined": 0, "skipped": {}, "templates": 0, "levels": {}, "error_rate": None,
+                                     "first_event": None, "last_event": None, "top_templates": [],
+                                     "error_spikes": [], "accuracy": None, "empty": True}
     values = [a["accuracy"] for a in accuracies.values() if a.get("accuracy") is not None]
     summary: dict[str, Any] = {
         "job": "logs",
@@ -448,6 +553,15 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
         "outputs": {name: str(out / name) for name in ("lines", "level_counts", "templates", "error_spikes")},
         "seconds": round(clock.seconds, 2),
     }
+    if events_topic:
+        namesrv = events_namesrv or (input_info or {}).get("namesrv")
+        if not namesrv:
+            raise JobInputError("publishing events needs a NameServer (--namesrv)")
+        events = log_events(templates_pd, spikes_pd, known)
+        sent = publish_events(df.sparkSession, events, namesrv, events_topic)
+        summary["events"] = {"topic": events_topic, "published": sent,
+                             "new_templates": sum(e["type"] == "new_template" for e in events),
+                             "error_spikes": sum(e["type"] == "error_spike" for e in events)}
     if report:
         from rocket.analytics.report import logs_report
 
@@ -457,7 +571,8 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
     return summary
 
 
-def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str | None = None) -> dict[str, Any]:
+def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str | None = None,
+                 events_topic: str | None = None) -> dict[str, Any]:
     """The logs job on ``topics`` of a running cluster (``make run`` calls this after publishing LogHub).
 
     Reads every message from earliest to latest with ``format("rocket")`` on a
@@ -475,7 +590,8 @@ def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str
     active = SparkSession.getActiveSession()
     spark = spark_session("rocket-logs")
     try:
-        return analyze_logs(input_frame(spark, spec), out_dir, input_info=spec.describe(), log_format=log_format)
+        return analyze_logs(input_frame(spark, spec), out_dir, input_info=spec.describe(), log_format=log_format,
+                            events_topic=events_topic, events_namesrv=namesrv)
     finally:
         if active is None:
             spark.stop()
@@ -487,6 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_input_arguments(parser)
     parser.add_argument("--ground-truth", default=None, help="LogHub folder with *_structured.csv")
     parser.add_argument("--top", type=int, default=10, help="templates per topic in the summary")
+    parser.add_argument("--events-topic", default=None,
+                        help="publish the job's events (new templates, error spikes) to this topic, as JSON")
     parser.add_argument("--log-format", default=None,
                         help="header format: 'auto' (learned per topic, the default), a LogHub preset name "
                              "(HDFS, Spark...) or loghub notation '<Date> <Time> <Level> <Component>: <Content>'")
@@ -500,7 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = input_spec(args)
     spark = spark_session("rocket-logs", master=args.master)
     summary = analyze_logs(input_frame(spark, spec), args.out, loghub_root=args.ground_truth, top_n=args.top,
-                           input_info=spec.describe(), log_format=args.log_format)
+                           input_info=spec.describe(), log_format=args.log_format,
+                           events_topic=args.events_topic, events_namesrv=args.namesrv)
     print_summary(summary)
     return 0
 

@@ -1,0 +1,96 @@
+"""The logs job on topics of a real cluster: a log format no preset knows, an empty topic, events published
+back with ``df.write.format("rocket")`` and read by the real RocketMQ C++ client; the writer's columns."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocket.analytics.fixtures import publish
+from tests.compat.realclient import CompatVenvError, Driver, ensure_venv
+
+from .nginx_like import TEMPLATES, nginx_lines
+
+APP = "app-logs"
+EMPTY = "app-logs-empty"
+EVENTS = "app-logs-events"
+
+
+@pytest.fixture(scope="module")
+def app(cluster: Any) -> dict[str, Any]:
+    lines, labels = nginx_lines(900, seed=11)
+    assert publish(cluster.namesrv, APP, [line.encode() for line in lines], queue_nums=2) == len(lines)
+    assert publish(cluster.namesrv, EMPTY, [], queue_nums=1) == 0
+    return {"namesrv": cluster.namesrv, "lines": lines, "labels": labels}
+
+
+@pytest.fixture(scope="module")
+def real_client(app: dict[str, Any]) -> Driver:
+    if not os.environ.get("ROCKET_COMPAT_VENV") and not Path(".venv-compat").exists():
+        pytest.fail("the real RocketMQ client is needed: set ROCKET_COMPAT_VENV (see tests/compat/realclient.py)")
+    try:
+        python = ensure_venv()
+    except CompatVenvError as exc:
+        pytest.fail(f"the real RocketMQ client is not available: {exc}", pytrace=False)
+    return Driver(python, app["namesrv"], Path(tempfile.mkdtemp(prefix="analytics-cpp-home-")))
+
+
+def _pull_all(driver: Driver, topic: str, expect: int, group: str) -> list[dict[str, Any]]:
+    events = driver.run("pull-consume", "--topic", topic, "--group", group, "--expect", str(expect),
+                        "--timeout", "30", timeout=60)
+    return [e for e in events if e["event"] == "msg"]
+
+
+def test_unknown_format_mined_and_events_published(app: dict[str, Any], tmp_path: Path, spark: Any,
+                                                   real_client: Driver) -> None:
+    from rocket.analytics.jobs.logs import run_logs_job
+
+    out = tmp_path / "logs"
+    summary = run_logs_job(app["namesrv"], [APP, EMPTY], out, events_topic=EVENTS)
+    t = summary["topics"][APP]
+    assert t["lines"] == len(app["lines"]) and t["parsed"] == len(app["lines"]) and t["skipped"] == {}
+    assert t["templates"] == len(TEMPLATES)
+    assert {k for k in t["levels"]} <= {"ERROR", "WARN", "INFO"}
+    empty = summary["topics"][EMPTY]
+    assert empty["lines"] == 0 and empty["empty"] is True
+    ev = summary["events"]
+    assert ev["new_templates"] == len(TEMPLATES) and ev["published"] == ev["new_templates"] + ev["error_spikes"]
+
+    # the real C++ client reads the events back
+    msgs = _pull_all(real_client, EVENTS, ev["published"], "CID_EVENTS_1")
+    assert len(msgs) == ev["published"]
+    bodies = [json.loads(m["body"]) for m in msgs if m["tags"] == "new_template" and m["body"]]
+    assert len(bodies) == len(TEMPLATES)
+    assert all(b["topic"] == APP and b["type"] == "new_template" and b["count"] > 0 for b in bodies)
+    assert {m["keys"] for m in msgs} == {APP}
+
+    # a second run into the same --out knows these templates: no new_template event
+    again = run_logs_job(app["namesrv"], [APP], out, events_topic=EVENTS)
+    assert again["events"]["new_templates"] == 0
+
+
+def test_write_columns_as_the_kafka_sink(app: dict[str, Any], spark: Any, real_client: Driver) -> None:
+    topic = "analytics-write"
+    publish(app["namesrv"], topic, [], queue_nums=2)
+    rows = [(topic, f"k{i}", "T" if i % 2 else "U", {"myprop": f"v{i}"}, f"body {i}".encode()) for i in range(40)]
+    df = spark.createDataFrame(rows, schema="topic string, key string, tags string, properties map<string,string>, "
+                                            "body binary").repartition(3)
+    df.write.format("rocket").mode("append").option("namesrv", app["namesrv"]).save()
+    msgs = _pull_all(real_client, topic, len(rows), "CID_WRITE_1")
+    got = {m["body"]: m for m in msgs}
+    assert len(msgs) == len(rows) and set(got) == {f"body {i}" for i in range(40)}
+    m7 = got["body 7"]
+    assert m7["keys"] == "k7" and m7["tags"] == "T" and m7["props"]["myprop"] == "v7"
+
+    # the topic option for rows without a topic column; a frame without body fails before sending
+    spark.createDataFrame([("only body",)], "body string").write.format("rocket").mode("append") \
+        .option("namesrv", app["namesrv"]).option("topic", topic).save()
+    assert len(_pull_all(real_client, topic, len(rows) + 1, "CID_WRITE_2")) == len(rows) + 1
+    with pytest.raises(Exception, match="needs a 'body' column"):
+        spark.createDataFrame([("x",)], "value string").write.format("rocket").mode("append") \
+            .option("namesrv", app["namesrv"]).option("topic", topic).save()
