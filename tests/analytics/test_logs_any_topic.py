@@ -64,10 +64,12 @@ def test_unknown_format_mined_and_events_published(app: dict[str, Any], tmp_path
     # the real C++ client reads the events back
     msgs = _pull_all(real_client, EVENTS, ev["published"], "CID_EVENTS_1")
     assert len(msgs) == ev["published"]
-    bodies = [json.loads(m["body"]) for m in msgs if m["tags"] == "new_template" and m["body"]]
-    assert len(bodies) == len(TEMPLATES)
-    assert all(b["topic"] == APP and b["type"] == "new_template" and b["count"] > 0 for b in bodies)
+    assert sum(m["tags"] == "new_template" for m in msgs) == len(TEMPLATES)
     assert {m["keys"] for m in msgs} == {APP}
+    assert all(m["body_head"].startswith('{"count": ') for m in msgs if m["tags"] == "new_template")
+    # the driver prints bodies of up to 200 characters: the short ones are whole JSON events
+    short = [json.loads(m["body"]) for m in msgs if m["body"]]
+    assert short and all(b["topic"] == APP and b["type"] in ("new_template", "error_spike") for b in short)
 
     # a second run into the same --out knows these templates: no new_template event
     again = run_logs_job(app["namesrv"], [APP], out, events_topic=EVENTS)
