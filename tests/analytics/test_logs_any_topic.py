@@ -96,3 +96,58 @@ def test_write_columns_as_the_kafka_sink(app: dict[str, Any], spark: Any, real_c
     with pytest.raises(Exception, match="needs a 'body' column"):
         spark.createDataFrame([("x",)], "value string").write.format("rocket").mode("append") \
             .option("namesrv", app["namesrv"]).option("topic", topic).save()
+
+
+def _delete_topic(namesrv: str, topic: str) -> None:
+    import asyncio
+
+    from rocket.client import Admin
+
+    async def run() -> None:
+        async with Admin(namesrv) as admin:
+            await admin.delete_topic(topic)
+
+    asyncio.run(run())
+
+
+def test_topic_deleted_during_a_range_read(app: dict[str, Any]) -> None:
+    from rocket.analytics.offsets import parse_offsets
+    from rocket.analytics.pull import RocketReadError, SyncPuller
+
+    ns = app["namesrv"]
+    for fail in (False, True):
+        topic = f"doomed-range-{int(fail)}"
+        publish(ns, topic, [f"line {i}".encode() for i in range(200)], queue_nums=1)
+        with SyncPuller(ns) as puller:
+            ranges = puller.plan([topic], parse_offsets("earliest", default="earliest"),
+                                 parse_offsets("latest", default="latest"))
+            rng = max(ranges, key=lambda r: r.end - r.start)
+            reader = puller.read_range(rng, batch_size=10, window=1, prefer_slave=False, fail_on_data_loss=fail)
+            first = next(reader)
+            assert len(first) == 10
+            _delete_topic(ns, topic)
+            if fail:
+                with pytest.raises(RocketReadError, match="TOPIC_NOT_EXIST"):
+                    list(reader)
+            else:
+                rest = sum(len(b) for b in reader)  # ends early, no error
+                assert rest < rng.end - rng.start - 10
+
+
+def test_topic_deleted_before_the_read_is_reported_as_unread(app: dict[str, Any], spark: Any,
+                                                             tmp_path: Path) -> None:
+    from rocket.analytics.jobs.common import InputSpec, input_frame, planned_lines
+    from rocket.analytics.jobs.logs import analyze_logs
+
+    ns = app["namesrv"]
+    publish(ns, "doomed-logs", [line.encode() for line in app["lines"][:300]], queue_nums=1)
+    spec = InputSpec(namesrv=ns, topics=("doomed-logs", APP), fail_on_data_loss=False)
+    planned = planned_lines(spec)
+    assert planned["doomed-logs"] == 300
+    _delete_topic(ns, "doomed-logs")  # after the job planned its input, before Spark reads it
+    summary = analyze_logs(input_frame(spark, spec), tmp_path / "out", input_info=spec.describe(),
+                           planned=planned, report=False)
+    assert summary["topics"]["doomed-logs"]["lines"] == 0
+    assert summary["topics"]["doomed-logs"]["skipped"] == {"unread": 300}
+    assert summary["topics"][APP]["lines"] == len(app["lines"])
+    assert summary["totals"]["skipped_by_reason"]["unread"] == 300

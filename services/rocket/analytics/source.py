@@ -14,7 +14,8 @@ Options (names are case-insensitive):
 ``pullWindow``              pulls in flight per queue (default 8)
 ``maxOffsetsPerPartition``  split a queue's range into partitions of at most this many offsets
 ``maxOffsetsPerTrigger``    streaming: most new offsets per micro-batch, over all queues (Spark ≥ 4.2)
-``failOnDataLoss``          ``true`` (default): fail when offsets of the range were deleted
+``failOnDataLoss``          ``true`` (default): fail when offsets of the range were deleted or the topic
+                            was; ``false``: skip them (and a topic that no longer exists), logged
 ``timeout``                 seconds per broker request (default 10)
 ==========================  ===========================================================================
 
@@ -193,7 +194,8 @@ class RocketBatchReader(DataSourceReader):
         """One :class:`RocketPartition` per non-empty queue range (driver side; talks to the cluster)."""
         o = self.options
         with o.puller() as puller:
-            ranges = puller.plan(list(o.topics), o.starting, o.ending, o.max_per_partition)
+            ranges = puller.plan(list(o.topics), o.starting, o.ending, o.max_per_partition,
+                                 skip_missing=not o.fail_on_data_loss)
         return [RocketPartition.of(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -64,6 +64,7 @@ from rocket.analytics.jobs.common import (
     add_input_arguments,
     input_frame,
     input_spec,
+    planned_lines,
     utc_now,
     write_json,
     write_parquet,
@@ -421,14 +422,17 @@ def publish_events(spark: Any, events: list[dict[str, Any]], namesrv: str, topic
 def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None = None, top_n: int = 10,
                  input_info: dict[str, Any] | None = None, report: bool = True,
                  log_format: str | None = None, events_topic: str | None = None,
-                 events_namesrv: str | None = None) -> dict[str, Any]:
+                 events_namesrv: str | None = None, planned: dict[str, int] | None = None) -> dict[str, Any]:
     """Run the logs job on a message DataFrame ``df`` and write everything under ``out_dir``.
 
     ``loghub_root``: where to look for ground truth (default: found by
     :func:`rocket.analytics.loghub.find_loghub_dir`). ``events_topic``: publish
     the events (:func:`log_events`: templates not in the previous run's
     ``out_dir/templates``, error spikes) there through ``events_namesrv``
-    (:func:`publish_events`). Returns the summary
+    (:func:`publish_events`). ``planned``: messages per topic the read was
+    planned to cover (:func:`rocket.analytics.jobs.common.planned_lines`); what
+    was not read (a topic deleted mid-read, offsets expired) is reported as
+    skipped ``unread``. Returns the summary
     (also written to ``summary.json``): per topic lines, parsed/unparsed,
     templates, level counts, error rate, top templates, spikes, accuracy;
     plus ``accuracy_mean`` over the topics with ground truth.
@@ -532,6 +536,10 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
                                      "mined": 0, "skipped": {}, "templates": 0, "levels": {}, "error_rate": None,
                                      "first_event": None, "last_event": None, "top_templates": [],
                                      "error_spikes": [], "accuracy": None, "empty": True}
+    for topic, n in (planned or {}).items():
+        t = topics_summary.get(topic)
+        if t is not None and n > t["lines"]:
+            t["skipped"] = {**t["skipped"], "unread": n - t["lines"]}
     values = [a["accuracy"] for a in accuracies.values() if a.get("accuracy") is not None]
     summary: dict[str, Any] = {
         "job": "logs",
@@ -544,6 +552,8 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
             "parsed": sum(t["parsed"] for t in topics_summary.values()),
             "unparsed": sum(t["unparsed"] for t in topics_summary.values()),
             "skipped": sum(sum(t["skipped"].values()) for t in topics_summary.values()),
+            "skipped_by_reason": {reason: sum(t["skipped"].get(reason, 0) for t in topics_summary.values())
+                                  for reason in (*SKIP_REASONS, "unread")},
             "templates": sum(t["templates"] for t in topics_summary.values()),
             "error_spikes": sum(len(t["error_spikes"]) for t in topics_summary.values()),
         },
@@ -586,12 +596,13 @@ def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str
 
     from rocket.analytics.session import spark_session
 
-    spec = InputSpec(namesrv=namesrv, topics=tuple(topics))
+    spec = InputSpec(namesrv=namesrv, topics=tuple(topics), fail_on_data_loss=False)
+    planned = planned_lines(spec)
     active = SparkSession.getActiveSession()
     spark = spark_session("rocket-logs")
     try:
         return analyze_logs(input_frame(spark, spec), out_dir, input_info=spec.describe(), log_format=log_format,
-                            events_topic=events_topic, events_namesrv=namesrv)
+                            events_topic=events_topic, events_namesrv=namesrv, planned=planned)
     finally:
         if active is None:
             spark.stop()
@@ -616,10 +627,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rocket.analytics.session import spark_session
 
     spec = input_spec(args)
+    spec.fail_on_data_loss = False  # a topic deleted mid-read or expired offsets: reported as skipped "unread"
+    planned = planned_lines(spec)
     spark = spark_session("rocket-logs", master=args.master)
     summary = analyze_logs(input_frame(spark, spec), args.out, loghub_root=args.ground_truth, top_n=args.top,
                            input_info=spec.describe(), log_format=args.log_format,
-                           events_topic=args.events_topic, events_namesrv=args.namesrv)
+                           events_topic=args.events_topic, events_namesrv=args.namesrv, planned=planned)
     print_summary(summary)
     return 0
 
