@@ -1,4 +1,4 @@
-"""The ``logs`` job: LogHub lines → header fields, templates, levels per minute, error spikes, accuracy.
+"""The ``logs`` job: log lines of any topic → header fields, templates, levels per minute, error spikes, events.
 
 Run it with ``spark-submit services/rocket/analytics/jobs/logs.py --namesrv H:P --topics loghub-HDFS,... --out
 DIR``, as ``rocket analytics logs ...``, or from Python with :func:`run_logs_job` / :func:`analyze_logs`.
