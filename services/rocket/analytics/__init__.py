@@ -10,5 +10,5 @@
 
 Get a session with the sources registered from
 :func:`rocket.analytics.session.spark_session`. Needs the ``analytics`` extra
-(pyspark 4, drain3, matplotlib) and Java 17+.
+(pyspark 4, pandas, matplotlib) and Java 17+.
 """
