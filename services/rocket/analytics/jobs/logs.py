@@ -608,9 +608,10 @@ def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str
             spark.stop()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit .../jobs/logs.py --namesrv H:P --topics T1,T2 --out DIR`` (or ``--commitlog``/``--loghub``)."""
-    parser = argparse.ArgumentParser(prog="logs", description="LogHub log analytics: templates, levels, spikes")
+def build_parser() -> argparse.ArgumentParser:
+    """The logs job's command-line flags (input flags of :func:`add_input_arguments` and the job's own)."""
+    parser = argparse.ArgumentParser(prog="logs", description="Log analytics for any topic: headers, templates, "
+                                                              "levels, spikes, events")
     add_input_arguments(parser)
     parser.add_argument("--ground-truth", default=None, help="LogHub folder with *_structured.csv")
     parser.add_argument("--top", type=int, default=10, help="templates per topic in the summary")
@@ -619,6 +620,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-format", default=None,
                         help="header format: 'auto' (learned per topic, the default), a LogHub preset name "
                              "(HDFS, Spark...) or loghub notation '<Date> <Time> <Level> <Component>: <Content>'")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``spark-submit .../jobs/logs.py --namesrv H:P --topics T1,T2 --out DIR`` (or ``--commitlog``/``--loghub``)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         header.resolve(args.log_format)
