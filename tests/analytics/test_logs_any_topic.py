@@ -151,3 +151,48 @@ def test_topic_deleted_before_the_read_is_reported_as_unread(app: dict[str, Any]
     assert summary["topics"]["doomed-logs"]["skipped"] == {"unread": 300}
     assert summary["topics"][APP]["lines"] == len(app["lines"])
     assert summary["totals"]["skipped_by_reason"]["unread"] == 300
+
+
+def _events(namesrv: str, topic: str) -> list[dict[str, Any]]:
+    from rocket.analytics.offsets import parse_offsets
+    from rocket.analytics.pull import SyncPuller
+
+    out: list[dict[str, Any]] = []
+    with SyncPuller(namesrv) as puller:
+        for rng in puller.plan([topic], parse_offsets("earliest", default="earliest"),
+                               parse_offsets("latest", default="latest")):
+            for msgs in puller.read_range(rng, prefer_slave=False):
+                out.extend(json.loads(m.body) for m in msgs)
+    return out
+
+
+def test_follow_publishes_a_new_template_of_the_next_micro_batch(app: dict[str, Any], spark: Any,
+                                                                 tmp_path: Path) -> None:
+    from rocket.analytics.jobs.common import InputSpec
+    from rocket.analytics.jobs.logs import follow_logs
+
+    ns = app["namesrv"]
+    topic, events_topic = "follow-logs", "follow-events"
+    publish(ns, topic, [line.encode() for line in app["lines"][:300]], queue_nums=2)
+    out = tmp_path / "follow"
+    query = follow_logs(spark, InputSpec(namesrv=ns, topics=(topic,)), out, trigger_seconds=1,
+                        events_topic=events_topic)
+    try:
+        query.processAllAvailable()
+        state = json.loads((out / "state" / "templates.json").read_text())
+        assert len(state[topic]) == len(TEMPLATES)
+        assert sum(e["type"] == "new_template" for e in _events(ns, events_topic)) == len(TEMPLATES)
+        new = [f"2024/03/06 11:00:0{i} [crit] 12#0: *{i} SSL_do_handshake() failed (SSL: error:{i}) while SSL "
+               f"handshaking, client: 10.0.0.{i}" for i in range(5)]
+        publish(ns, topic, [line.encode() for line in new], queue_nums=2)
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    state = json.loads((out / "state" / "templates.json").read_text())
+    assert len(state[topic]) == len(TEMPLATES) + 1
+    news = [e for e in _events(ns, events_topic) if e["type"] == "new_template"]
+    assert len(news) == len(TEMPLATES) + 1
+    ssl = [e for e in news if "SSL_do_handshake()" in e["template"]]
+    assert len(ssl) == 1 and ssl[0]["count"] == 5
+    assert (out / "checkpoint" / "offsets").is_dir()

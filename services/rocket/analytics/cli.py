@@ -54,14 +54,21 @@ def logs(
         "or loghub notation '<Date> <Time> <Level> <Component>: <Content>'.")] = None,
     events_topic: Annotated[str | None, typer.Option(
         "--events-topic", help="Publish new templates and error spikes to this topic (JSON bodies).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep running (Structured Streaming), one "
+                                         "micro-batch per trigger.")] = False,
+    trigger_seconds: Annotated[str | None, typer.Option("--trigger-seconds", help="With --follow: trigger "
+                                                        "interval (default 10).")] = None,
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="With --follow: checkpoint dir "
+                                                   "(default <out>/checkpoint).")] = None,
 ) -> None:
     """Split headers (learned per topic), mine templates, count levels per minute, find error spikes, score."""
     from rocket.analytics.jobs.logs import main
 
-    raise typer.Exit(main(_argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog, loghub=loghub,
-                                systems=systems, ground_truth=ground_truth, starting_offsets=starting_offsets,
-                                ending_offsets=ending_offsets, master=master, log_format=log_format,
-                                events_topic=events_topic)))
+    argv = _argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog, loghub=loghub, systems=systems,
+                 ground_truth=ground_truth, starting_offsets=starting_offsets, ending_offsets=ending_offsets,
+                 master=master, log_format=log_format, events_topic=events_topic, trigger_seconds=trigger_seconds,
+                 checkpoint=checkpoint)
+    raise typer.Exit(main([*argv, "--follow"] if follow else argv))
 
 
 @analytics_app.command()

@@ -314,17 +314,22 @@ def mine_lines(df: Any, log_format: str | None = None, settings: MinerSettings =
                             schema=LINES_SCHEMA)
 
 
-def merge_lines(mined: Any, settings: MinerSettings = DEFAULT_SETTINGS) -> Any:
+def merge_lines(mined: Any, settings: MinerSettings = DEFAULT_SETTINGS,
+                known: dict[str, list[str]] | None = None) -> Any:
     """Merge the partitions' templates per topic (:func:`rocket.analytics.mining.merge_templates`, on the
-    driver: one row per distinct template) and add ``template_id``, ``event_time``, ``minute`` (event-time
-    minute), ``store_time`` and ``date`` (``yyyy-MM-dd`` of the store time), all UTC. Deterministic: the
-    result does not depend on how lines were partitioned beyond the templates each partition found."""
+    driver: one row per distinct template; with ``known``, per topic the templates of earlier micro-batches)
+    and add ``template_id``, ``event_time``, ``minute`` (event-time minute), ``store_time`` and ``date``
+    (``yyyy-MM-dd`` of the store time), all UTC. Deterministic: the result does not depend on how lines were
+    partitioned beyond the templates each partition found."""
     from pyspark.sql import functions as F
 
     spark = mined.sparkSession
     per_topic: dict[str, list[str]] = {}
     for r in mined.where(F.col("template").isNotNull()).select("topic", "template").distinct().collect():
         per_topic.setdefault(r["topic"], []).append(r["template"])
+    for topic, templates in (known or {}).items():  # templates of earlier micro-batches (--follow)
+        if topic in per_topic:
+            per_topic[topic].extend(templates)
     mapping = [(topic, t, merged, template_id(merged))
                for topic, templates in per_topic.items()
                for t, merged in merge_templates(templates, settings.merge_min_constant).items()]
@@ -608,6 +613,107 @@ def run_logs_job(namesrv: str, topics: list[str], out_dir: Path, log_format: str
             spark.stop()
 
 
+# -- --follow: Structured Streaming ------------------------------------------------------------------
+
+
+class FollowState:
+    """What ``--follow`` keeps between micro-batches, in ``<out>/state/templates.json``: per topic, every
+    template seen with its line count. Saved after each batch (write then rename), so a restarted query (its
+    offsets in the Spark checkpoint) goes on with the templates it knew."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "state" / "templates.json"
+        self.templates: dict[str, dict[str, int]] = {}
+        if self.path.exists():
+            import json
+
+            self.templates = json.loads(self.path.read_text(encoding="utf-8"))
+
+    def save(self) -> None:
+        """Write the state atomically."""
+        import json
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.templates, sort_keys=True), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+def follow_batch(batch: Any, batch_id: int, out: Path, state: FollowState, *, log_format: str | None = None,
+                 events_topic: str | None = None, events_namesrv: str | None = None) -> dict[str, Any]:
+    """One micro-batch of ``--follow``: mine it, merge its templates with the known ones, append its lines to
+    ``<out>/lines``, and publish a ``new_template`` event for each template not seen before and an
+    ``error_spike`` event for each spike minute of the batch (:func:`log_events`). Returns
+    ``{"batch", "lines", "new_templates", "error_spikes", "published"}``. At least once: a batch Spark
+    retries may publish its events again."""
+    from pyspark.sql import functions as F
+
+    mined = mine_lines(batch, log_format).persist()
+    try:
+        known = {t: list(v) for t, v in state.templates.items()}
+        lines = merge_lines(mined, known=known).persist()
+        try:
+            n = lines.count()
+            if n:
+                write_parquet_append(lines.drop("line"), out / "lines", ["date", "topic"])
+            templates_pd = (lines.where(F.col("template").isNotNull())
+                            .groupBy("topic", "template_id", "template")
+                            .agg(F.count("*").alias("count"),
+                                 F.sum(F.when(F.col("level").isin("ERROR", "FATAL"), 1).otherwise(0)).alias("errors"),
+                                 F.min("event_time").alias("first_seen")).toPandas())
+            spikes_pd = error_spikes(lines).toPandas()
+        finally:
+            lines.unpersist()
+    finally:
+        mined.unpersist()
+    from rocket.analytics.mining import template_id as tid_of
+
+    seen = {(topic, tid_of(t)) for topic, ts in state.templates.items() for t in ts}
+    events = log_events(templates_pd, spikes_pd, seen)
+    for r in templates_pd.itertuples():
+        per = state.templates.setdefault(str(r.topic), {})
+        per[str(r.template)] = per.get(str(r.template), 0) + int(r.count)
+    state.save()
+    sent = 0
+    if events_topic and events_namesrv:
+        sent = publish_events(batch.sparkSession, events, events_namesrv, events_topic)
+    result = {"batch": batch_id, "lines": n, "published": sent,
+              "new_templates": sum(e["type"] == "new_template" for e in events),
+              "error_spikes": sum(e["type"] == "error_spike" for e in events)}
+    log.info("micro-batch %d: %s", batch_id, result)
+    return result
+
+
+def write_parquet_append(df: Any, path: Path, partition_by: Sequence[str]) -> None:
+    """Append ``df`` to the Parquet dataset at ``path``, partitioned by ``partition_by``."""
+    df.write.mode("append").partitionBy(*partition_by).parquet(str(path))
+
+
+def follow_logs(spark: Any, spec: InputSpec, out_dir: str | Path, *, checkpoint: str | Path | None = None,
+                trigger_seconds: float = 10.0, log_format: str | None = None, events_topic: str | None = None
+                ) -> Any:
+    """Start ``--follow``: ``readStream.format("rocket")`` on ``spec``'s topics, :func:`follow_batch` per
+    micro-batch every ``trigger_seconds``; offsets in ``checkpoint`` (default ``<out>/checkpoint``), templates
+    in :class:`FollowState`. Returns the running ``StreamingQuery``. Raises :class:`JobInputError` without a
+    cluster input."""
+    if not spec.namesrv or not spec.topics:
+        raise JobInputError("--follow reads from a cluster: give --namesrv and --topics")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = FollowState(out)
+    stream = (spark.readStream.format("rocket").option("namesrv", spec.namesrv)
+              .option("topic", ",".join(spec.topics)).option("startingOffsets", spec.starting_offsets)
+              .option("failOnDataLoss", "false").load())
+
+    def handle(batch: Any, batch_id: int) -> None:
+        follow_batch(batch, batch_id, out, state, log_format=log_format, events_topic=events_topic,
+                     events_namesrv=spec.namesrv)
+
+    return (stream.writeStream.foreachBatch(handle)
+            .option("checkpointLocation", str(checkpoint or out / "checkpoint"))
+            .trigger(processingTime=f"{trigger_seconds} seconds").start())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The logs job's command-line flags (input flags of :func:`add_input_arguments` and the job's own)."""
     parser = argparse.ArgumentParser(prog="logs", description="Log analytics for any topic: headers, templates, "
@@ -617,6 +723,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=10, help="templates per topic in the summary")
     parser.add_argument("--events-topic", default=None,
                         help="publish the job's events (new templates, error spikes) to this topic, as JSON")
+    parser.add_argument("--follow", action="store_true",
+                        help="keep running (Structured Streaming): mine each micro-batch, publish new templates "
+                             "and error spikes as they come")
+    parser.add_argument("--trigger-seconds", type=float, default=10.0, help="with --follow: the trigger interval")
+    parser.add_argument("--checkpoint", default=None, help="with --follow: checkpoint dir (default <out>/checkpoint)")
     parser.add_argument("--log-format", default=None,
                         help="header format: 'auto' (learned per topic, the default), a LogHub preset name "
                              "(HDFS, Spark...) or loghub notation '<Date> <Time> <Level> <Component>: <Content>'")
@@ -634,6 +745,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rocket.analytics.session import spark_session
 
     spec = input_spec(args)
+    if args.follow:
+        spark = spark_session("rocket-logs-follow", master=args.master)
+        query = follow_logs(spark, spec, args.out, checkpoint=args.checkpoint, trigger_seconds=args.trigger_seconds,
+                            log_format=args.log_format, events_topic=args.events_topic)
+        query.awaitTermination()
+        return 0
     spec.fail_on_data_loss = False  # a topic deleted mid-read or expired offsets: reported as skipped "unread"
     planned = planned_lines(spec)
     spark = spark_session("rocket-logs", master=args.master)
