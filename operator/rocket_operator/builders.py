@@ -491,8 +491,8 @@ def analytics_output(job: AnalyticsJobSpec) -> str:
 
 def analytics_arguments(owner: Owner, job: AnalyticsJobSpec) -> list[str]:
     """Command-line arguments of the job module: ``--namesrv`` (the NameServer Service), ``--topics``
-    (comma-separated) and ``--out`` (:func:`analytics_output`); for a logs job ``--log-format`` and
-    ``--events-topic`` when the spec sets them."""
+    (comma-separated) and ``--out`` (:func:`analytics_output`); for a logs job ``--log-format``,
+    ``--events-topic`` and ``--follow`` when the spec sets them."""
     args = ["--namesrv", nameserver_service_address(owner.namespace, owner.name),
             "--topics", ",".join(job.topics),
             "--out", analytics_output(job)]
@@ -500,6 +500,8 @@ def analytics_arguments(owner: Owner, job: AnalyticsJobSpec) -> list[str]:
         args += ["--log-format", job.log_format]
     if job.events_topic:
         args += ["--events-topic", job.events_topic]
+    if job.follow:
+        args.append("--follow")
     return args
 
 

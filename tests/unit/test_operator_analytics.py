@@ -81,6 +81,9 @@ def test_analytics_defaults_match_the_crd() -> None:
     ([{"name": "n", "job": "traffic", "topics": ["A"], "logFormat": "HDFS"}], r"spec.analytics.jobs[0]: logFormat"),
     ([{"name": "n", "job": "logs", "topics": ["A"], "logFormat": "<Date> <Time>"}],
      r"spec.analytics.jobs[0].logFormat"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "follow": True, "schedule": "@daily"}],
+     r"spec.analytics.jobs[0]: a follow job"),
+    ([{"name": "n", "job": "traffic", "topics": ["A"], "follow": True}], r"spec.analytics.jobs[0]: logFormat"),
     ([{"name": "n", "job": "logs", "topics": ["A"], "eventsTopic": "bad topic"}],
      r"spec.analytics.jobs[0].eventsTopic"),
 ])
@@ -359,17 +362,18 @@ def test_spark_change_makes_the_owning_clusters_pass_due(monkeypatch: pytest.Mon
 def test_logs_job_options_become_arguments() -> None:
     spec = parse_spec({"analytics": {"jobs": [
         {"name": "app", "job": "logs", "topics": ["app-logs"], "logFormat": "<Date> <Time> <Level> <Content>",
-         "eventsTopic": "app-events"},
+         "eventsTopic": "app-events", "follow": True},
         {"name": "plain", "job": "logs", "topics": ["app-logs"]}]}})
     with_options, plain = (builders.build_analytics_application(OWNER, spec, j)["spec"]["arguments"]
                            for j in spec.analytics.jobs)
-    assert with_options[-4:] == ["--log-format", "<Date> <Time> <Level> <Content>", "--events-topic", "app-events"]
-    assert "--log-format" not in plain and "--events-topic" not in plain
+    assert with_options[-5:] == ["--log-format", "<Date> <Time> <Level> <Content>", "--events-topic", "app-events",
+                                 "--follow"]
+    assert "--log-format" not in plain and "--events-topic" not in plain and "--follow" not in plain
     # the job module parses these flags
     from rocket.analytics.jobs.logs import build_parser
 
     args = build_parser().parse_args(with_options)
-    assert args.log_format == "<Date> <Time> <Level> <Content>" and args.events_topic == "app-events"
+    assert args.log_format == "<Date> <Time> <Level> <Content>" and args.events_topic == "app-events" and args.follow
     assert args.topics == "app-logs" and args.namesrv == "rc-nameserver.prod.svc:9876"
 
 
@@ -379,3 +383,4 @@ def test_logs_job_options_are_in_the_crd() -> None:
            ["properties"]["jobs"]["items"]["properties"])
     assert job["logFormat"]["type"] == "string"
     assert job["eventsTopic"]["pattern"] == "^[A-Za-z0-9_%|-]+$"
+    assert job["follow"] == {"type": "boolean", "default": False, "description": job["follow"]["description"]}
