@@ -138,3 +138,9 @@ def test_bad_bodies_are_skipped_with_a_reason() -> None:
                             for b in (b"", b"\x00bin", b"x" * (1 << 20), b"\xffbad text 1", b"\xffbad text 2")])
     assert [r["skipped"] for r in rows] == ["empty", "binary", "too_long", None, None]
     assert rows[3]["template"] == rows[4]["template"] == f"\ufffdbad text {WILDCARD}"
+
+
+def test_an_absurd_header_year_keeps_the_store_time() -> None:
+    rows = mine_topic_rows([{"topic": "t", "line": f"9127-03-05 10:00:0{i},000 INFO a.B: tick {i}".encode(),
+                             "store_ms": 1_700_000_000_000} for i in range(5)])
+    assert all(r["parsed"] and r["event_ms"] == 1_700_000_000_000 for r in rows)

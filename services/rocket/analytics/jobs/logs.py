@@ -90,6 +90,10 @@ SPIKE_RATIO = 2.0
 MAX_LINE_BYTES = 64 * 1024
 #: Lines of a topic (per partition chunk) its header format is learned from.
 SAMPLE_LINES = 1000
+#: Header times outside [1970, 2200) are not believed: the line keeps its store time as event time (pandas and
+#: Arrow timestamps end in 2262).
+_MIN_EVENT = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_EVENT = datetime(2200, 1, 1, tzinfo=UTC)
 #: Reasons a message is skipped (counted in the summary, never mined).
 SKIP_REASONS = ("empty", "binary", "too_long")
 
@@ -234,7 +238,7 @@ def mine_topic_rows(records: list[dict[str, Any]], fmt: header.HeaderFormat | No
             row.update(parsed=True, component=fields.get("Component") or fields.get("Program"))
             level = loghub.normalize_level(fields.get("Level"))
             when = header.header_time(fields, year)
-            if when is not None:
+            if when is not None and _MIN_EVENT <= when < _MAX_EVENT:  # else the store time (absurd header year)
                 row["event_ms"] = int(when.timestamp() * 1000)
         row.update(level=level or loghub.infer_level(content), level_inferred=level is None, content=content)
         contents.append(content)
