@@ -15,7 +15,9 @@ final ``Content`` group):
   Windows-event ``yyyy-MM-dd HH:MM:SS``…), level words (``INFO``, ``[warn]``,
   logcat letters), numbers (pid, tid), bracketed fields (``[main]``), hosts, and a
   component ending the header (``sshd[24200]:``, ``dfs.DataNode:``, `` - ``).
-  The layout most lines of the sample share becomes the topic's format.
+  The layout most lines of the sample share becomes the topic's format; other
+  layouts that each cover at least 5% of the sample are kept as alternatives
+  (a topic that mixes several applications' logs).
 * :func:`format_from_loghub`: an explicit format in the loghub/logparser
   notation, ``'<Date> <Time> <Level> <Component>: <Content>'`` (Zhu et al.,
   ICSE-SEIP 2019, ``benchmark_settings[...]["log_format"]``).
