@@ -159,7 +159,8 @@ def _logs_job_scaling(short: bool) -> list[dict[str, float]]:
                 rss = [json.loads(p.read_text())["max_rss_kib"] for p in stats.glob("*.json")]
                 results.append({"cores": float(cores), "lines": float(count), "seconds": dt,
                                 "lines_s": count / dt, "read_lines_s": count / read_s,
-                                "mine_lines_s": count / mine_s, "mine_only_lines_s": count / mine_only_s, "templates": float(topic["templates"]),
+                                "mine_lines_s": count / mine_s, "mine_only_lines_s": count / mine_only_s,
+                                "templates": float(topic["templates"]),
                                 "tasks": float(len(rss)), "peak_rss_mib": max(rss) / 1024 if rss else float("nan"),
                                 "publish_s": publish_s})
         return results
