@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocket.local import LocalCluster, find_free_base_port, percentile
+from rocket.local import LocalCluster, find_free_base_port
+from rocket.percentiles import percentile
 
 BODY_SIZE = 1024
 QUEUES = 8

@@ -39,8 +39,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocket.nameserver import DataVersion, TopicConfig
 from rocket.nameserver import client as ns
+from rocket.protocol import DataVersion, TopicConfig
 from rocket.remoting import FrameDecoder, RemotingClient, RemotingCommand, RequestCode, encode
 from rocket.runtime import run as run_loop
 

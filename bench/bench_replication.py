@@ -49,7 +49,8 @@ from bench.bench_broker import (
     _proc_cpu,
     _send_worker,
 )
-from rocket.local import LocalCluster, find_free_base_port, percentile
+from rocket.local import LocalCluster, find_free_base_port
+from rocket.percentiles import percentile
 
 TARGET_RATIO = 0.80
 #: Sends in flight (all load processes): enough to keep the master busy while replication

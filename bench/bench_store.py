@@ -47,15 +47,15 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rocket.broker.metadata import TopicConfigManager
 from rocket.message import new_uniq_id, tags_hash_code
+from rocket.protocol import TopicConfig
 from rocket.runtime import run as run_loop
 from rocket.store import (
     DefaultMessageStore,
     FlushDiskType,
     MessageStoreConfig,
     PutMessageRequest,
-    TopicConfig,
-    TopicConfigManager,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

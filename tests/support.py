@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import os
 import random
 import signal
@@ -10,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,73 @@ def free_port() -> int:
             _handed_out.add(port)
             return port
     raise RuntimeError("the kernel keeps offering ports this process already handed out")
+
+
+def unique(prefix: str) -> str:
+    """A fresh topic or group name, ``<prefix>-<10 hex digits>`` (valid for RocketMQ's
+    ``TopicValidator``: letters, digits, ``-``, ``_``), so tests sharing a cluster see none of each
+    other's messages."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+#: How long :func:`wait_for` and :func:`eventually` poll by default, in seconds. Generous: it only
+#: bounds how long a failing test waits, a passing one returns as soon as the condition holds.
+WAIT_TIMEOUT = 30.0
+
+
+class _Poll:
+    """The bookkeeping shared by :func:`wait_for` and :func:`eventually`: deadline, last value or
+    error, and the failure message."""
+
+    def __init__(self, timeout: float, what: str) -> None:
+        self.timeout, self.what = timeout, what
+        self.deadline = time.monotonic() + timeout
+        self.last: Any = None
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def failure(self) -> AssertionError:
+        return AssertionError(f"timed out after {self.timeout} s waiting for {self.what} (last: {self.last!r})")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = WAIT_TIMEOUT, *, interval: float = 0.1,
+             what: str = "condition", retry_on: tuple[type[BaseException], ...] = ()) -> Any:
+    """Call ``predicate()`` every ``interval`` seconds until it returns something truthy, and
+    return that. An exception of a type in ``retry_on`` counts as "not yet" (any other propagates).
+    Raises ``AssertionError`` naming ``what`` and the last value or error after ``timeout`` s.
+    For code running on an event loop use :func:`eventually`."""
+    poll = _Poll(timeout, what)
+    while True:
+        try:
+            poll.last = predicate()
+        except retry_on as exc:
+            poll.last = exc
+        else:
+            if poll.last:
+                return poll.last
+        if poll.expired():
+            raise poll.failure()
+        time.sleep(interval)
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = WAIT_TIMEOUT, *, interval: float = 0.1,
+                     what: str = "condition", retry_on: tuple[type[BaseException], ...] = ()) -> Any:
+    """:func:`wait_for` for asyncio tests: ``predicate`` may be a plain function or return an
+    awaitable (a coroutine function), and the loop keeps running between polls."""
+    poll = _Poll(timeout, what)
+    while True:
+        try:
+            value = predicate()
+            poll.last = await value if inspect.isawaitable(value) else value
+        except retry_on as exc:
+            poll.last = exc
+        else:
+            if poll.last:
+                return poll.last
+        if poll.expired():
+            raise poll.failure()
+        await asyncio.sleep(interval)
 
 
 def ephemeral_port_range() -> tuple[int, int]:

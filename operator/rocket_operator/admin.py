@@ -2,8 +2,8 @@
 
 :class:`ClusterAdmin` is the interface the reconciler uses (tests may pass a
 fake); :class:`RemotingClusterAdmin` implements it with
-:class:`rocket.remoting.client.RemotingClient` and the request codes of
-``shared/reference/rocketmq-protocol.md``:
+:class:`rocket.remoting.client.RemotingClient` and RocketMQ's request codes
+(``RequestCode``; what mqadmin sends through ``MQAdminExt``):
 
 ========================================  ===============================================
 registration check                        106 GET_BROKER_CLUSTER_INFO on every NameServer
@@ -31,14 +31,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocket.nameserver import client as ns_client
-from rocket.nameserver.model import TopicConfig, TopicConfigSerializeWrapper, dumps, parse_kv_table
+from rocket.protocol import (
+    PERM_READ,
+    PERM_WRITE,
+    RequestCode,
+    ResponseCode,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    dumps,
+    loads_lenient,
+    parse_kv_table,
+)
 from rocket.remoting.client import RemotingClient
-from rocket.remoting.codes import RequestCode, ResponseCode
-from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError, loads_lenient
+from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError
 
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_READ_WRITE = 6
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
 #: Topics of the broker itself, never copied to another group nor counted as backlog.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -198,10 +205,10 @@ class RemotingClusterAdmin(ClusterAdmin):
             except (RemotingError, OSError, TimeoutError, ValueError):
                 result.unreachable.append(addr)
                 return
-            members = set(info.clusterAddrTable.get(cluster_name, []))
+            members = set(info.cluster_addr_table.get(cluster_name, []))
             result.per_nameserver[addr] = {
-                name: {int(k): v for k, v in data.brokerAddrs.items()}
-                for name, data in info.brokerAddrTable.items() if name in members
+                name: {int(k): v for k, v in data.broker_addrs.items()}
+                for name, data in info.broker_addr_table.items() if name in members
             }
 
         await asyncio.gather(*(one(addr) for addr in nameservers))
@@ -228,7 +235,7 @@ class RemotingClusterAdmin(ClusterAdmin):
         if response.code != ResponseCode.SUCCESS or not response.body:
             return {}
         try:
-            return dict(TopicConfigSerializeWrapper.from_json(response.body).topicConfigTable)
+            return dict(TopicConfigSerializeWrapper.from_json(response.body).topic_config_table)
         except ValueError as exc:
             raise AdminError(f"GET_ALL_TOPIC_CONFIG from {broker}: bad body: {exc}") from exc
 
@@ -247,13 +254,13 @@ class RemotingClusterAdmin(ClusterAdmin):
 
     async def _create_topic(self, broker: str, tc: TopicConfig) -> None:
         ext = {
-            "topic": tc.topicName,
+            "topic": tc.topic_name,
             "defaultTopic": "TBW102",
-            "readQueueNums": str(tc.readQueueNums),
-            "writeQueueNums": str(tc.writeQueueNums),
+            "readQueueNums": str(tc.read_queue_nums),
+            "writeQueueNums": str(tc.write_queue_nums),
             "perm": str(tc.perm),
-            "topicFilterType": tc.topicFilterType or "SINGLE_TAG",
-            "topicSysFlag": str(tc.topicSysFlag),
+            "topicFilterType": tc.topic_filter_type or "SINGLE_TAG",
+            "topicSysFlag": str(tc.topic_sys_flag),
             "order": "true" if tc.order else "false",
         }
         await self._call(broker, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
@@ -286,8 +293,8 @@ class RemotingClusterAdmin(ClusterAdmin):
     async def create_topics(self, broker: str, topics: Iterable[tuple[str, int, int]]) -> None:
         """17 UPDATE_AND_CREATE_TOPIC per ``(name, queues, perm)``; read and write queue counts equal."""
         for name, queues, perm in topics:
-            await self._create_topic(broker, TopicConfig(topicName=name, readQueueNums=queues,
-                                                         writeQueueNums=queues, perm=perm))
+            await self._create_topic(broker, TopicConfig(topic_name=name, read_queue_nums=queues,
+                                                         write_queue_nums=queues, perm=perm))
 
     async def _offset(self, broker: str, code: int, topic: str, queue: int) -> int:
         response = await self._call(broker, code, {"topic": topic, "queueId": str(queue)})
@@ -318,7 +325,7 @@ class RemotingClusterAdmin(ClusterAdmin):
             if tc is None or not isinstance(offsets, dict) or group in SYSTEM_GROUPS:
                 continue
             consumed_topics.add(topic)
-            lag = await self._group_lag(broker, topic, tc.readQueueNums, {int(q): int(o) for q, o in offsets.items()})
+            lag = await self._group_lag(broker, topic, tc.read_queue_nums, {int(q): int(o) for q, o in offsets.items()})
             if lag:
                 progress.lag[str(key)] = lag
         progress.unconsumed = await self._unconsumed(broker, topics, consumed_topics | exclude_topics)
@@ -371,7 +378,7 @@ class RemotingClusterAdmin(ClusterAdmin):
             if topic in skip or topic in SYSTEM_TOPICS or topic.startswith((DLQ_PREFIX, SYSTEM_TOPIC_PREFIX)):
                 continue
             pending = 0
-            for queue in range(tc.readQueueNums):
+            for queue in range(tc.read_queue_nums):
                 high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, topic, queue)
                 if high:
                     pending += high - await self._offset(broker, RequestCode.GET_MIN_OFFSET, topic, queue)
@@ -392,7 +399,7 @@ class RemotingClusterAdmin(ClusterAdmin):
             raise AdminError(f"GET_ALL_DELAY_OFFSET from {broker}: bad body: {exc}") from exc
         delivered = {int(k): int(v) for k, v in ((obj or {}).get("offsetTable") or {}).items()}
         pending = 0
-        for queue in range(schedule.readQueueNums):  # queue id = delay level - 1
+        for queue in range(schedule.read_queue_nums):  # queue id = delay level - 1
             high = await self._offset(broker, RequestCode.GET_MAX_OFFSET, SCHEDULE_TOPIC, queue)
             pending += max(0, high - delivered.get(queue + 1, 0))
         return pending

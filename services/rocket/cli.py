@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -14,6 +17,30 @@ def _root() -> None:
     """RocketCluster command line."""
 
 
+def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
+                       secret_file: Path | None, port: int, host: str | None, unclean: bool | None,
+                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None) -> Any:
+    """Build and check a ControllerConfig from the command line (raises ConfigError)."""
+    from rocket.controller.config import DEFAULT_RAFT_PORT, ControllerConfig, parse_peers, read_secret
+
+    cfg = ControllerConfig(
+        peers=parse_peers(peers, raft_port or DEFAULT_RAFT_PORT),
+        self_address=self_addr or "",
+        secret=read_secret(secret_file),
+        data_dir=str(data_dir or Path("controller-data")),
+        port=port,
+    ).with_overrides(host=host, http_port=http_port, enable_elect_unclean_master=unclean,
+                     controller_heart_beat_timeout_mills=heartbeat_timeout_ms, log_level=log_level)
+    cfg.resolve_self(port)
+    cfg.validate()
+    return cfg
+
+
+_PEERS_HELP = ("Every controller's remoting address, each optionally with '/<raft port>': "
+               "'h:9878/9880,h2:9878/9880,h3:9878/9880'.")
+_SECRET_HELP = "File holding the Raft secret (else $ROCKET_CONTROLLER_SECRET; never on the command line)."
+
+
 @app.command("nameserver")
 def nameserver(
     host: str | None = typer.Option(None, help="Address to listen on (default 0.0.0.0)."),
@@ -23,6 +50,16 @@ def nameserver(
     broker_timeout: float | None = typer.Option(None, help="Seconds of silence before eviction (default 120)."),
     log_level: str | None = typer.Option(None, help="DEBUG, INFO, WARNING or ERROR (default INFO)."),
     config: Path | None = typer.Option(None, "--config", help="TOML or JSON settings file; flags win over it."),
+    enable_controller: bool = typer.Option(False, "--enable-controller-in-namesrv",
+                                           help="Also run a controller, served on this port (RocketMQ's "
+                                           "enableControllerInNamesrv)."),
+    controller_peers: str | None = typer.Option(None, "--controller-peers", help="With the controller: every "
+                                                "NameServer's address, each with '/<raft port>'."),
+    raft_port: int | None = typer.Option(None, "--raft-port", help="Raft port of peers listed without one."),
+    self_addr: str | None = typer.Option(None, "--self-addr", help="This NameServer's entry in the peers."),
+    controller_data_dir: Path | None = typer.Option(None, "--controller-data-dir", help="Raft journal and "
+                                                    "snapshots (default ./controller-data)."),
+    secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
 ) -> None:
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
@@ -43,11 +80,65 @@ def nameserver(
     except ConfigError as exc:
         typer.echo(f"rocket nameserver: {exc}", err=True)
         raise typer.Exit(2) from None
+    controller_cfg = None
+    if enable_controller:
+        from rocket.controller.config import ConfigError as ControllerConfigError
+
+        try:
+            if not controller_peers:
+                raise ControllerConfigError("--enable-controller-in-namesrv needs --controller-peers")
+            controller_cfg = _controller_config(
+                peers=controller_peers, self_addr=self_addr, raft_port=raft_port, data_dir=controller_data_dir,
+                secret_file=secret_file, port=settings.port, host=None, unclean=None, heartbeat_timeout_ms=None,
+                log_level=None)
+        except ControllerConfigError as exc:
+            typer.echo(f"rocket nameserver: {exc}", err=True)
+            raise typer.Exit(2) from None
     setup_logging(settings.log_level)
     try:
-        run(serve(settings))
+        run(serve(settings, controller_cfg))
     except OSError as exc:
         typer.echo(f"rocket nameserver: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command("controller")
+def controller(
+    controller_peers: str = typer.Option(..., "--controller-peers", help=_PEERS_HELP),
+    port: int = typer.Option(9878, "--port", help="Remoting port for brokers and mqadmin (default 9878)."),
+    raft_port: int | None = typer.Option(None, "--raft-port", help="Raft port of peers listed without one (9880)."),
+    self_addr: str | None = typer.Option(None, "--self-addr", help="This controller's entry in the peers "
+                                         "(default: the one whose port is --port)."),
+    host: str | None = typer.Option(None, "--host", help="Address to listen on (default 0.0.0.0)."),
+    http_port: int | None = typer.Option(None, "--http-port", help="HTTP probes, /metrics and /api/v1/controller "
+                                         "(default: off)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Raft journal and snapshots (default "
+                                          "./controller-data)."),
+    secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
+    unclean: bool | None = typer.Option(None, "--enable-elect-unclean-master/--no-elect-unclean-master",
+                                        help="Elect a replica outside the SyncStateSet when none in it is alive."),
+    heartbeat_timeout_ms: int | None = typer.Option(None, "--heartbeat-timeout-ms", help="Broker heartbeat "
+                                                    "timeout when a heartbeat carries none (default 10000)."),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+) -> None:
+    """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
+    from rocket.controller.config import ConfigError
+    from rocket.controller.server import serve
+    from rocket.runtime import run, setup_logging
+
+    try:
+        cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
+                                 data_dir=data_dir, secret_file=secret_file, port=port, host=host,
+                                 unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
+                                 http_port=http_port)
+    except ConfigError as exc:
+        typer.echo(f"rocket controller: {exc}", err=True)
+        raise typer.Exit(2) from None
+    setup_logging(log_level)
+    try:
+        run(serve(cfg))
+    except OSError as exc:
+        typer.echo(f"rocket controller: {exc}", err=True)
         raise typer.Exit(1) from None
 
 
@@ -92,10 +183,137 @@ def broker(
         raise typer.Exit(1) from None
 
 
-# produce, consume, topic, cluster, group and local (rocket/client/cli.py)
+# produce, consume, topic, cluster and group (rocket/client/cli.py); they find a running local
+# cluster's NameServers through rocket.local, which the client itself does not import
+from rocket.client.cli import console, err_console  # noqa: E402
 from rocket.client.cli import register as _register_client_commands  # noqa: E402
+from rocket.client.output import OutputFormat, new_table, output_option, print_document  # noqa: E402
 
-_register_client_commands(app)
+
+def _local_namesrv() -> str | None:
+    from rocket.local import DEFAULT_DIR, namesrv_from_state
+
+    return namesrv_from_state(DEFAULT_DIR)
+
+
+_register_client_commands(app, _local_namesrv)
+
+
+# -- rocket local up|down|status (rocket/local.py) -----------------------------------------------
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups of master + slave).",
+                        no_args_is_help=True)
+
+
+@local_app.command("up")
+def local_up(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    base_port: int = typer.Option(9876, "--base-port", "-p", help="First NameServer port; the others follow."),
+    brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
+    slaves: bool = typer.Option(True, "--slaves/--no-slaves", help="A slave per broker group (replication)."),
+    flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
+    foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
+) -> None:
+    """Start 2 NameServers and broker-a/broker-b as local processes."""
+    from rocket.local import LocalCluster, LocalClusterError, print_state
+
+    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves)
+    try:
+        state = cluster.start(detach=not foreground, timeout=timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted; stopped")
+        raise typer.Exit(130) from None
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    if foreground:
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    print_state(state)
+    if not foreground:
+        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
+        return
+    console.print("running in the foreground; Ctrl-C stops the cluster")
+    try:
+        while not stop:
+            if any(p.poll() is not None for p in cluster.procs.values()):
+                err_console.print("[red]a cluster process exited; stopping the others[/red]")
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopping ...")
+    cluster.stop()
+
+
+@local_app.command("down")
+def local_down(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    timeout: float = typer.Option(20.0, "--timeout", help="Seconds to wait before SIGKILL."),
+) -> None:
+    """Stop the local cluster (SIGTERM, wait, SIGKILL after --timeout)."""
+    from rocket.local import LocalClusterError, down
+
+    try:
+        stopped = down(data_dir, timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (already stopped)'}")
+
+
+@local_app.command("status")
+def local_status(
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    output: OutputFormat = output_option(),
+) -> None:
+    """Show the local cluster's processes; exit code 1 unless all are running and ready.
+
+    ``-o json|yaml``: ``{"dataDir", "namesrv", "processes": [{"name", "kind", "addr", "httpPort", "pid",
+    "running", "ready", "log"}]}`` (README.md, "Output for scripts"); ``-o wide`` adds kind and log file.
+    """
+    from rocket.local import LocalClusterError, status
+
+    try:
+        state, rows = status(data_dir)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    if output.machine:
+        print_document({"dataDir": str(state.data_dir), "namesrv": state.namesrv, "processes": [
+            {"name": r.name, "kind": r.kind, "addr": r.addr, "httpPort": r.http_port, "pid": r.pid,
+             "running": r.running, "ready": r.ready, "log": r.log} for r in rows]}, output)
+    else:
+        wide = output is OutputFormat.WIDE
+        columns: list[tuple[str, Any]] = [("process", "left"), ("address", "left"), ("http", "right"),
+                                          ("pid", "right"), ("state", "left")]
+        if wide:
+            columns += [("kind", "left"), ("log", "left")]
+        table = new_table(columns, title=f"local cluster in {state.data_dir}")
+        for r in rows:
+            st = ("[green]ready[/green]" if r.ready else
+                  ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]"))
+            row = [r.name, r.addr, str(r.http_port), str(r.pid), st]
+            if wide:
+                row += [r.kind, r.log]
+            table.add_row(*row)
+        console.print(table)
+        console.print(f"NameServers: {state.namesrv}", highlight=False)
+    if not all(r.ready for r in rows):
+        raise typer.Exit(1)
+
+
+app.add_typer(local_app, name="local")
 
 # rocket analytics logs|traffic|accuracy (rocket/analytics/cli.py)
 from rocket.analytics.cli import analytics_app  # noqa: E402

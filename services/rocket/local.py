@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import random
 import shutil
@@ -54,6 +53,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rocket.percentiles import percentile
 
 DEFAULT_DIR = Path("data/local")
 DEFAULT_BASE_PORT = 9876
@@ -231,7 +232,7 @@ def _ready(info: ProcessInfo) -> bool:
 
 async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
     from rocket.client.base import MQClient
-    from rocket.client.route import ClusterInfo
+    from rocket.protocol import ClusterInfo
     from rocket.remoting import RequestCode
 
     client = MQClient(";".join(namesrv), timeout=1.0)
@@ -240,8 +241,8 @@ async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
             response = await client.invoke(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
             if response.code != 0:
                 return False
-            info = ClusterInfo.parse(response.body)
-            if not all(name in info.brokers and info.brokers[name].master_addr for name in brokers):
+            info = ClusterInfo.from_json(response.body)
+            if not all(name in info.broker_addr_table and info.broker_addr_table[name].master_addr for name in brokers):
                 return False
         return True
     except Exception:
@@ -514,14 +515,6 @@ def loghub_logs(folder: Path | None = None) -> dict[str, list[str]]:
         if lines:
             logs[system] = lines
     return logs
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q`` (0..100) percentile of already sorted values (nearest rank); 0 when empty."""
-    if not sorted_values:
-        return 0.0
-    rank = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values) / 100 - 1e-9) - 1))
-    return float(sorted_values[rank])
 
 
 async def run_demo(namesrv: str, logs: dict[str, list[str]], *, concurrency: int = 64,

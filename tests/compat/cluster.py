@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.compat import rawremoting
-from tests.support import free_port, rocket_command, wait_port
+from tests.support import free_port, rocket_command, wait_for, wait_port
 
 CLUSTER_NAME = "DefaultCluster"
 #: Level 1.. : levels 1-5 are one second, so sends-back (level 3 + reconsumeTimes) return quickly.
@@ -194,17 +194,15 @@ class Cluster:
 
     def wait_route(self, topic: str, brokers: Sequence[str], timeout: float = 10.0) -> dict[str, object]:
         """Wait until every NameServer's route for ``topic`` lists all of ``brokers``; return the first."""
-        deadline = time.monotonic() + timeout
-        last: object = None
-        while True:
+        def complete() -> dict[str, object] | None:
             routes = [self.route(topic, ns.addr) for ns in self.namesrvs]
-            last = routes
             if all(r is not None and {q["brokerName"] for q in r["queueDatas"]} >= set(brokers)  # type: ignore[index,union-attr]
                    for r in routes):
-                return routes[0]  # type: ignore[return-value]
-            if time.monotonic() > deadline:
-                raise AssertionError(f"route of {topic} does not list {list(brokers)} after {timeout} s: {last}")
-            time.sleep(0.1)
+                return routes[0]
+            return None
+
+        found: dict[str, object] = wait_for(complete, timeout, what=f"every route of {topic} to list {list(brokers)}")
+        return found
 
 
 def _write_broker_config(path: Path, *, name: str, ports: tuple[int, int, int], namesrv: str,

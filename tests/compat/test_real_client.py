@@ -34,6 +34,7 @@ from tests.compat import rawremoting
 from tests.compat.cluster import Cluster, flavor
 from tests.compat.driver import make_body
 from tests.compat.realclient import Driver, DriverProcess
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -91,12 +92,11 @@ def pull_all(driver: Driver, topic: str, expect: int, group: str, timeout: float
 
 
 def wait_consumed(procs: list[DriverProcess], total: set[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen = {m["body"] for p in procs for m in of(p.events(), "msg") if m["result"] == "ok"}
-        if seen >= total:
-            return
-        time.sleep(0.1)
+    """Wait until the drivers together consumed every body of ``total``; fail after ``timeout`` s."""
+    def all_seen() -> bool:
+        return {m["body"] for p in procs for m in of(p.events(), "msg") if m["result"] == "ok"} >= total
+
+    wait_for(all_seen, timeout, what=f"{len(total)} messages consumed by the drivers")
 
 
 # -- route lookup and send -----------------------------------------------------------------

@@ -3,7 +3,6 @@ loopback, and a thin raw-protocol client (RemotingClient + RemotingCommand)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import subprocess
 import time
@@ -256,17 +255,3 @@ async def route(client: RemotingClient, namesrv: str, topic: str) -> dict[str, A
         return None
     obj: dict[str, Any] = orjson.loads(resp.body)
     return obj
-
-
-async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Poll an async or sync predicate until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s (last value {last!r})")

@@ -2,17 +2,14 @@
 
 Started once per test session on free loopback ports (real processes via
 ``rocket.local.LocalCluster``) and stopped at exit. Tests use unique topic and
-group names, so they do not see each other's messages.
+group names (``tests.support.unique``), so they do not see each other's messages.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import shutil
 import tempfile
-import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from rocket.local import ClusterState, LocalCluster, find_free_base_port
@@ -36,24 +33,3 @@ def shared_cluster() -> ClusterState:
 
         atexit.register(stop)
     return _state
-
-
-def unique(prefix: str) -> str:
-    """A fresh topic or group name."""
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 20.0,
-                     interval: float = 0.1, what: str = "condition") -> None:
-    """Wait until ``check()`` is true; fail with ``what`` after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(interval)

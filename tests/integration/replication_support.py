@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,9 @@ import aiohttp
 from rocket.client import Producer
 from rocket.client.producer import build_message
 from tests.integration.broker_harness import BrokerProc, broker_process
+
+#: Errors a poll of a broker that is starting, stopping or failing over may meet: "not yet".
+TRANSIENT = (TimeoutError, aiohttp.ClientError, OSError)
 
 #: Replication settings that keep the fault tests short (defaults: 5 s / 20 s / 3 s / 10 s).
 FAST_HA = {
@@ -51,21 +53,6 @@ async def ha_status(b: BrokerProc) -> dict[str, Any]:
     status, body = await http_json(f"{b.http}/api/v1/ha")
     assert status == 200, body
     return dict(body)
-
-
-async def wait_until(check: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Poll the async ``check()`` until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = await check()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            last = exc
-        if last and not isinstance(last, BaseException):
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def commitlog_bytes(store: Path, end: int, segment_size: int) -> bytes:

@@ -22,9 +22,8 @@ from tests.integration.broker_harness import (
     nameserver_process,
     records,
     route,
-    wait_for,
 )
-from tests.support import free_port
+from tests.support import eventually, free_port
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 
@@ -79,7 +78,7 @@ async def test_sigterm_unregisters_answers_parked_pulls_and_exits(
         assert await route(client, ns.addr, "TermT") is not None
         # one delayed message delivered before the restart, one still waiting at shutdown
         assert (await rb.send("TermD", b"early", props={"DELAY": "1"})).code == 0
-        await wait_for(lambda: _found(rb, "TermD"), timeout=5)
+        await eventually(lambda: _found(rb, "TermD"), timeout=5)
         assert (await rb.send("TermD", b"late", queue_id=1, props={"DELAY": "2"})).code == 0
         offsets_before = orjson.loads((await rb.call(RequestCode.GET_ALL_DELAY_OFFSET)).body)["offsetTable"]
         assert offsets_before["1"] == 1
@@ -105,7 +104,7 @@ async def test_sigterm_unregisters_answers_parked_pulls_and_exits(
         assert pulled.code == 0
         offsets_after = orjson.loads((await rb.call(RequestCode.GET_ALL_DELAY_OFFSET)).body)["offsetTable"]
         assert offsets_after["1"] == offsets_before["1"]
-        late = await wait_for(lambda: _found(rb, "TermD", queue_id=1), timeout=8)
+        late = await eventually(lambda: _found(rb, "TermD", queue_id=1), timeout=8)
         assert [m.body for m in records(late)] == [b"late"]
         await asyncio.sleep(0.5)
         assert [m.body for m in records(await rb.pull("G2", "TermD"))] == [b"early"]
@@ -122,7 +121,7 @@ async def test_http_endpoints(tmp_path: Path, client: RemotingClient, ns: NameSe
         rb = RawBroker(client, b.addr)
         async with aiohttp.ClientSession() as http:
             assert (await (await http.get(f"{b.http}/healthz")).json())["status"] == "ok"
-            ready = await wait_for(lambda: _status(http, f"{b.http}/readyz", 200))
+            ready = await eventually(lambda: _status(http, f"{b.http}/readyz", 200))
             assert ready["nameServers"] == [ns.addr]
             created = await http.post(f"{b.http}/api/v1/topics", json={"topic": "WebT", "readQueueNums": 2,
                                                                          "writeQueueNums": 2})
@@ -202,8 +201,8 @@ async def test_nameserver_started_after_the_broker(tmp_path: Path, client: Remot
             assert "not registered" in str((await not_ready.json())["reasons"])
             with nameserver_process(tmp_path, port=ns_port) as ns:
                 # re-resolved and re-registered at the next heartbeat (period 2 s in tests)
-                await wait_for(lambda: route(client, ns.addr, "TBW102"), timeout=10)
-                await wait_for(lambda: _status(http, f"{b.http}/readyz", 200), timeout=5)
+                await eventually(lambda: route(client, ns.addr, "TBW102"), timeout=10)
+                await eventually(lambda: _status(http, f"{b.http}/readyz", 200), timeout=5)
 
 
 async def test_auto_create_disabled(tmp_path: Path, client: RemotingClient, ns: NameServerProc) -> None:
@@ -239,7 +238,7 @@ async def test_clients_expire_without_heartbeats(tmp_path: Path, ns: NameServerP
             else:
                 raise AssertionError("the silent member never expired")
             assert notices and notices[-1] == "EG"
-            await wait_for(lambda: member_conn.closed, timeout=3)  # its connection was closed
+            await eventually(lambda: member_conn.closed, timeout=3)  # its connection was closed
         finally:
             await watcher.close()
             await member.close()

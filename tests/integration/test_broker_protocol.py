@@ -5,7 +5,6 @@ delayed delivery, auto-creation, notifications and bad input."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rocket.client.admin import parse_consume_stats
+from rocket.client.admin import loads_object_keys, parse_consume_stats
 from rocket.message import decode_offset_msg_id, decode_records, encode_properties
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingConnectError, RequestCode, ResponseCode
 from tests.integration.broker_harness import (
@@ -24,17 +23,10 @@ from tests.integration.broker_harness import (
     nameserver_process,
     records,
     route,
-    wait_for,
 )
+from tests.support import eventually, unique
 
 pytestmark = pytest.mark.timeout(60)
-
-_seq = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}{next(_seq)}_{int(time.time() * 1000) % 100000}"
-
 
 @pytest.fixture(scope="module")
 def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -78,7 +70,7 @@ async def new_topic(rb: RawBroker, queues: int = 4, perm: int = 6) -> str:
 
 async def test_registered_with_tbw102_route(client: RemotingClient, nameserver: NameServerProc,
                                             broker: BrokerProc) -> None:
-    data = await wait_for(lambda: route(client, nameserver.addr, "TBW102"))
+    data = await eventually(lambda: route(client, nameserver.addr, "TBW102"))
     (bd,) = data["brokerDatas"]
     assert bd["brokerName"] == "broker-a" and bd["cluster"] == "TestCluster"
     assert bd["brokerAddrs"]["0"] == broker.addr
@@ -115,7 +107,7 @@ async def test_auto_create_from_tbw102(rb: RawBroker, client: RemotingClient, na
     assert resp.code == 0, resp.remark
     table = orjson.loads((await rb.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
     assert table[topic]["readQueueNums"] == 3 and table[topic]["perm"] == 6
-    data = await wait_for(lambda: route(client, nameserver.addr, topic))
+    data = await eventually(lambda: route(client, nameserver.addr, topic))
     assert data["queueDatas"][0]["writeQueueNums"] == 3
 
 
@@ -231,11 +223,11 @@ async def test_parked_pull_dropped_when_client_goes(broker: BrokerProc) -> None:
         async def none_parked() -> bool:
             return await parked() == 0
 
-        await wait_for(parked)
+        await eventually(parked)
         await c1.close()
         with pytest.raises(RemotingConnectError):
             await task
-        await wait_for(none_parked)
+        await eventually(none_parked)
     finally:
         await c1.close()
         await c2.close()
@@ -248,7 +240,7 @@ async def test_consumer_offsets_and_q9(rb: RawBroker) -> None:
     topic = await new_topic(rb)
     group = unique("G_off")
     fresh = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 0})
-    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # quirk Q9
+    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # ConsumerManageProcessor.queryConsumerOffset
     upd = await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
                         {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 7})
     assert upd.code == 0
@@ -302,12 +294,12 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
         a, b = RawBroker(ca, broker.addr), RawBroker(cb, broker.addr)
         topics = [topic, f"%RETRY%{group}"]
         assert (await a.heartbeat("client-a", [(group, topics)], ["PID_HB"])).code == 0
-        await wait_for(lambda: notices["a"] == [group])
+        await eventually(lambda: notices["a"] == [group])
         listing = await a.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         assert orjson.loads(listing.body) == {"consumerIdList": ["client-a"]}
         # the C++ form joins the group: both members are told
         assert (await b.heartbeat("client-b", [(group, topics)], cpp=True)).code == 0
-        await wait_for(lambda: len(notices["a"]) == 2 and len(notices["b"]) == 1)
+        await eventually(lambda: len(notices["a"]) == 2 and len(notices["b"]) == 1)
         listing = await a.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         assert orjson.loads(listing.body)["consumerIdList"] == ["client-a", "client-b"]
         # a repeated heartbeat changes nothing
@@ -317,17 +309,17 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
         # retry topic created and registered
         table = orjson.loads((await a.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
         assert table[f"%RETRY%{group}"]["readQueueNums"] == 1
-        await wait_for(lambda: route(client, nameserver.addr, f"%RETRY%{group}"))
+        await eventually(lambda: route(client, nameserver.addr, f"%RETRY%{group}"))
         conns = await a.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
         assert {c["clientId"] for c in orjson.loads(conns.body)["connectionSet"]} == {"client-a", "client-b"}
         # unregister b: a is told
         unreg = await b.call(RequestCode.UNREGISTER_CLIENT,
                              {"clientID": "client-b", "consumerGroup": group, "producerGroup": ""})
         assert unreg.code == 0
-        await wait_for(lambda: len(notices["a"]) == 3)
+        await eventually(lambda: len(notices["a"]) == 3)
         # a's connection closes: the group is empty at once
         await ca.close()
-        gone = await wait_for(lambda: _consumer_list_code(b, group, ResponseCode.SYSTEM_ERROR))
+        gone = await eventually(lambda: _consumer_list_code(b, group, ResponseCode.SYSTEM_ERROR))
         assert "no consumer for this group" in (gone.remark or "")
     finally:
         await ca.close()
@@ -362,7 +354,7 @@ async def test_send_back_to_retry_then_dlq(rb: RawBroker) -> None:
     retry = f"%RETRY%{group}"
     # level 3 + 0 = 400 ms with the test's delay levels
     started = time.monotonic()
-    resp = await wait_for(lambda: _found(rb, group, retry), timeout=5)
+    resp = await eventually(lambda: _found(rb, group, retry), timeout=5)
     assert time.monotonic() - started < 3
     (copy,) = records(resp)
     assert copy.body == b"fail me" and copy.reconsume_times == 1 and copy.tags == "T1"
@@ -377,7 +369,7 @@ async def test_send_back_to_retry_then_dlq(rb: RawBroker) -> None:
     back = await rb.call(RequestCode.CONSUMER_SEND_MSG_BACK,
                          {"offset": copy.physical_offset, "group": group, "delayLevel": 0})
     assert back.code == 0, back.remark
-    dlq = await wait_for(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3)
+    dlq = await eventually(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3)
     (dead,) = records(dlq)
     assert dead.body == b"fail me" and dead.reconsume_times == 2
     assert dead.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
@@ -393,7 +385,7 @@ async def test_send_back_negative_level_goes_to_dlq(rb: RawBroker) -> None:
     back = await rb.call(RequestCode.CONSUMER_SEND_MSG_BACK,
                          {"offset": msg.physical_offset, "group": group, "delayLevel": -1})
     assert back.code == 0
-    (dead,) = records(await wait_for(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
+    (dead,) = records(await eventually(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
     assert dead.body == b"dead"
 
 
@@ -402,7 +394,7 @@ async def test_retry_topic_send_over_max_goes_to_dlq(rb: RawBroker) -> None:
     assert (await rb.heartbeat("c-retry", [(group, [f"%RETRY%{group}"])])).code == 0
     resp = await rb.send(f"%RETRY%{group}", b"again", reconsume_times=3, max_reconsume_times=3)
     assert resp.code == 0, resp.remark
-    (dead,) = records(await wait_for(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
+    (dead,) = records(await eventually(lambda: _found(rb, group, f"%DLQ%{group}"), timeout=3))
     assert dead.body == b"again"
 
 
@@ -418,7 +410,7 @@ async def test_delayed_delivery(rb: RawBroker) -> None:
     assert resp.code == 0, resp.remark
     early = await rb.pull("G_delay", topic)
     assert early.code == ResponseCode.PULL_NOT_FOUND
-    delivered = await wait_for(lambda: _found(rb, "G_delay", topic), timeout=5)
+    delivered = await eventually(lambda: _found(rb, "G_delay", topic), timeout=5)
     elapsed = time.monotonic() - started
     (msg,) = records(delivered)
     assert msg.body == b"later" and msg.properties["REAL_TOPIC"] == topic and "DELAY" not in msg.properties
@@ -437,7 +429,7 @@ async def test_query_message_and_view_by_id(rb: RawBroker) -> None:
     _, phys = decode_offset_msg_id(sent.ext_fields["msgId"])
     now = int(time.time() * 1000)
     query = {"topic": topic, "key": key, "maxNum": 32, "beginTimestamp": 0, "endTimestamp": now + 60_000}
-    found = await wait_for(lambda: _query(rb, query))
+    found = await eventually(lambda: _query(rb, query))
     (msg,) = list(decode_records(found.body))
     assert msg.body == b"findme"
     assert "indexLastUpdateTimestamp" in found.ext_fields and "indexLastUpdatePhyoffset" in found.ext_fields
@@ -471,9 +463,9 @@ async def test_runtime_info_and_consume_stats(rb: RawBroker) -> None:
     by_queue = {q.queue.queue_id: q for q in queues}
     assert by_queue[1].broker_offset == 5 and by_queue[1].consumer_offset == 2 and by_queue[1].lag == 3
     assert by_queue[0].lag == 0 and tps > 0
-    listing = orjson.loads(stats.body)["offsetList"]
+    listing = loads_object_keys(stats.body)["offsetList"]  # fastjson's object keys in offsetTable
     assert {e["messageQueue"]["queueId"] for e in listing} == {0, 1}
-    topic_stats = orjson.loads((await rb.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body)
+    topic_stats = loads_object_keys((await rb.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body)
     assert {e["messageQueue"]["queueId"]: e["maxOffset"] for e in topic_stats["offsetList"]} == {0: 0, 1: 5}
 
 
@@ -625,3 +617,49 @@ async def test_delete_subscription_group_and_check_client_config(rb: RawBroker) 
     sql = orjson.dumps({"group": group, "subscriptionData": {"topic": "T", "subString": "a>1",
                                                              "expressionType": "SQL92"}})
     assert (await rb.call(RequestCode.CHECK_CLIENT_CONFIG, body=sql)).code == ResponseCode.SYSTEM_ERROR
+
+
+# -- the requests of mqadmin's operational commands (the tools themselves: tests/compat/test_mqadmin.py) --
+
+
+async def test_admin_tool_requests_refuse_clearly(rb: RawBroker) -> None:
+    """Error paths of the mqadmin requests: each answers a code and a remark naming what is missing."""
+    topic = await new_topic(rb, 2)
+    running = await rb.call(RequestCode.GET_CONSUMER_RUNNING_INFO,
+                            {"consumerGroup": "G_none", "clientId": "10.0.0.1@x", "jstackEnable": "false"})
+    assert running.code == ResponseCode.SYSTEM_ERROR and "not online" in (running.remark or "")
+    direct = await rb.call(RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                           {"consumerGroup": "G_none", "clientId": "c", "msgId": "not-hex"})
+    assert direct.code == ResponseCode.SYSTEM_ERROR and "msgId" in (direct.remark or "")
+    cq = await rb.call(RequestCode.QUERY_CONSUME_QUEUE, {"topic": topic, "queueId": 7, "index": 0, "count": 5})
+    assert cq.code == ResponseCode.SYSTEM_ERROR and f"7@{topic}" in (cq.remark or "")
+    no_topic = await rb.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                             {"topic": unique("nope"), "group": "G", "timestamp": 0, "isForce": "true"})
+    assert no_topic.code == ResponseCode.SYSTEM_ERROR and "no topic in this broker" in (no_topic.remark or "")
+    no_group = await rb.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                             {"topic": topic, "group": unique("G"), "timestamp": 0, "isForce": "true"})
+    assert no_group.code == ResponseCode.SYSTEM_ERROR and "not exist" in (no_group.remark or "")
+    group = unique("G")
+    for q in range(2):
+        ok = await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
+                           {"consumerGroup": group, "topic": topic, "queueId": q, "commitOffset": 0})
+        assert ok.code == 0
+    offline = await rb.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                            {"topic": topic, "group": group, "timestamp": -1, "isForce": "true"})
+    assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE, offline.remark
+    producers = await rb.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": unique("PG")})
+    assert producers.code == ResponseCode.SYSTEM_ERROR and "not exist" in (producers.remark or "")
+    missing = await rb.call(RequestCode.GET_TOPIC_CONFIG, {"topic": unique("nope")})
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+    found = orjson.loads((await rb.call(RequestCode.GET_TOPIC_CONFIG, {"topic": topic})).body)
+    assert found["topicName"] == topic and found["readQueueNums"] == 2
+    who = orjson.loads((await rb.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})).body)
+    assert who == {"groupList": [group]}
+    first = unique("ok")
+    bad_list = await rb.call(RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=orjson.dumps(
+        {"topicConfigList": [{"topicName": first}, {"topicName": "bad name"}]}))
+    assert bad_list.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in (bad_list.remark or "")
+    none_made = await rb.call(RequestCode.GET_TOPIC_CONFIG, {"topic": first})
+    assert none_made.code == ResponseCode.TOPIC_NOT_EXIST  # all or nothing
+    stats = await rb.call(RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": topic})
+    assert stats.code == ResponseCode.SYSTEM_ERROR and "not exist" in (stats.remark or "")

@@ -9,7 +9,8 @@ import pytest
 
 from rocket.client import Admin, MQClient, Producer, PullConsumer, TopicRouteError, build_message
 from rocket.local import ClusterState
-from tests.integration.client_support import eventually, shared_cluster, unique
+from tests.integration.client_support import shared_cluster
+from tests.support import eventually, unique
 
 
 @pytest.fixture(scope="module")

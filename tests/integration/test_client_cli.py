@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from rocket.local import ClusterState, find_free_base_port
-from tests.integration.client_support import shared_cluster, unique
-from tests.support import ROOT
+from tests.integration.client_support import shared_cluster
+from tests.support import ROOT, unique
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +62,106 @@ def test_topic_produce_consume_lag_cluster_commands(cluster: ClusterState) -> No
     deleted = rocket("topic", "delete", topic, namesrv=ns)
     assert deleted.returncode == 0, deleted.stderr
     assert topic not in rocket("topic", "list", namesrv=ns).stdout
+
+
+def rocket_to_file(out_file: Path, *args: str, namesrv: str) -> str:
+    """Run ``rocket <args>`` as a script would, standard output into a file (no terminal, and no
+    $COLUMNS to lean on); returns what landed in the file. Fails on a non-zero exit."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(PYTHONPATH=str(ROOT / "services"), ROCKET_NAMESRV=namesrv)
+    with out_file.open("w") as sink:
+        done = subprocess.run([sys.executable, "-m", "rocket.cli", *args], stdout=sink, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, timeout=60, env=env, text=True)
+    text = out_file.read_text()
+    assert done.returncode == 0, f"rocket {' '.join(args)}: exit {done.returncode}\n{done.stderr}\n{text}"
+    return text
+
+
+#: The documented top-level keys of each listing command's ``-o json`` document (README.md,
+#: "Output for scripts"), and of its list entries.
+DOCUMENTED_KEYS: dict[str, tuple[set[str], set[str]]] = {
+    "topic list": ({"topics"}, {"topic", "queueDatas"}),
+    "cluster list": ({"brokers"}, {"clusterName", "brokerName", "brokerId", "brokerAddr", "role", "error",
+                                   "runtime"}),
+    "group lag": ({"consumerGroup", "source", "consumeTps", "totalLag", "queues"},
+                  {"topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag", "lastTimestamp"}),
+    "local status": ({"dataDir", "namesrv", "processes"},
+                     {"name", "kind", "addr", "httpPort", "pid", "running", "ready", "log"}),
+    "cluster ha": ({"brokerName", "brokerId", "brokerRole", "brokerAddr", "haServerAddr", "epoch", "epochs",
+                    "maxOffset", "minOffset", "slaves", "master"}, set()),
+}
+
+
+def _without(doc: dict[str, Any], *volatile: str) -> dict[str, Any]:
+    """``doc`` with the figures that change between two runs (rates, uptime) taken out."""
+    if "brokers" in doc:
+        return {"brokers": [{k: v for k, v in b.items() if k != "runtime"} for b in doc["brokers"]]}
+    return {k: v for k, v in doc.items() if k not in volatile}
+
+
+def test_listing_commands_piped_to_a_file_print_whole_cells_json_and_yaml(cluster: ClusterState,
+                                                                         tmp_path: Path) -> None:
+    """Issue 19: piped into a file, no cell is cut ("Defa…", "127.…"); -o json/yaml parse and agree."""
+    ns = cluster.namesrv
+    topic = unique("CliListingTopicWithAQuiteLongNameToBeSeenWhole")
+    group = unique("CliListingGroupWithAQuiteLongNameToBeSeenWhole")
+    assert subprocess.run([sys.executable, "-m", "rocket.cli", "topic", "create", topic, "--queues", "2", "-n", ns],
+                          capture_output=True, timeout=60).returncode == 0
+    assert rocket("produce", topic, "--count", "6", "-q", namesrv=ns).returncode == 0
+    out = tmp_path / "out.txt"
+
+    brokers = json.loads(rocket_to_file(out, "cluster", "list", "-o", "json", namesrv=ns))["brokers"]
+    addrs = sorted(b["brokerAddr"] for b in brokers)
+    assert len(addrs) == 2 and all(a.startswith("127.0.0.1:") for a in addrs)
+    commands: dict[str, list[str]] = {
+        "topic list": ["topic", "list"],
+        "cluster list": ["cluster", "list"],
+        "group lag": ["group", "lag", group, "--topic", topic],
+        "local status": ["local", "status", "--dir", cluster.data_dir],
+        "cluster ha": ["cluster", "ha", "--addr", addrs[0]],
+    }
+    # what each command's tables must show whole: names, addresses, numbers
+    whole: dict[str, list[str]] = {
+        "topic list": [topic],
+        "cluster list": ["DefaultCluster", "broker-a", "broker-b", *addrs, "MASTER"],
+        "group lag": [topic, "broker-a", "broker-b", group],
+        "local status": [p.addr for p in cluster.processes] + [str(p.pid) for p in cluster.processes]
+        + [cluster.data_dir],
+        "cluster ha": [addrs[0]],
+    }
+    for name, argv in commands.items():
+        for fmt in ("table", "wide"):
+            text = rocket_to_file(out, *argv, "-o", fmt, namesrv=ns)
+            assert "…" not in text and "..." not in text, f"{name} -o {fmt} cut a cell:\n{text}"
+            for cell in whole[name]:
+                assert cell in text, f"{name} -o {fmt} lacks {cell!r} whole:\n{text}"
+        doc = json.loads(rocket_to_file(out, *argv, "-o", "json", namesrv=ns))
+        top, entry = DOCUMENTED_KEYS[name]
+        assert isinstance(doc, dict) and top <= set(doc), f"{name}: {sorted(doc)}"
+        items = next((v for v in doc.values() if isinstance(v, list) and v and isinstance(v[0], dict)), [])
+        if entry:
+            assert items, f"{name} -o json lists nothing: {doc}"
+            for item in items:
+                assert entry - {"queueDatas"} <= set(item) <= entry, f"{name}: {sorted(item)}"
+        again = yaml.safe_load(rocket_to_file(out, *argv, "-o", "yaml", namesrv=ns))
+        assert _without(again, "maxOffset", "minOffset", "consumeTps") == _without(doc, "maxOffset", "minOffset",
+                                                                                     "consumeTps"), name
+    # the figures are the real ones, with their JSON types
+    lag = json.loads(rocket_to_file(out, "group", "lag", group, "--topic", topic, "-o", "json", namesrv=ns))
+    assert lag["consumerGroup"] == group and lag["totalLag"] == 6
+    assert sum(q["brokerOffset"] for q in lag["queues"]) == 6 and all(q["lag"] == q["brokerOffset"]
+                                                                      for q in lag["queues"])
+    topics = json.loads(rocket_to_file(out, "topic", "list", "-o", "json", "--routes", namesrv=ns))["topics"]
+    mine = next(t for t in topics if t["topic"] == topic)
+    assert sorted((q["brokerName"], q["readQueueNums"], q["writeQueueNums"], q["perm"]) for q in mine["queueDatas"]) \
+        == [("broker-a", 2, 2, 6), ("broker-b", 2, 2, 6)]
+    # both masters stored some of the 6 messages; runtime keeps RocketMQ's keys and string values
+    assert {b["brokerId"] for b in brokers} == {0} and all(int(b["runtime"]["commitLogMaxOffset"]) > 0
+                                                            for b in brokers)
+    assert {b["runtime"]["brokerName"] for b in brokers} == {"broker-a", "broker-b"}
+    status = json.loads(rocket_to_file(out, "local", "status", "--dir", cluster.data_dir, "-o", "json", namesrv=ns))
+    assert sorted(p["addr"] for p in status["processes"]) == sorted(p.addr for p in cluster.processes)
+    assert all(p["ready"] is True for p in status["processes"])
 
 
 def test_bad_namesrv_gives_a_clear_error() -> None:

@@ -19,7 +19,8 @@ from rocket.client import (
 )
 from rocket.local import ClusterState
 from rocket.message import decode_offset_msg_id
-from tests.integration.client_support import shared_cluster, unique
+from tests.integration.client_support import shared_cluster
+from tests.support import unique
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,8 @@ async def test_round_trip_with_tags_keys_properties(cluster: ClusterState) -> No
     topic = await _topic(cluster.namesrv)
     sent = {}
     born_floor = int(time.time() * 1000) - 1
+    broker_addr = {p.name: p.addr for p in cluster.processes if p.kind == "broker"}
+    last_phys: dict[str, int] = {}
     async with Producer(unique("PID"), cluster.namesrv) as producer:
         for i in range(40):
             msg = build_message(topic, f"body-{i}", tags="TagA" if i % 2 else "TagB", keys=[f"k{i}", "all"],
@@ -58,7 +61,11 @@ async def test_round_trip_with_tags_keys_properties(cluster: ClusterState) -> No
             result = await producer.send(msg)
             assert result.status is SendStatus.SEND_OK
             store_host, phys = decode_offset_msg_id(result.offset_msg_id)
-            assert phys >= 0 and store_host.endswith(":" + store_host.rsplit(":", 1)[1])
+            # offsetMsgId = the storing broker's address + the record's CommitLog offset, rising per broker
+            broker = result.queue.broker_name
+            assert store_host == broker_addr[broker], (store_host, broker_addr)
+            assert phys > last_phys.get(broker, -1)
+            last_phys[broker] = phys
             sent[result.msg_id] = (i, result)
     # round robin over both broker groups
     assert {r.queue.broker_name for _, r in sent.values()} == {"broker-a", "broker-b"}

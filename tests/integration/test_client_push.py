@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,7 +21,8 @@ from rocket.client import (
     build_message,
 )
 from rocket.local import ClusterState
-from tests.integration.client_support import eventually, shared_cluster, unique
+from tests.integration.client_support import shared_cluster
+from tests.support import eventually, unique
 
 FAST = {"rebalance_interval": 1.0, "persist_interval": 0.5, "heartbeat_interval": 2.0, "suspend_timeout": 2.0}
 
@@ -213,8 +215,12 @@ async def test_start_from_timestamp(cluster: ClusterState) -> None:
         await consumer.shutdown()
 
 
-async def test_start_from_last_offset_skips_old_messages_when_the_broker_says_so(cluster: ClusterState) -> None:
+async def test_start_from_last_offset_reads_a_queue_that_still_starts_at_0(cluster: ClusterState) -> None:
+    """A fresh group with LAST_OFFSET on a queue whose data still starts at 0: the broker answers
+    QUERY_CONSUMER_OFFSET with 0, not QUERY_NOT_FOUND (RocketMQ's ConsumerManageProcessor), so the
+    consumer reads the messages sent before it started too."""
     topic = await _topic(cluster.namesrv, queues=1)
+    await _send(cluster.namesrv, topic, [f"old{i}" for i in range(10)])
     got = Collector()
     consumer = PushConsumer(unique("CID"), cluster.namesrv, got, consume_from=ConsumeFrom.LAST_OFFSET, **FAST)
     consumer.subscribe(topic)
@@ -223,8 +229,59 @@ async def test_start_from_last_offset_skips_old_messages_when_the_broker_says_so
         await eventually(lambda: len(consumer.assigned_queues()) >= 2, 10, what="queues assigned")
         await _send(cluster.namesrv, topic, ["after-start"])
         await eventually(lambda: b"after-start" in got.bodies, 20, what="a message sent after start")
+        await asyncio.sleep(0.5)
+        assert sorted(got.bodies) == sorted([b"after-start", *(f"old{i}".encode() for i in range(10))])
     finally:
         await consumer.shutdown()
+
+
+#: A broker whose retention deletes every CommitLog file but the one being written, at once: 64 KiB
+#: files, kept 0 hours, deleted at any hour, checked every 200 ms.
+RETENTION_ARGS = ["--set", "mappedFileSizeCommitLog=65536", "--set", "fileReservedTime=0",
+                  "--set", "deleteWhen=" + ";".join(f"{h:02d}" for h in range(24)),
+                  "--set", "cleanResourceInterval=200"]
+
+
+async def test_start_from_last_offset_skips_old_messages_when_the_broker_says_so(tmp_path: Path) -> None:
+    """A fresh group with LAST_OFFSET on a queue whose first messages retention deleted: the broker
+    answers QUERY_CONSUMER_OFFSET with QUERY_NOT_FOUND, and the consumer starts at the queue's end,
+    skipping the old messages still stored there."""
+    from rocket.client import PullConsumer
+    from rocket.local import running_cluster
+
+    stack = contextlib.ExitStack()  # running_cluster waits with asyncio.run: start and stop it in a thread
+    state = await asyncio.to_thread(stack.enter_context, running_cluster(
+        tmp_path / "c", nameservers=1, brokers=1, slaves=False, extra_broker_args=RETENTION_ARGS))
+    try:
+        ns = state.namesrv
+        topic = await _topic(ns, queues=1)
+        old = [f"old{i:03d}-".ljust(4000, "x") for i in range(60)]  # ~240 KiB: 4 CommitLog files
+        async with Producer(unique("PID"), ns) as producer:
+            for body in old:  # one at a time: the queue holds them in this order
+                await producer.send(build_message(topic, body))
+        async with PullConsumer(unique("CID"), ns) as puller:
+            (mq,) = await puller.queues(topic)
+            assert await puller.max_offset(mq) == len(old)
+            first = await eventually(lambda: puller.min_offset(mq), 20, what="retention to delete old files")
+            assert 0 < first < len(old) - 1  # old messages from `first` on are still stored
+            kept = (await puller.pull(mq, first, 1)).messages
+            assert [m.body.decode() for m in kept] == [old[first]]
+
+        got = Collector()
+        consumer = PushConsumer(unique("CID"), ns, got, consume_from=ConsumeFrom.LAST_OFFSET, **FAST)
+        consumer.subscribe(topic)
+        await consumer.start()
+        try:
+            await eventually(lambda: any(q.topic == topic for q in consumer.assigned_queues()), 10,
+                             what="the queue assigned")
+            await _send(ns, topic, ["after-start"])
+            await eventually(lambda: b"after-start" in got.bodies, 20, what="a message sent after start")
+            await asyncio.sleep(0.5)
+            assert got.bodies == [b"after-start"]
+        finally:
+            await consumer.shutdown()
+    finally:
+        await asyncio.to_thread(stack.close)
 
 
 async def test_async_iterator_and_tag_filter(cluster: ClusterState) -> None:

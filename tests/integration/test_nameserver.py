@@ -9,7 +9,7 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,9 @@ import orjson
 import pytest
 
 from rocket.nameserver import client as ns
-from rocket.nameserver.model import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from rocket.protocol import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingCommandError, RequestCode, encode
-from tests.support import free_port, rocket_command, running, wait_port
+from tests.support import eventually, free_port, rocket_command, running, wait_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,16 +59,6 @@ async def client() -> Any:
     await remoting.close()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``check`` until it returns True; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout} s")
-
-
 async def register(client: RemotingClient, addr: str, broker_name: str, broker_addr: str, *topics: str,
                    broker_id: int = 0, version: int = 1, cluster: str = "DefaultCluster",
                    compressed: bool = False) -> ns.RegisterBrokerResponse:
@@ -100,10 +90,10 @@ async def test_register_master_and_slave_then_lookup(nameserver: NameServerProce
     assert (slave.master_addr, slave.ha_server_addr) == ("10.1.0.1:10911", "10.1.0.1:10912")
 
     route = await ns.get_route(client, addr, "RegTopic")
-    assert [(q.brokerName, q.readQueueNums, q.writeQueueNums, q.perm) for q in route.queueDatas] == [
+    assert [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == [
         ("reg-a", 4, 4, 6)
     ]
-    assert [(b.cluster, b.brokerName, b.brokerAddrs) for b in route.brokerDatas] == [
+    assert [(b.cluster, b.broker_name, b.broker_addrs) for b in route.broker_datas] == [
         ("DefaultCluster", "reg-a", {0: "10.1.0.1:10911", 1: "10.1.0.2:10911"})
     ]
     assert await route_exists(client, addr, "%RETRY%reg-group")
@@ -115,15 +105,15 @@ async def test_register_master_and_slave_then_lookup(nameserver: NameServerProce
     assert json.loads(raw.body)["brokerDatas"][0]["brokerAddrs"]["0"] == "10.1.0.1:10911"
 
     info = await ns.get_cluster_info(client, addr)
-    assert info.brokerAddrTable["reg-a"].brokerAddrs == {0: "10.1.0.1:10911", 1: "10.1.0.2:10911"}
-    assert "reg-a" in info.clusterAddrTable["DefaultCluster"]
+    assert info.broker_addr_table["reg-a"].broker_addrs == {0: "10.1.0.1:10911", 1: "10.1.0.2:10911"}
+    assert "reg-a" in info.cluster_addr_table["DefaultCluster"]
     assert "RegTopic" in await ns.get_all_topic_list(client, addr)
     assert "RegTopic" in await ns.get_topics_by_cluster(client, addr, "DefaultCluster")
 
     await ns.unregister_broker(client, addr, cluster_name="DefaultCluster", broker_name="reg-a",
                                broker_addr="10.1.0.2:10911", broker_id=1)
     route = await ns.get_route(client, addr, "RegTopic")
-    assert route.brokerDatas[0].brokerAddrs == {0: "10.1.0.1:10911"}
+    assert route.broker_datas[0].broker_addrs == {0: "10.1.0.1:10911"}
     await ns.unregister_broker(client, addr, cluster_name="DefaultCluster", broker_name="reg-a",
                                broker_addr="10.1.0.1:10911", broker_id=0)
     assert not await route_exists(client, addr, "RegTopic")
@@ -139,7 +129,7 @@ async def test_unknown_topic_answers_17(nameserver: NameServerProcess, client: R
 async def test_compressed_registration_and_crc_check(nameserver: NameServerProcess, client: RemotingClient) -> None:
     addr = nameserver.addr
     await register(client, addr, "zip-a", "10.2.0.1:10911", "ZipTopic", compressed=True)
-    assert (await ns.get_route(client, addr, "ZipTopic")).queueDatas[0].brokerName == "zip-a"
+    assert (await ns.get_route(client, addr, "ZipTopic")).queue_datas[0].broker_name == "zip-a"
     body = RegisterBrokerBody(TopicConfigSerializeWrapper({"CrcTopic": TopicConfig("CrcTopic")})).encode()
     request = RemotingCommand(code=RequestCode.REGISTER_BROKER, body=body, ext_fields={
         "brokerName": "crc-a", "brokerAddr": "10.2.0.9:10911", "clusterName": "DefaultCluster",
@@ -153,12 +143,12 @@ async def test_wipe_and_restore_write_perm(nameserver: NameServerProcess, client
     addr = nameserver.addr
     await register(client, addr, "perm-a", "10.3.0.1:10911", "PermT1", "PermT2")
     assert await ns.wipe_write_perm_of_broker(client, addr, "perm-a") == 2
-    assert (await ns.get_route(client, addr, "PermT1")).queueDatas[0].perm == 4
+    assert (await ns.get_route(client, addr, "PermT1")).queue_datas[0].perm == 4
     # A heartbeat with the same data version keeps the wipe.
     await register(client, addr, "perm-a", "10.3.0.1:10911", "PermT1", "PermT2")
-    assert (await ns.get_route(client, addr, "PermT2")).queueDatas[0].perm == 4
+    assert (await ns.get_route(client, addr, "PermT2")).queue_datas[0].perm == 4
     assert await ns.add_write_perm_of_broker(client, addr, "perm-a") == 2
-    assert (await ns.get_route(client, addr, "PermT1")).queueDatas[0].perm == 6
+    assert (await ns.get_route(client, addr, "PermT1")).queue_datas[0].perm == 6
 
 
 async def test_delete_topic_and_kv_config(nameserver: NameServerProcess, client: RemotingClient) -> None:
@@ -186,16 +176,16 @@ async def test_connection_close_removes_broker(nameserver: NameServerProcess, cl
     broker = RemotingClient()
     await register(broker, addr, "close-a", "10.5.0.1:10911", "CloseTopic")
     await register(client, addr, "close-b", "10.5.0.2:10911", "CloseTopic")  # over the long-lived client
-    assert len((await ns.get_route(client, addr, "CloseTopic")).queueDatas) == 2
+    assert len((await ns.get_route(client, addr, "CloseTopic")).queue_datas) == 2
     await broker.close()
 
     async def only_b_left() -> bool:
         route = await ns.get_route(client, addr, "CloseTopic")
-        return [q.brokerName for q in route.queueDatas] == ["close-b"]
+        return [q.broker_name for q in route.queue_datas] == ["close-b"]
 
     await eventually(only_b_left, what="close-a removed after its connection closed")
     info = await ns.get_cluster_info(client, addr)
-    assert "close-a" not in info.brokerAddrTable
+    assert "close-a" not in info.broker_addr_table
 
 
 async def test_silent_broker_is_evicted(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import socket
 import struct
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from rocket.remoting import (
     encode,
 )
 from rocket.remoting.command import HeaderFieldError
+from tests.support import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,15 +111,6 @@ async def read_frame(reader: asyncio.StreamReader) -> RemotingCommand:
             return commands[0]
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` every 10 ms; fail after ``timeout`` seconds."""
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
 # -- request / response ------------------------------------------------------------------------
 
 
@@ -190,7 +182,7 @@ async def test_request_timeout(harness: Harness, client: RemotingClient) -> None
 
 async def test_connection_closed_under_pending_request(harness: Harness, client: RemotingClient) -> None:
     pending = asyncio.ensure_future(client.invoke(harness.addr, RemotingCommand(code=NEVER), timeout=5))
-    await until(lambda: bool(harness.server.connections))
+    await eventually(lambda: bool(harness.server.connections), 5, interval=0.01, what="a server connection")
     for conn in list(harness.server.connections):
         conn.abort()
     with pytest.raises(RemotingConnectError):
@@ -229,7 +221,7 @@ async def test_connection_closed_callback(harness: Harness, client: RemotingClie
     conn = next(iter(harness.server.connections))
     conn.attributes["who"] = "me"
     await client.close()
-    await until(lambda: bool(harness.closed))
+    await eventually(lambda: bool(harness.closed), 5, interval=0.01, what="the connection to close")
     assert harness.closed[0].attributes == {"who": "me"}
     assert not harness.server.connections
 

@@ -29,13 +29,14 @@ from rocket.message import MessageExt
 from rocket.remoting import RemotingClient, RequestCode, ResponseCode
 from tests.integration.broker_harness import RawBroker, broker_port, nameserver_process, records, route
 from tests.integration.replication_support import (
+    TRANSIENT,
     Load,
     commitlog_bytes,
     group_broker,
     ha_status,
     http_json,
-    wait_until,
 )
+from tests.support import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -69,12 +70,12 @@ async def test_sync_master_killed_slave_promoted_old_master_rejoins(tmp_path: Pa
                                                  broker_id=0))
         for b in (master, other):
             assert (await RawBroker(client, b.addr).create_topic(TOPIC, queues=4)).code == 0
-        await wait_until(lambda: route(client, ns.addr, TOPIC), 10, "the topic's route")
+        await eventually(lambda: route(client, ns.addr, TOPIC), 10, what="the topic's route", retry_on=TRANSIENT)
 
         async def slave_in_sync() -> bool:
             return any(s["inSync"] for s in (await ha_status(master))["slaves"])
 
-        await wait_until(slave_in_sync, 15, "the slave to connect")
+        await eventually(slave_in_sync, 15, what="the slave to connect", retry_on=TRANSIENT)
 
         received: dict[bytes, int] = {}
 
@@ -122,14 +123,14 @@ async def test_sync_master_killed_slave_promoted_old_master_rejoins(tmp_path: Pa
                 status, body = await http_json(f"{slave.http}/api/v1/role", "POST", {"role": "MASTER"}, timeout=45)
                 return body if status == 200 else None
 
-            promoted = await wait_until(promote, 60, "the slave's promotion")
+            promoted = await eventually(promote, 60, what="the slave's promotion", retry_on=TRANSIENT)
             assert promoted["brokerRole"] == "ASYNC_MASTER" and promoted["brokerId"] == 0
             assert promoted["epoch"] == 2 and promoted["epochs"][-1][0] == 2
 
             async def sends_reach_new_master() -> bool:
                 return len(load.acked_on("ha-a")) > acked_before + 50
 
-            await wait_until(sends_reach_new_master, 20, "sends to the promoted master")
+            await eventually(sends_reach_new_master, 20, what="sends to the promoted master", retry_on=TRANSIENT)
             await asyncio.sleep(1.0)
         finally:
             await load.stop()
@@ -147,7 +148,8 @@ async def test_sync_master_killed_slave_promoted_old_master_rejoins(tmp_path: Pa
             return not (set(load.acked) - set(received))
 
         try:
-            await wait_until(consumed_all, 30, "the consumer to receive every acknowledged message")
+            await eventually(consumed_all, 30,
+                             what="the consumer to receive every acknowledged message", retry_on=TRANSIENT)
         finally:
             await consumer.shutdown()
             await producer.shutdown()
@@ -163,7 +165,8 @@ async def test_sync_master_killed_slave_promoted_old_master_rejoins(tmp_path: Pa
                   and (st["master"] or {}).get("state") == "transferring")
             return st if ok else None
 
-        rejoined = await wait_until(converged, 30, "the old master to rejoin as a slave and catch up")
+        rejoined = await eventually(converged, 30,
+                                    what="the old master to rejoin as a slave and catch up", retry_on=TRANSIENT)
         assert rejoined["brokerId"] == 1 and rejoined["epochs"] == new_master_status["epochs"]
         end = int(new_master_status["maxOffset"])  # type: ignore[call-overload]
         assert commitlog_bytes(old.store, end, SEGMENT) == commitlog_bytes(slave.store, end, SEGMENT)
@@ -198,7 +201,7 @@ async def test_slave_reads_config_copy_and_cli_failover(tmp_path: Path) -> None:
         async def slave_connected() -> bool:
             return bool((await ha_status(master))["slaves"])
 
-        await wait_until(slave_connected, 15, "the slave to connect")
+        await eventually(slave_connected, 15, what="the slave to connect", retry_on=TRANSIENT)
         for i in range(100):
             assert (await rm.send("ReadT", f"r{i}".encode() * 20)).code == 0
         assert (await rm.send("ReadT", b"later", props={"DELAY": "1"})).code == 0
@@ -221,7 +224,8 @@ async def test_slave_reads_config_copy_and_cli_failover(tmp_path: Path) -> None:
             return (offset.code == 0 and offset.ext_fields.get("offset") == "42" and b"GROUP_R" in groups
                     and delays_m == delays_s and b'"1"' in delays_s)
 
-        await wait_until(slave_copied, 15, "the slave to copy offsets, groups and delay offsets")
+        await eventually(slave_copied, 15,
+                         what="the slave to copy offsets, groups and delay offsets", retry_on=TRANSIENT)
         # the slave serves pulls (slaveReadEnable), and does not take offsets from them
         pulled = await rs.pull("GROUP_R", "ReadT", offset=10, max_nums=5, sys_flag=1 | 4, commit_offset=77)
         assert pulled.code == ResponseCode.SUCCESS and len(records(pulled)) == 5
@@ -240,7 +244,8 @@ async def test_slave_reads_config_copy_and_cli_failover(tmp_path: Path) -> None:
             done = await asyncio.to_thread(subprocess.run, cli, capture_output=True, text=True, timeout=60)
             return done if done.returncode == 0 else None
 
-        done = await wait_until(failover, 20, "rocket cluster failover to succeed", interval=0.5)
+        done = await eventually(failover, 20,
+                                what="rocket cluster failover to succeed", retry_on=TRANSIENT, interval=0.5)
         assert "ASYNC_MASTER" in done.stdout and "epoch 2" in done.stdout
         assert (await rs.send("ReadT", b"after failover")).code == 0
     await client.close()

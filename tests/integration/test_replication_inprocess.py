@@ -1,5 +1,5 @@
 """Replication protocol details with brokers on one event loop (fast, no subprocesses):
-a fresh slave starts at the master's last CommitLog file (B7), a plain 4.x-style slave
+a fresh slave starts at the master's last CommitLog file (HAConnection), a plain 4.x-style slave
 (no epoch handshake) is served, a slave of another group is refused, SYNC_MASTER answers
 SLAVE_NOT_AVAILABLE without a slave and waits for one otherwise."""
 
@@ -27,6 +27,7 @@ from rocket.store.ha.protocol import (
     read_handshake,
 )
 from tests.integration.broker_harness import RawBroker, broker_port
+from tests.support import eventually
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -64,13 +65,6 @@ async def _broker(cfg: BrokerConfig) -> AsyncIterator[BrokerController]:
         await b.shutdown()
 
 
-async def _until(check: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_fresh_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
     async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns)) as master:
         rb = RawBroker(client, master.config.broker_addr)
@@ -81,7 +75,7 @@ async def test_fresh_slave_starts_at_the_masters_last_file(tmp_path: Path) -> No
         assert last_file >= 2 * SEGMENT
         async with _broker(_config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1,
                                    slave_read_enable=True)) as slave:
-            await _until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+            await eventually(lambda: slave.store.max_phy_offset == master.store.max_phy_offset, 10, interval=0.02)
             assert slave.store.min_phy_offset == last_file
             assert slave.store.read_commit_log(last_file, SEGMENT) == master.store.read_commit_log(last_file, SEGMENT)
             # its queue starts where its data starts: old offsets are gone, new ones are served
@@ -89,7 +83,7 @@ async def test_fresh_slave_starts_at_the_masters_last_file(tmp_path: Path) -> No
             assert low > 0 and slave.store.get_max_offset_in_queue("FT", 0) == master.store.get_max_offset_in_queue(
                 "FT", 0)
             assert (await rb.send("FT", b"after", queue_id=0)).code == 0
-            await _until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+            await eventually(lambda: slave.store.max_phy_offset == master.store.max_phy_offset, 10, interval=0.02)
             got = await RawBroker(client, slave.config.broker_addr).pull(
                 "G", "FT", offset=master.store.get_max_offset_in_queue("FT", 0) - 1)
             assert got.code == ResponseCode.SUCCESS and b"after" in got.body
@@ -112,7 +106,8 @@ async def test_plain_slave_and_foreign_group(tmp_path: Path) -> None:
                 assert offset == len(got)
                 got += data
         assert got == master.store.read_commit_log(0, SEGMENT)
-        await _until(lambda: any(c.ack_offset == 0 and not c.handshake for c in master.ha.service.connections))
+        await eventually(lambda: any(c.ack_offset == 0 and not c.handshake for c in master.ha.service.connections),
+                         10, interval=0.02)
         writer.close()
         # a slave of another group is refused in the handshake
         reader, writer = await asyncio.open_connection(host, port)
@@ -130,14 +125,14 @@ async def test_sync_master_needs_a_slave(tmp_path: Path) -> None:
         alone = await rb.send("ST", b"no slave")
         assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE and alone.ext_fields.get("msgId")  # stored anyway
         async with _broker(_config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1)) as slave:
-            await _until(lambda: bool(master.ha.service.active))
+            await eventually(lambda: bool(master.ha.service.active), 10, interval=0.02)
             answers = await asyncio.gather(*(rb.send("ST", f"s{i}".encode()) for i in range(200)))
             assert {a.code for a in answers} == {ResponseCode.SUCCESS}
             # acknowledged = the slave reported (so holds) everything up to the master's end
             assert slave.store.max_phy_offset == master.store.max_phy_offset
             # the slave goes away: SLAVE_NOT_AVAILABLE at once (stored on the master all the same)
             await slave.ha.client.stop()
-            await _until(lambda: not master.ha.service.connections)
+            await eventually(lambda: not master.ha.service.connections, 10, interval=0.02)
             started = time.monotonic()
             late = await rb.send("ST", b"after")
             assert late.code == ResponseCode.SLAVE_NOT_AVAILABLE and time.monotonic() - started < 0.4

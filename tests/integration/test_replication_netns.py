@@ -22,14 +22,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import ROOT, terminate
+from tests.support import ROOT, terminate, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -129,17 +128,6 @@ class Driver:
             self.proc.kill()
 
 
-def _wait(what: str, timeout: float, check: Any) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
-
-
 @contextlib.contextmanager
 def _process(ns: str, argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with open(log, "wb") as out:
@@ -176,14 +164,15 @@ def test_partition_sync_master_fails_fast_then_slave_catches_up(tmp_path: Path) 
             drivers += [dm, ds]
             master_addr = f"{M_IP}:{M_PORT}"
             m_ha, s_ha = f"http://{M_IP}:{M_HTTP}/api/v1/ha", f"http://{S_IP}:{S_HTTP}/api/v1/ha"
-            _wait("the master to be ready", 30, lambda: dm.http(f"http://{M_IP}:{M_HTTP}/readyz")["status"] == 200)
+            wait_for(lambda: dm.http(f"http://{M_IP}:{M_HTTP}/readyz")["status"] == 200, 30, interval=0.2,
+                     what="the master to be ready")
             assert dm.call(op="create_topic", addr=master_addr, topic="NetT", queues=4)["code"] == 0
 
             def slave_in_sync() -> bool:
                 st = dm.http(m_ha)
                 return st["status"] == 200 and any(s["inSync"] for s in st["body"]["slaves"])
 
-            _wait("the slave to replicate", 30, slave_in_sync)
+            wait_for(slave_in_sync, 30, interval=0.2, what="the slave to replicate")
             before = dm.call(op="send", addr=master_addr, topic="NetT", n=30)["results"]
             assert {c for c, _ in before} == {0}, before
 
@@ -197,7 +186,7 @@ def test_partition_sync_master_fails_fast_then_slave_catches_up(tmp_path: Path) 
             def connection_dropped() -> bool:
                 return dm.http(m_ha)["body"]["slaves"] == []
 
-            _wait("the master to drop the silent slave", 15, connection_dropped)
+            wait_for(connection_dropped, 15, interval=0.2, what="the master to drop the silent slave")
             fast = dm.call(op="send", addr=master_addr, topic="NetT", n=5)["results"]
             assert all(c == 11 and t < 0.5 for c, t in fast), fast  # SLAVE_NOT_AVAILABLE at once
             stored_end = dm.http(m_ha)["body"]["maxOffset"]
@@ -209,12 +198,13 @@ def test_partition_sync_master_fails_fast_then_slave_catches_up(tmp_path: Path) 
                 return (st["status"] == 200 and st["body"]["maxOffset"] >= stored_end
                         and st["body"]["master"]["state"] == "transferring")
 
-            _wait("the slave to reconnect and catch up", 40, caught_up)
-            _wait("the slave to be in sync again", 15, slave_in_sync)
+            wait_for(caught_up, 40, interval=0.2, what="the slave to reconnect and catch up")
+            wait_for(slave_in_sync, 15, interval=0.2, what="the slave to be in sync again")
             after = dm.call(op="send", addr=master_addr, topic="NetT", n=20)["results"]
             assert {c for c, _ in after} == {0}, after
             m_end = dm.http(m_ha)["body"]["maxOffset"]
-            _wait("the slave to reach the master's end", 15, lambda: ds.http(s_ha)["body"]["maxOffset"] == m_end)
+            wait_for(lambda: ds.http(s_ha)["body"]["maxOffset"] == m_end, 15, interval=0.2,
+                     what="the slave to reach the master's end")
             metrics = dm.http(f"http://{M_IP}:{M_HTTP}/metrics")["body"]
             assert f'rocketmq_broker_ha_slave_lag_bytes{{slave="{S_IP}:{S_PORT}"}} 0.0' in metrics
             assert 'rocketmq_broker_ha_sync_results_total{result="timeout"}' in metrics

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from rocket.nameserver.config import NameServerConfig
 from rocket.nameserver.server import NameServer
 from rocket.store.api import BrokerRole, GetMessageStatus
 from tests.integration.broker_harness import broker_port
+from tests.support import eventually
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -58,13 +58,6 @@ async def _broker(cfg: BrokerConfig) -> AsyncIterator[BrokerController]:
         await b.shutdown()
 
 
-async def _until(check: Any, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 def _messages(broker: BrokerController, topic: str) -> list[MessageExt]:
     out: list[MessageExt] = []
     for queue_id in broker.store.queue_ids(topic):
@@ -93,7 +86,8 @@ async def test_check_max_discards_to_trans_check_max_time_topic(tmp_path: Path) 
         async with _producer(ns, "PID_DISCARD", LocalTransactionState.UNKNOWN, topic) as p:
             result = await p.send_message_in_transaction(build_message(topic, b"never decided", keys="kd"),
                                                          lambda m, a: LocalTransactionState.UNKNOWN)
-            await _until(lambda: _messages(master, "TRANS_CHECK_MAX_TIME_TOPIC"), what="the discard")
+            await eventually(lambda: _messages(master, "TRANS_CHECK_MAX_TIME_TOPIC"),
+                             15, interval=0.05, what="the discard")
             await asyncio.sleep(0.5)
             assert p.checks_answered[LocalTransactionState.UNKNOWN] == 2
         [gone] = _messages(master, "TRANS_CHECK_MAX_TIME_TOPIC")
@@ -122,8 +116,8 @@ async def test_slave_does_not_check_and_the_promoted_slave_does(tmp_path: Path) 
                                                                lambda m, a: LocalTransactionState.COMMIT)
                     pending = await p.send_message_in_transaction(build_message(topic, b"pending"),
                                                                   lambda m, a: LocalTransactionState.UNKNOWN)
-                    await _until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset > 0
-                                 and len(_messages(slave, topic)) == 1, what="replication")
+                    await eventually(lambda: slave.store.max_phy_offset == master.store.max_phy_offset > 0
+                                     and len(_messages(slave, topic)) == 1, 15, interval=0.05, what="replication")
                     # the slave holds the half message (and the op of the finished one) but never checks
                     assert not slave.transaction.running and master.transaction.running
                     assert slave.status()["transactions"]["checkServiceRunning"] is False
@@ -135,8 +129,10 @@ async def test_slave_does_not_check_and_the_promoted_slave_does(tmp_path: Path) 
                     await master.shutdown()
                     await slave.ha.promote(force=True)
                     assert slave.transaction.running
-                    await _until(lambda: p.checks_answered[LocalTransactionState.COMMIT] >= 1, what="a check")
-                    await _until(lambda: len(_messages(slave, topic)) == 2, what="the commit on the new master")
+                    await eventually(lambda: p.checks_answered[LocalTransactionState.COMMIT] >= 1,
+                                     15, interval=0.05, what="a check")
+                    await eventually(lambda: len(_messages(slave, topic)) == 2,
+                                     15, interval=0.05, what="the commit on the new master")
                     await asyncio.sleep(0.6)
                     got = sorted(m.msg_id for m in _messages(slave, topic))
                     assert got == sorted([done.msg_id, pending.msg_id])

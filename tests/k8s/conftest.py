@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 
 from tests.k8s import harness
 from tests.k8s.fakes import FakeAdmin, RoutingAdmin, TestResolver
+from tests.support import unique
 
 _BUILD: dict[str, str | None] = {}
 
@@ -129,7 +129,7 @@ def namespace(api: Any) -> Iterator[str]:
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    name = f"t-{uuid.uuid4().hex[:8]}"
+    name = unique("t")
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     try:

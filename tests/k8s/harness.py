@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import subprocess
 import threading
@@ -23,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support import free_port
+from tests.support import wait_for as support_wait_for
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -61,15 +65,6 @@ def build_control_plane(log_path: Path, timeout: float = 3600.0) -> str | None:
         tail = log_path.read_text(errors="replace").splitlines()[-25:]
         return f"control_plane.sh build failed with exit code {proc.returncode} (log: {log_path}):\n" + "\n".join(tail)
     return None
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ControlPlane:
@@ -123,13 +118,11 @@ def _install(ext: Any, body: dict[str, Any]) -> None:
 
 
 def _wait_established(ext: Any, name: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def established() -> bool:
         crd = ext.read_custom_resource_definition(name)
-        if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"the CRD {name} did not become Established")
+        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+    support_wait_for(established, timeout, interval=0.2, what=f"the CRD {name} to become Established")
 
 
 def install_crd(api: Any, timeout: float = 30.0) -> None:
@@ -365,22 +358,10 @@ class OperatorRunner:
         self.start()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = "condition"
-             ) -> Any:
-    """Poll ``predicate`` until it returns something truthy; raise ``AssertionError`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception as exc:  # transient API errors while things start
-            last_exc = exc
-            value = None
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f" (last error: {last_exc!r})"
-                                                                            if last_exc else ""))
+#: The shared poll (``tests.support.wait_for``) as the Kubernetes tests use it: an API error while
+#: things start (404 before a CRD is served, a refused connection while the API server restarts)
+#: counts as "not yet".
+wait_for = functools.partial(support_wait_for, interval=0.2, retry_on=(Exception,))
 
 
 @contextlib.contextmanager

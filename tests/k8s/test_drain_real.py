@@ -276,8 +276,8 @@ def _scenario(api: Any, namespace: str, operator: Any, procs: dict[str, Any]) ->
     assert new["registered"] and new["metadataSynced"]
     assert new["metadataSource"] == f"{CLUSTER}-broker-0"  # the lowest synced group is the source
     topics = _topics(brokers[2])
-    assert TOPIC in topics and topics[TOPIC].readQueueNums == 4
-    assert "ExtraTopic" in topics and topics["ExtraTopic"].writeQueueNums == 2
+    assert TOPIC in topics and topics[TOPIC].read_queue_nums == 4
+    assert "ExtraTopic" in topics and topics["ExtraTopic"].write_queue_nums == 2
     assert "extra-group" in _groups(brokers[2])
     assert f"{CLUSTER}-broker-0" not in topics  # broker-specific topics are not copied
 
@@ -352,8 +352,8 @@ def _groups(addr: str) -> dict[str, Any]:
 
 
 async def _create_group(addr: str, group: str) -> None:
+    from rocket.protocol.codes import RequestCode
     from rocket.remoting.client import RemotingClient
-    from rocket.remoting.codes import RequestCode
     from rocket.remoting.command import RemotingCommand
 
     client = RemotingClient()
@@ -389,7 +389,8 @@ def _assert_unregistered(nameservers: list[str]) -> None:
         try:
             for ns in nameservers:
                 info = await ns_client.get_cluster_info(client, ns)
-                assert sorted(info.clusterAddrTable.get(CLUSTER, [])) == [f"{CLUSTER}-broker-0", f"{CLUSTER}-broker-1"]
+                assert sorted(info.cluster_addr_table.get(CLUSTER, [])) == [
+                    f"{CLUSTER}-broker-0", f"{CLUSTER}-broker-1"]
         finally:
             await client.close()
 

@@ -11,8 +11,6 @@ and the test checks that the served one is the chart's.
 from __future__ import annotations
 
 import subprocess
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ import yaml
 # The control-plane harness and fixtures of tests/k8s (conftest.py, harness.py).
 from tests.k8s import harness
 from tests.observability.tools import need_helm
+from tests.support import unique, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CHART = ROOT / "charts" / "rocketcluster-operator"
@@ -76,7 +75,7 @@ def release(helm: Helm, kube: Any) -> Iterator[Release]:
     """(release, namespace) of the operator chart, installed without the Prometheus Operator's CRDs."""
     from kubernetes import client
 
-    name, ns = f"rkc-{uuid.uuid4().hex[:6]}", f"rocket-system-{uuid.uuid4().hex[:6]}"
+    name, ns = unique("rkc"), unique("rocket-system")
     ext = client.ApiextensionsV1Api(kube)
     existing = {c.metadata.name for c in ext.list_custom_resource_definition().items}
     assert not {n for n in existing if n.endswith(".monitoring.coreos.com")}, "monitoring CRDs left over"
@@ -121,24 +120,13 @@ def _dry_run_create(kube: Any, docs: list[dict[str, Any]], namespace: str) -> di
     return errors
 
 
-def _wait(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
-
-
 def test_helm_install_creates_crd_and_operator(release: Release, helm: Helm, kube: Any):
     from kubernetes import client
 
     name, ns = release.name, release.ns
     ext = client.ApiextensionsV1Api(kube)
-    crd = _wait(lambda: ext.read_custom_resource_definition(CRD_NAME), what="the CRD")
-    established = _wait(lambda: any(c.type == "Established" and c.status == "True"
+    crd = wait_for(lambda: ext.read_custom_resource_definition(CRD_NAME), what="the CRD")
+    established = wait_for(lambda: any(c.type == "Established" and c.status == "True"
                                     for c in ext.read_custom_resource_definition(CRD_NAME).status.conditions or []),
                         what="the CRD to be Established")
     assert established
@@ -158,7 +146,7 @@ def test_helm_install_creates_crd_and_operator(release: Release, helm: Helm, kub
     assert pod_spec.security_context.run_as_non_root is True
     assert pod_spec.containers[0].security_context.read_only_root_filesystem is True
     # The controller-manager turns the Deployment into a ReplicaSet and a Pod (Pending: no kubelet).
-    _wait(lambda: client.CoreV1Api(kube).list_namespaced_pod(ns).items, what="the operator pod")
+    wait_for(lambda: client.CoreV1Api(kube).list_namespaced_pod(ns).items, what="the operator pod")
     rbac = client.RbacAuthorizationV1Api(kube)
     assert rbac.read_cluster_role(f"{name}-rocketcluster-operator").rules
     dashboards = client.CoreV1Api(kube).list_namespaced_config_map(ns, label_selector="grafana_dashboard=1").items
@@ -199,7 +187,7 @@ def test_service_account_may_do_what_the_operator_does(release: Release, kube: A
 def test_rendered_chart_passes_server_side_dry_run(release: Release, helm: Helm, kube: Any,
                                                   sets: list[str]):
     ns = release.ns
-    args = ["template", f"dry-{uuid.uuid4().hex[:4]}", str(CHART), "--namespace", ns, "--include-crds"]
+    args = ["template", unique("dry"), str(CHART), "--namespace", ns, "--include-crds"]
     for s in sets:
         args += ["--set", s]
     for api in ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor",
@@ -229,11 +217,11 @@ def test_monitors_appear_with_the_prometheus_operator_api(release: Release, helm
     for doc in yaml.safe_load_all(MONITORING_CRDS.read_text()):
         ext.create_custom_resource_definition(doc)
     for doc in yaml.safe_load_all(MONITORING_CRDS.read_text()):
-        _wait(lambda n=doc["metadata"]["name"]: any(
+        wait_for(lambda n=doc["metadata"]["name"]: any(
             c.type == "Established" and c.status == "True"
             for c in ext.read_custom_resource_definition(n).status.conditions or []), what=doc["metadata"]["name"])
     # helm reads the served APIs afresh: an upgrade now renders the monitors.
-    _wait(lambda: helm("upgrade", name, str(CHART), "--namespace", ns, "--set", "image.tag=test",
+    wait_for(lambda: helm("upgrade", name, str(CHART), "--namespace", ns, "--set", "image.tag=test",
                        check=False).returncode == 0, what="helm upgrade")
     dyn = DynamicClient(kube)
     found = {}

@@ -3,23 +3,26 @@ dashboards and alerts are built on."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from tests.observability.conftest import GROUP, TOPIC, Prometheus, Target
 from tests.observability.promql import substitute
 from tests.observability.test_dashboards import ALL_EXPRESSIONS
+from tests.support import wait_for
 
 
 def wait_result(prom: Prometheus, expr: str, timeout: float = 15.0) -> list[dict]:
-    """The instant-query result of ``expr`` once non-empty (scrapes run every second)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """The instant-query result of ``expr`` once non-empty (scrapes run every second); fails
+    after ``timeout`` seconds of empty results."""
+
+    def result() -> list[dict]:
         status, body = prom.query(expr)
         assert status == 200, body
-        result = body["data"]["result"]
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.5)
+        return list(body["data"]["result"])
+
+    found: list[dict] = wait_for(result, timeout, interval=0.5, what=f"a non-empty result of {expr}")
+    return found
 
 
 def test_every_process_is_up(prometheus_scraping: Prometheus, all_targets: list[Target]):
@@ -52,7 +55,7 @@ def test_consumer_group_lag_is_visible(prometheus_scraping: Prometheus):
     assert 0 <= lag <= 60
 
 
-def test_exporter_metrics_agree_with_the_brokers_own(prometheus_scraping: Prometheus):
+def test_exporter_metrics_agree_with_the_brokers_own(prometheus_scraping: Prometheus, all_targets: list[Target]):
     """The RocketMQ exporter's names: offsets summed over queues and brokers, lag by store time."""
     stored = wait_result(prometheus_scraping, f'sum(rocketmq_producer_offset{{topic="{TOPIC}"}})')
     assert stored and float(stored[0]["value"][1]) == 60, stored
@@ -66,8 +69,10 @@ def test_exporter_metrics_agree_with_the_brokers_own(prometheus_scraping: Promet
     else:
         assert float(age["value"][1]) == 0
     tps = wait_result(prometheus_scraping, 'rocketmq_broker_tps{job="rocketmq-broker"}')
-    # one series per broker process: 2 groups of a master and a slave
-    assert len(tps) == 4 and all(float(r["value"][1]) >= 0 for r in tps), tps
+    # one series per broker process (2 groups of a master and a slave), each a finite rate
+    brokers = {t.name for t in all_targets if t.job == "rocketmq-broker"}
+    assert len(brokers) == 4 and sorted(r["metric"]["pod"] for r in tps) == sorted(brokers), tps
+    assert all(math.isfinite(float(r["value"][1])) and float(r["value"][1]) >= 0 for r in tps), tps
 
 
 #: Dashboard queries allowed to be empty on a healthy embedded cluster, and why.

@@ -25,12 +25,10 @@ from rocket.broker.config import (
 from rocket.broker.filter import SubscriptionParseError, build_subscription_data
 from rocket.broker.headers import PullMessageRequestHeader, SendMessageRequestHeader
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
-from rocket.broker.locks import MessageQueue, RebalanceLockManager
+from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
 from rocket.broker.main import cli_overrides
 from rocket.broker.registration import (
-    body_crc32,
-    register_broker_body,
     resolve_namesrv_addrs,
     split_namesrv_list,
 )
@@ -38,6 +36,14 @@ from rocket.broker.schedule import parse_delay_levels
 from rocket.broker.tasks import CoalescingRunner
 from rocket.broker.topics import validate_topic
 from rocket.message import java_string_hash
+from rocket.protocol import (
+    DataVersion,
+    MessageQueue,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    crc32_masked,
+)
 from rocket.remoting import HeaderFieldError, RemotingCommand, RequestCode
 from rocket.store.api import BrokerRole, FlushDiskType
 
@@ -145,7 +151,7 @@ def test_delay_levels_default_and_custom() -> None:
     assert levels[0] == 1000 and levels[4] == 60_000 and levels[-1] == 7_200_000
     assert parse_delay_levels("200ms 1d") == [200, 86_400_000]
     for bad in ("", "1x", "s", "1.5s"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"no delay levels|bad delay level"):
             parse_delay_levels(bad)
 
 
@@ -302,17 +308,18 @@ async def test_resolve_namesrv_list_and_dns_names() -> None:
     addrs = await resolve_namesrv_addrs("127.0.0.1:9876;ns.svc:9876;gone:1;[::1]:9", resolver)
     assert addrs == ["127.0.0.1:9876", "10.0.0.1:9876", "10.0.0.2:9876", "[::1]:9"]
     assert calls == [("ns.svc", 9876), ("gone", 1)]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad address 'nocolon'"):
         await resolve_namesrv_addrs("nocolon", resolver)
 
 
 def test_register_body_and_crc() -> None:
-    body = register_broker_body({"T": {"topicName": "T", "perm": 6}}, {"timestamp": 1, "counter": 2})
+    wrapper = TopicConfigSerializeWrapper({"T": TopicConfig("T", perm=6)}, DataVersion(timestamp=1, counter=2))
+    body = RegisterBrokerBody(wrapper).encode()
     obj = json.loads(body)
     assert obj["topicConfigSerializeWrapper"]["topicConfigTable"]["T"]["perm"] == 6
     assert obj["topicConfigSerializeWrapper"]["dataVersion"] == {"timestamp": 1, "counter": 2}
     assert obj["filterServerList"] == []
-    assert body_crc32(body) == zlib.crc32(body) & 0x7FFFFFFF
+    assert crc32_masked(body) == zlib.crc32(body) & 0x7FFFFFFF
 
 
 async def test_coalescing_runner_shares_runs() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocket.local import PACKAGE_ROOT, LocalCluster, loghub_logs, percentile, ports_for
+from rocket.local import PACKAGE_ROOT, LocalCluster, loghub_logs, ports_for
+from rocket.percentiles import percentile
 
 
 def test_port_layout_matches_rocketmq_defaults() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rocket.client.consumer import decode_pull_body
 from rocket.client.offsets import LocalOffsetStore
-from rocket.client.route import MessageQueue
 from rocket.client.subscription import SubscriptionData
 from rocket.message import SYSFLAG_COMPRESSED, compress_body, decompress_body, encode_properties, encode_record
+from rocket.protocol import MessageQueue
 
 
 async def test_local_offset_store_round_trip(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_decode_pull_body_decompresses_and_filters() -> None:
 def test_pull_address_follows_suggestion_and_falls_back_to_slaves() -> None:
     from rocket.client.base import MQClient
     from rocket.client.consumer import _Puller
-    from rocket.client.route import BrokerData
+    from rocket.protocol import BrokerData
 
     client = MQClient("127.0.0.1:9876")
     puller = _Puller(client, "g")

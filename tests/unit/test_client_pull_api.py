@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocket.client import PullConsumer
-from rocket.client.route import MASTER_ID, BrokerData, MessageQueue
+from rocket.protocol import MASTER_ID, BrokerData, MessageQueue
 from rocket.remoting import RemotingConnectError
 
 MQ = MessageQueue("Orders", "broker-a", 3)

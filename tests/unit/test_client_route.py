@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocket.client.route import (
-    BrokerData,
-    ClusterInfo,
-    FaultTracker,
-    MessageQueue,
-    PublishInfo,
-    RouteError,
-    TopicRouteData,
-)
+from rocket.client.route import FaultTracker, PublishInfo
+from rocket.protocol import BodyError, BrokerData, ClusterInfo, MessageQueue, TopicRouteData
 
 STANDARD = b"""{"queueDatas":[
   {"brokerName":"broker-b","readQueueNums":2,"writeQueueNums":2,"perm":6,"topicSysFlag":0},
@@ -22,14 +15,14 @@ STANDARD = b"""{"queueDatas":[
   {"cluster":"DefaultCluster","brokerName":"broker-b","brokerAddrs":{"0":"10.0.0.7:10911"}}],
  "filterServerTable":{}}"""
 
-# fastjson's native form: bare integer keys, numbers as strings in places (quirk Q1)
+# fastjson's native form: bare integer keys, numbers as strings in places
 FASTJSON = b"""{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.5:10911",1:"10.0.0.6:10911"},"brokerName":"broker-a",
  "cluster":"C"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":"6","readQueueNums":"2",
  "topicSynFlag":0,"writeQueueNums":2}]}"""
 
 
 def test_parse_standard_route() -> None:
-    route = TopicRouteData.parse(STANDARD)
+    route = TopicRouteData.from_json(STANDARD)
     assert [q.broker_name for q in route.queue_datas] == ["broker-b", "broker-a"]
     bd = route.broker("broker-a")
     assert bd is not None and bd.master_addr == "10.0.0.5:10911"
@@ -39,7 +32,7 @@ def test_parse_standard_route() -> None:
 
 
 def test_parse_bare_integer_keys() -> None:
-    route = TopicRouteData.parse(FASTJSON)
+    route = TopicRouteData.from_json(FASTJSON)
     bd = route.broker("broker-a")
     assert bd is not None
     assert dict(bd.broker_addrs) == {0: "10.0.0.5:10911", 1: "10.0.0.6:10911"}
@@ -49,12 +42,12 @@ def test_parse_bare_integer_keys() -> None:
 
 @pytest.mark.parametrize("body", [b"[]", b"not json", b'{"queueDatas":{"a":1}}', b'{"queueDatas":[{"perm":6}]}'])
 def test_bad_routes_raise(body: bytes) -> None:
-    with pytest.raises(RouteError):
-        TopicRouteData.parse(body)
+    with pytest.raises(BodyError):
+        TopicRouteData.from_json(body)
 
 
 def test_write_queues_only_writable_masters_sorted() -> None:
-    route = TopicRouteData.parse(STANDARD)
+    route = TopicRouteData.from_json(STANDARD)
     queues = route.write_queues("T")
     assert queues == [MessageQueue("T", "broker-a", i) for i in range(3)] + [
         MessageQueue("T", "broker-b", i) for i in range(2)]
@@ -70,7 +63,7 @@ def test_write_queues_skip_read_only_and_masterless_groups() -> None:
       "brokerDatas":[{"cluster":"x","brokerName":"a","brokerAddrs":{"0":"h:1"}},
       {"cluster":"x","brokerName":"b","brokerAddrs":{"1":"h:2"}},
       {"cluster":"x","brokerName":"c","brokerAddrs":{"0":"h:3"}}]}"""
-    route = TopicRouteData.parse(body)
+    route = TopicRouteData.from_json(body)
     assert {q.broker_name for q in route.write_queues("T")} == {"c"}
     assert {q.broker_name for q in route.read_queues("T")} == {"a", "b", "c"}
 
@@ -96,8 +89,8 @@ def test_cluster_info_bare_keys_and_masters() -> None:
       "brokerAddrs":{0:"10.0.0.5:10911",1:"10.0.0.6:10911"}},
       "broker-b":{"cluster":"DefaultCluster","brokerName":"broker-b","brokerAddrs":{1:"10.0.0.8:10911"}}},
       "clusterAddrTable":{"DefaultCluster":["broker-b","broker-a"]}}"""
-    info = ClusterInfo.parse(body)
-    assert info.clusters["DefaultCluster"] == ("broker-a", "broker-b")
+    info = ClusterInfo.from_json(body)
+    assert info.cluster_addr_table["DefaultCluster"] == ["broker-a", "broker-b"]
     assert info.masters("DefaultCluster") == {"broker-a": "10.0.0.5:10911"}
     with pytest.raises(KeyError):
         info.masters("Nope")
@@ -112,7 +105,7 @@ class _Clock:
 
 
 def _info() -> PublishInfo:
-    return PublishInfo.build("T", TopicRouteData.parse(STANDARD))
+    return PublishInfo.build("T", TopicRouteData.from_json(STANDARD))
 
 
 def test_round_robin_covers_every_queue_evenly() -> None:
@@ -156,7 +149,7 @@ def test_select_empty_raises() -> None:
 
 
 def test_template_route_limits_queue_count() -> None:
-    info = PublishInfo.build("New", TopicRouteData.parse(STANDARD), from_template=True, default_queue_nums=2)
+    info = PublishInfo.build("New", TopicRouteData.from_json(STANDARD), from_template=True, default_queue_nums=2)
     assert info.from_template
     assert [(q.topic, q.broker_name, q.queue_id) for q in info.queues] == [
         ("New", "broker-a", 0), ("New", "broker-a", 1), ("New", "broker-b", 0), ("New", "broker-b", 1)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocket.client.route import MessageQueue
 from rocket.client.subscription import SubscriptionData, allocate_averagely, parse_tag_expression
 from rocket.message import java_string_hash
+from rocket.protocol import MessageQueue
 
 
 def test_parse_tag_expression() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocket.nameserver.model import DataVersion, TopicConfigSerializeWrapper
 from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol import DataVersion, TopicConfigSerializeWrapper
 from rocket.store.api import PutMessageStatus
 from rocket.store.ha.master import SyncWaiters
 from rocket.store.ha.protocol import (
@@ -103,7 +103,7 @@ async def test_sync_waiters_ack_expire_and_fail() -> None:
 
 
 def _wrapper() -> TopicConfigSerializeWrapper:
-    return TopicConfigSerializeWrapper(topicConfigTable={}, dataVersion=DataVersion(1, 1))
+    return TopicConfigSerializeWrapper(topic_config_table={}, data_version=DataVersion(1, 1))
 
 
 def test_nameserver_keeps_the_newer_epoch_master() -> None:
@@ -113,17 +113,17 @@ def test_nameserver_keeps_the_newer_epoch_master() -> None:
     assert not routes.register_broker("C", old, "b", 0, "10.0.0.1:10912", _wrapper(), epoch=1).superseded
     # the slave is promoted with epoch 2: it replaces the old master
     assert not routes.register_broker("C", new, "b", 0, "10.0.0.2:10912", _wrapper(), epoch=2).superseded
-    assert routes.broker_addr_table["b"].brokerAddrs == {0: new}
+    assert routes.broker_addr_table["b"].broker_addrs == {0: new}
     # the old master comes back with epoch 1: refused, told who the master is, nothing changes
     r = routes.register_broker("C", old, "b", 0, "10.0.0.1:10912", _wrapper(), epoch=1)
     assert r.superseded and (r.master_addr, r.ha_server_addr, r.master_epoch) == (new, "10.0.0.2:10912", 2)
-    assert routes.broker_addr_table["b"].brokerAddrs == {0: new}
+    assert routes.broker_addr_table["b"].broker_addrs == {0: new}
     # equal epoch: the one already registered stays
     assert routes.register_broker("C", old, "b", 0, "x", _wrapper(), epoch=2).superseded
     # as a slave it registers normally and learns its master
     r = routes.register_broker("C", old, "b", 1, "10.0.0.1:10912", _wrapper())
     assert not r.superseded and r.master_addr == new
-    assert routes.broker_addr_table["b"].brokerAddrs == {0: new, 1: old}
+    assert routes.broker_addr_table["b"].broker_addrs == {0: new, 1: old}
     # brokers without epochs (Java) keep last-writer-wins
     assert not routes.register_broker("C", "10.0.0.3:10911", "b", 0, "y", _wrapper()).superseded
-    assert routes.broker_addr_table["b"].brokerAddrs[0] == "10.0.0.3:10911"
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.3:10911"

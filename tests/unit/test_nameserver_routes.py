@@ -9,7 +9,9 @@ import orjson
 import pytest
 
 from rocket.nameserver.kvconfig import KVConfigManager
-from rocket.nameserver.model import (
+from rocket.nameserver.processor import CONN_BROKER_ADDRS, DefaultRequestProcessor
+from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol import (
     BodyError,
     ClusterInfo,
     DataVersion,
@@ -19,9 +21,7 @@ from rocket.nameserver.model import (
     TopicRouteData,
     crc32_masked,
 )
-from rocket.nameserver.processor import CONN_BROKER_ADDRS, DefaultRequestProcessor
-from rocket.nameserver.routeinfo import RouteInfoManager
-from rocket.remoting.codes import RequestCode, ResponseCode
+from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting.command import HeaderFieldError, RemotingCommand
 from rocket.remoting.connection import Processors
 
@@ -99,8 +99,8 @@ def test_two_groups_share_a_topic(routes: RouteInfoManager) -> None:
     register(routes, MASTER_A, "broker-a", wrap=wrapper("TopicA"))
     register(routes, MASTER_B, "broker-b", wrap=wrapper("TopicA", queues=8))
     route = TopicRouteData.from_json(routes.route_body("TopicA") or b"")
-    assert {q.brokerName: q.writeQueueNums for q in route.queueDatas} == {"broker-a": 4, "broker-b": 8}
-    assert {b.brokerName for b in route.brokerDatas} == {"broker-a", "broker-b"}
+    assert {q.broker_name: q.write_queue_nums for q in route.queue_datas} == {"broker-a": 4, "broker-b": 8}
+    assert {b.broker_name for b in route.broker_datas} == {"broker-a", "broker-b"}
 
 
 def test_slave_is_listed_beside_master_and_learns_master(routes: RouteInfoManager) -> None:
@@ -118,7 +118,7 @@ def test_slave_without_live_master_gets_no_master_addr(routes: RouteInfoManager)
     assert result.master_addr is None and result.ha_server_addr is None
     # A slave alone creates the group but no queue data: no route yet.
     assert routes.route_body("TopicA") is None
-    assert routes.get_all_cluster_info().brokerAddrTable["broker-a"].brokerAddrs == {1: SLAVE_A}
+    assert routes.get_all_cluster_info().broker_addr_table["broker-a"].broker_addrs == {1: SLAVE_A}
 
 
 def test_promotion_moves_address_to_new_id(routes: RouteInfoManager) -> None:
@@ -158,7 +158,7 @@ def test_data_version_equality_uses_timestamp_and_counter() -> None:
 
 def test_query_data_version(routes: RouteInfoManager, clock: FakeClock) -> None:
     register(routes, MASTER_A, wrap=wrapper("TopicA", version=3))
-    version = wrapper(version=3).dataVersion
+    version = wrapper(version=3).data_version
     assert not routes.is_broker_topic_config_changed(MASTER_A, version)
     assert routes.is_broker_topic_config_changed(MASTER_A, DataVersion(0, 4))
     assert routes.is_broker_topic_config_changed("1.2.3.4:1", version)
@@ -209,10 +209,10 @@ def test_unregister_last_address_drops_group_cluster_and_topics(routes: RouteInf
     obj = route_json(routes, "TopicA")
     assert [q["brokerName"] for q in obj["queueDatas"]] == ["broker-b"]
     info = routes.get_all_cluster_info()
-    assert list(info.brokerAddrTable) == ["broker-b"]
-    assert info.clusterAddrTable == {"DefaultCluster": ["broker-b"]}
+    assert list(info.broker_addr_table) == ["broker-b"]
+    assert info.cluster_addr_table == {"DefaultCluster": ["broker-b"]}
     routes.unregister_broker("DefaultCluster", MASTER_B, "broker-b", 0)
-    assert routes.get_all_cluster_info().clusterAddrTable == {}
+    assert routes.get_all_cluster_info().cluster_addr_table == {}
     assert routes.get_all_topic_list() == []
 
 
@@ -305,7 +305,7 @@ def test_route_lookup_returns_copies(routes: RouteInfoManager) -> None:
     register(routes, MASTER_A)
     route = routes.pickup_topic_route_data("TopicA")
     assert route is not None
-    route.brokerDatas[0].brokerAddrs[7] = "x:1"
+    route.broker_datas[0].broker_addrs[7] = "x:1"
     assert route_json(routes, "TopicA")["brokerDatas"][0]["brokerAddrs"] == {"0": MASTER_A}
 
 
@@ -335,16 +335,16 @@ def test_register_body_compressed_round_trip_and_java_layout() -> None:
     first_len = int.from_bytes(raw[8 + length : 12 + length], "big")
     assert raw[12 + length : 12 + length + first_len] == b"A 4 4 6 SINGLE_TAG"
     decoded = RegisterBrokerBody.decode(data, compressed=True)
-    assert decoded.topicConfigSerializeWrapper.dataVersion == DataVersion(1_700_000_000_000, 7)
-    assert set(decoded.topicConfigSerializeWrapper.topicConfigTable) == {"A", "B"}
+    assert decoded.topic_config_serialize_wrapper.data_version == DataVersion(1_700_000_000_000, 7)
+    assert set(decoded.topic_config_serialize_wrapper.topic_config_table) == {"A", "B"}
 
 
 def test_register_body_accepts_fastjson_and_rejects_garbage() -> None:
     text = (b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":"2",'
             b'"writeQueueNums":2,"perm":6}},"dataVersion":{"timestamp":1,"counter":2}},"filterServerList":[]}')
     decoded = RegisterBrokerBody.decode(text)
-    assert decoded.topicConfigSerializeWrapper.topicConfigTable["T"].readQueueNums == 2
-    assert RegisterBrokerBody.decode(b"").topicConfigSerializeWrapper.dataVersion == DataVersion(0, 0)
+    assert decoded.topic_config_serialize_wrapper.topic_config_table["T"].read_queue_nums == 2
+    assert RegisterBrokerBody.decode(b"").topic_config_serialize_wrapper.data_version == DataVersion(0, 0)
     for bad in (b"not json", b"[1,2]", b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":3}}}'):
         with pytest.raises(BodyError):
             RegisterBrokerBody.decode(bad)
@@ -357,7 +357,7 @@ def test_cluster_info_accepts_bare_integer_keys() -> None:
     text = (b'{"brokerAddrTable":{"broker-a":{"cluster":"C","brokerName":"broker-a",'
             b'"brokerAddrs":{0:"10.0.0.5:10911",1:"10.0.0.6:10911"}}},"clusterAddrTable":{"C":["broker-a"]}}')
     info = ClusterInfo.from_json(text)
-    assert info.brokerAddrTable["broker-a"].brokerAddrs == {0: "10.0.0.5:10911", 1: "10.0.0.6:10911"}
+    assert info.broker_addr_table["broker-a"].broker_addrs == {0: "10.0.0.5:10911", 1: "10.0.0.6:10911"}
     assert orjson.loads(info.encode())["brokerAddrTable"]["broker-a"]["brokerAddrs"]["0"] == "10.0.0.5:10911"
 
 
@@ -489,7 +489,7 @@ def test_processor_connection_closed_drops_its_brokers(routes: RouteInfoManager)
     call(table, RequestCode.REGISTER_BROKER, register_ext(body=body), body, conn)
     call(table, RequestCode.REGISTER_BROKER, register_ext(SLAVE_A, 1), b"", other)
     assert processor.connection_closed(conn) == [MASTER_A]  # type: ignore[arg-type]
-    assert routes.get_all_cluster_info().brokerAddrTable["broker-a"].brokerAddrs == {1: SLAVE_A}
+    assert routes.get_all_cluster_info().broker_addr_table["broker-a"].broker_addrs == {1: SLAVE_A}
     assert processor.connection_closed(conn) == []  # type: ignore[arg-type]
 
 

@@ -12,17 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocket.store import (
-    ConfigCorruptError,
+from rocket.broker.metadata import (
+    BrokerMetadata,
     ConsumerOffsetManager,
-    DataVersion,
-    SubscriptionGroupConfig,
     SubscriptionGroupManager,
-    TopicConfig,
     TopicConfigManager,
 )
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig
+from rocket.store import ConfigCorruptError
 from rocket.store.checkpoint import CHECKPOINT_SIZE, Checkpoint, StoreCheckpoint
-from tests.store_helpers import opened, small_config
 
 
 def test_topic_config_java_json() -> None:
@@ -48,7 +46,7 @@ def test_subscription_group_java_json() -> None:
 
 def test_data_version_bumps() -> None:
     dv = DataVersion(timestamp=5, counter=2)
-    dv.next_version()
+    dv = dv.next_version()
     assert dv.counter == 3 and dv.timestamp >= int(time.time() * 1000) - 5000
     assert DataVersion.from_json(dv.to_json()) == dv
     assert set(dv.to_json()) == {"timestamp", "counter"}
@@ -109,7 +107,7 @@ def test_corrupt_database_falls_back_to_last_good_copy(tmp_path: Path, caplog: p
     for side in ("-wal", "-shm"):
         Path(str(path) + side).unlink(missing_ok=True)
     again = TopicConfigManager(path)
-    with caplog.at_level(logging.ERROR, logger="rocket.store.config"):
+    with caplog.at_level(logging.ERROR, logger="rocket.broker.metadata"):
         again.load()
     assert "topics.db: corrupt or truncated" in caplog.text and "last good copy" in caplog.text
     assert sorted(again.all()) == ["Good"]
@@ -152,7 +150,7 @@ def test_consumer_offsets_fallback_and_fastjson_keys(tmp_path: Path, caplog: pyt
     bak.write_bytes(b'{"offsetTable":{"T@g":{0:5,1:6}}}')  # fastjson's bare integer keys
     path.write_bytes(b'{"offsetTable":{"T@g":{"0":9')  # truncated
     co = ConsumerOffsetManager(path)
-    with caplog.at_level(logging.ERROR, logger="rocket.store.config"):
+    with caplog.at_level(logging.ERROR, logger="rocket.broker.metadata"):
         co.load()
     assert co.table == {"T@g": {0: 5, 1: 6}}
     assert "consumerOffset.json: corrupt or truncated" in caplog.text
@@ -162,29 +160,41 @@ def test_consumer_offsets_fallback_and_fastjson_keys(tmp_path: Path, caplog: pyt
         bad.load()
 
 
-async def test_store_wires_config_stores_and_persists_offsets_at_shutdown(tmp_path: Path) -> None:
-    async with opened(small_config(tmp_path)) as store:
-        store.topic_configs.put(TopicConfig("T1", 2, 2))
-        store.subscription_groups.put(SubscriptionGroupConfig("G1"))
-        store.consumer_offsets.commit("G1", "T1", 1, 42)
-    async with opened(small_config(tmp_path)) as store:
-        assert store.topic_configs.get("T1") == TopicConfig("T1", 2, 2)
-        assert store.subscription_groups.get("G1") == SubscriptionGroupConfig("G1")
-        assert store.consumer_offsets.query("G1", "T1", 1) == 42
+async def test_broker_metadata_wires_config_stores_and_persists_offsets_at_close(tmp_path: Path) -> None:
+    metadata = BrokerMetadata(tmp_path / "config")
+    await metadata.load()
+    metadata.topic_configs.put(TopicConfig("T1", 2, 2))
+    metadata.subscription_groups.put(SubscriptionGroupConfig("G1"))
+    metadata.consumer_offsets.commit("G1", "T1", 1, 42)
+    await metadata.close(backup=True)
+    again = BrokerMetadata(tmp_path / "config")
+    await again.load()
+    try:
+        assert again.topic_configs.get("T1") == TopicConfig("T1", 2, 2)
+        assert again.subscription_groups.get("G1") == SubscriptionGroupConfig("G1")
+        assert again.consumer_offsets.query("G1", "T1", 1) == 42
+    finally:
+        await again.close(backup=True)
     assert (tmp_path / "config" / "topics.db.bak").exists()
 
 
 async def test_offsets_are_persisted_periodically(tmp_path: Path) -> None:
     import asyncio
 
-    async with opened(small_config(tmp_path, flush_consumer_offset_interval=0.05)) as store:
-        store.consumer_offsets.commit("G", "T", 0, 1)
+    metadata = BrokerMetadata(tmp_path / "config")
+    await metadata.load()
+    persister = asyncio.create_task(metadata.run_offset_persist(0.05))
+    try:
+        metadata.consumer_offsets.commit("G", "T", 0, 1)
         for _ in range(100):
             await asyncio.sleep(0.02)
             if (tmp_path / "config" / "consumerOffset.json").exists():
                 break
         assert orjson.loads((tmp_path / "config" / "consumerOffset.json").read_bytes()) == \
             {"offsetTable": {"T@G": {"0": 1}}}
+    finally:
+        persister.cancel()
+        await metadata.close(backup=False)
 
 
 @given(st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**62),

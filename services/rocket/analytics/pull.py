@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 from rocket.analytics.offsets import OffsetSpec, clamp, queue_key
 from rocket.client import PullConsumer, PullResult, PullStatus, TopicRouteError
 from rocket.client.errors import NameServerUnavailableError
-from rocket.client.route import MASTER_ID, MessageQueue
 from rocket.message import MessageExt
+from rocket.protocol import MASTER_ID, MessageQueue
 from rocket.remoting import RemotingCommandError, RemotingConnectError, RemotingTimeoutError
 
 log = logging.getLogger("rocket.analytics.pull")

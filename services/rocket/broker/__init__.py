@@ -5,14 +5,15 @@ broker``, :mod:`rocket.broker.main`). Modules, named after RocketMQ's classes:
 
 * ``config``: :class:`BrokerConfig`, loaded from broker.conf/TOML/JSON plus flags;
 * ``controller``: lifecycle, the write path, registration, stats;
-* ``processor.send``/``pull``/``client_manage``/``admin``/``query``: request processors;
+* ``processor.send``/``pull``/``client_manage``/``admin``/``query``: request processors, each typed
+  against a narrow Protocol of ``interfaces`` (not the controller), so it can be tested alone;
+* ``metadata``: TopicConfigManager, SubscriptionGroupManager, ConsumerOffsetManager;
 * ``long_polling``: PullRequestHoldService; ``schedule``: ScheduleMessageService
   (delay levels); ``client_manager``: ConsumerManager/ProducerManager;
   ``locks``: RebalanceLockManager; ``registration``: BrokerOuterAPI;
 * ``headers``, ``filter``, ``heartbeat``: request headers, tag filter, heartbeat bodies;
 * ``metrics``, ``stats``, ``http``: Prometheus metrics, counters, the HTTP side.
 
-Reference: ``shared/reference/rocketmq-protocol.md`` A6-A11 and part C.
 """
 
 from rocket.broker.config import BrokerConfig, ConfigError, load_config

@@ -13,9 +13,43 @@ objects; a TOML ``[broker]`` table is also accepted).
 Keys of the message store (:class:`rocket.store.api.MessageStoreConfig`, e.g.
 ``mappedFileSizeCommitLog``, ``fileReservedTime``, ``diskMaxUsedSpaceRatio``)
 may appear in the same file; they go to :attr:`BrokerConfig.store_overrides`.
-Intervals the store keeps in seconds are written in milliseconds under their
-Java names (``flushIntervalCommitLog=500``) and in seconds under their Python
-names (``flush_interval_commit_log=0.5``).
+
+Units. A key has one unit, RocketMQ's, whatever its spelling (``flushIntervalCommitLog``,
+``flush_interval_commit_log`` and ``flush-interval-commit-log`` are one key). Sizes are
+bytes; durations are milliseconds unless the table says otherwise:
+
+==================================  =======  ===========================================
+key (RocketMQ name)                 unit     default
+==================================  =======  ===========================================
+registerNameServerPeriod            ms       30000 (clamped to 1000..60000)
+registerBrokerTimeoutMills          ms       6000
+channelExpiredTimeout               ms       120000
+clientChannelScanInterval           ms       10000 (ours)
+rebalanceLockMaxLiveTime            ms       60000
+shortPollingTimeMills               ms       1000
+haSendHeartbeatInterval             ms       5000
+haHousekeepingInterval              ms       20000
+slaveTimeout                        ms       3000
+slaveSyncInterval                   ms       10000 (ours; RocketMQ's fixed 10 s)
+transactionTimeOut                  ms       6000
+transactionCheckInterval            ms       60000
+messageDelayLevel                   text     ``1s 5s ... 2h`` (each level ``<n><ms|s|m|h|d>``)
+flushIntervalCommitLog              ms       500 (store)
+flushCommitLogThoroughInterval      ms       10000 (store)
+syncFlushTimeout                    ms       5000 (store)
+flushIntervalConsumeQueue           ms       1000 (store)
+flushConsumerOffsetInterval         ms       5000 (store)
+cleanResourceInterval               ms       10000 (store)
+fileReservedTime                    hours    72 (store; ``file_reserved_time_hours`` too)
+deleteWhen                          hour     ``04`` (store; hours of the day, ``;``-separated)
+==================================  =======  ===========================================
+
+A millisecond value must be an integer, as in Java (``flushIntervalCommitLog=0.5`` is an
+error, not half a millisecond). The store keeps its intervals in seconds
+(:class:`~rocket.store.api.MessageStoreConfig`); :meth:`BrokerConfig.store_config` converts.
+Deprecated: the six store intervals above spelled exactly in snake_case
+(``flush_interval_commit_log`` ...) used to be read in seconds; they still are, with a
+warning, so that an existing file keeps its meaning (:data:`LEGACY_SECONDS_KEYS`).
 """
 
 from __future__ import annotations
@@ -34,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocket.remoting.codes import PERM_READ, PERM_WRITE
+from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
 
 log = logging.getLogger("rocket.broker")
@@ -75,7 +109,7 @@ class BrokerConfig:
     listen_port: int = 10911
     #: VIP ("fast") listener port; 0 = ``listen_port - 2``.
     fast_listen_port: int = 0
-    #: Serve the VIP listener (everything except PULL_MESSAGE, quirk Q8).
+    #: Serve the VIP listener (everything except PULL_MESSAGE, as in ``BrokerController``).
     vip_channel_enable: bool = True
     #: Replication listener port; 0 = ``listen_port + 1``.
     ha_listen_port: int = 0
@@ -114,7 +148,7 @@ class BrokerConfig:
     #: (``accessMessageInMemoryMaxRatio``).
     slave_read_lag_bytes: int = 0
     #: ``host:port`` of the master's replication listener; empty = the address a
-    #: NameServer returns on registration (B7).
+    #: NameServer returns on registration (``HAService``).
     ha_master_address: str = ""
     #: A slave reports its offset at least this often (ms); a master sends an empty
     #: transfer after this long without data.
@@ -218,10 +252,7 @@ class BrokerConfig:
         hints = typing.get_type_hints(MessageStoreConfig)
         for key, raw in self.store_overrides.items():
             f = fields[_norm(key)]
-            value = _convert(hints[f.name], raw, key)
-            if "_" not in key and _norm(key) in _STORE_MS_KEYS and isinstance(value, (int, float)):
-                value = value / 1000.0
-            setattr(cfg, f.name, value)
+            setattr(cfg, f.name, _store_value(key, raw, hints[f.name]))
         return cfg
 
     # -- updates ----------------------------------------------------------------------
@@ -267,25 +298,14 @@ class BrokerConfig:
             port = getattr(self, name)
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{_java_name(name)} must be within 0..65535, got {port}")
-        if self.default_topic_queue_nums <= 0:
-            raise ConfigError("defaultTopicQueueNums must be > 0")
-        if self.max_in_flight_sends <= 0:
-            raise ConfigError("maxInFlightSends must be > 0")
-        if self.max_in_flight_send_bytes <= 0:
-            raise ConfigError("maxInFlightSendBytes must be > 0")
-        if self.max_message_size <= 0:
-            raise ConfigError("maxMessageSize must be > 0")
         if self.promoted_broker_role is BrokerRole.SLAVE:
             raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
-        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
-                     "transaction_check_interval", "transaction_check_max"):
+        for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
-        if self.slave_read_lag_bytes < 0:
-            raise ConfigError("slaveReadLagBytes must be >= 0")
-        if self.transaction_time_out < 0:
-            raise ConfigError("transactionTimeOut must be >= 0")
+        for name in ("slave_read_lag_bytes", "transaction_time_out"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_java_name(name)} must be >= 0")
         from rocket.broker.schedule import parse_delay_levels
 
         try:
@@ -306,14 +326,56 @@ class BrokerConfig:
 
 # -- helpers ---------------------------------------------------------------------------
 
-_STORE_MS_KEYS = {
-    "flushintervalcommitlog",
-    "flushcommitlogthoroughinterval",
-    "syncflushtimeout",
-    "flushintervalconsumequeue",
-    "flushconsumeroffsetinterval",
-    "cleanresourceinterval",
+#: Settings that must be > 0 (:meth:`BrokerConfig.validate`).
+_POSITIVE_FIELDS = (
+    "default_topic_queue_nums", "max_in_flight_sends", "max_in_flight_send_bytes", "max_message_size",
+    "ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+    "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
+    "transaction_check_interval", "transaction_check_max",
+)
+
+#: Store intervals whose key is in milliseconds (RocketMQ's ``MessageStoreConfig``) while the
+#: store keeps seconds: normalised key -> RocketMQ's name.
+STORE_MILLISECOND_KEYS = {
+    "flushintervalcommitlog": "flushIntervalCommitLog",
+    "flushcommitlogthoroughinterval": "flushCommitLogThoroughInterval",
+    "syncflushtimeout": "syncFlushTimeout",
+    "flushintervalconsumequeue": "flushIntervalConsumeQueue",
+    "flushconsumeroffsetinterval": "flushConsumerOffsetInterval",
+    "cleanresourceinterval": "cleanResourceInterval",
 }
+
+#: Deprecated spellings read in seconds (their meaning before units were settled): exactly
+#: these snake_case names, compared without case.
+LEGACY_SECONDS_KEYS = frozenset({
+    "flush_interval_commit_log",
+    "flush_commit_log_thorough_interval",
+    "sync_flush_timeout",
+    "flush_interval_consume_queue",
+    "flush_consumer_offset_interval",
+    "clean_resource_interval",
+})
+
+
+def _store_value(key: str, raw: Any, kind: Any) -> Any:
+    """The store's value for ``key=raw``: milliseconds keys become seconds (see the module's table).
+
+    Raises :class:`ConfigError` for a value that does not parse, or a fractional millisecond count.
+    """
+    norm = _norm(key)
+    if norm not in STORE_MILLISECOND_KEYS:
+        return _convert(kind, raw, key)
+    if key.lower() in LEGACY_SECONDS_KEYS:
+        seconds = _convert(float, raw, key)
+        log.warning("%s=%s is read in seconds (deprecated spelling); write %s=%d (milliseconds)",
+                    key, raw, STORE_MILLISECOND_KEYS[norm], round(seconds * 1000))
+        return seconds
+    text = str(raw).strip()
+    try:
+        millis = int(text)
+    except ValueError:
+        raise ConfigError(f"{key} is in milliseconds and takes an integer, got {text!r}") from None
+    return millis / 1000.0
 
 
 #: Java names of store settings that differ from ours (beyond case and underscores).

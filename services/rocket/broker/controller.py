@@ -6,7 +6,8 @@ Lifecycle (RocketMQ 4.9.8 ``BrokerController``):
 
 ``start()``: open and recover the store; create the system topics; load the
 delay offsets; listen on ``listenPort`` and (unless disabled) the VIP port
-``listenPort - 2``, which serves everything but PULL_MESSAGE (quirk Q8); start
+``listenPort - 2``, which serves everything but PULL_MESSAGE (RocketMQ's
+``BrokerController`` registers no pull processor on its fastRemotingServer); start
 delayed delivery (masters only), HTTP, the client-expiry scan; register with
 every NameServer, then again every ``registerNameServerPeriod`` and
 immediately after topic changes.
@@ -38,17 +39,20 @@ from rocket.broker.config import (
 from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
+from rocket.broker.metadata import BrokerMetadata
 from rocket.broker.metrics import BrokerCollector, BrokerMetrics, GaugeSnapshot, LagRow
 from rocket.broker.processor.admin import AdminBrokerProcessor
 from rocket.broker.processor.client_manage import ClientManageProcessor, ConsumerManageProcessor
 from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
-from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver, register_broker_body
+from rocket.broker.processor.tools import ToolsAdminProcessor
+from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver
 from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
-from rocket.broker.stats import BrokerStats
+from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
+from rocket.broker.timer import TimerCollector, transform_timer_message
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
 from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
@@ -58,6 +62,14 @@ from rocket.message import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_NOT_TYPE,
 )
+from rocket.protocol import (
+    DataVersion,
+    RegisterBrokerBody,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    loads_lenient,
+)
 from rocket.remoting import (
     Processors,
     RemotingCommand,
@@ -65,34 +77,30 @@ from rocket.remoting import (
     RemotingError,
     RemotingServer,
     RequestCode,
-    loads_lenient,
+    ResponseCode,
 )
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
-from rocket.store.config import SubscriptionGroupConfig, TopicConfig
+from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker")
 
 #: Consumer groups RocketMQ treats as its own (subscription groups auto-created for them).
 SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
+#: Subscription groups every broker has from its first start (``SubscriptionGroupManager.init``
+#: of RocketMQ 5.x; 4.9.8 has all but the last), with the default settings.
+INITIAL_SUBSCRIPTION_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+    "CID_SYS_RMQ_TRANS",
+)
 #: Lag rows are only computed this often for /metrics (seconds).
 _READY_WINDOW = 120.0
-
-
-@dataclasses.dataclass(slots=True)
-class ConsumeStatRow:
-    """One queue of a group's consume stats (GET_CONSUME_STATS, /api/v1, metrics)."""
-
-    topic: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-    last_timestamp: int
-
-    @property
-    def lag(self) -> int:
-        """Messages not consumed yet."""
-        return max(0, self.broker_offset - self.consumer_offset)
 
 
 def _now_ms() -> int:
@@ -116,6 +124,7 @@ class BrokerController:
         config.validate()
         self.config = config
         self.store = DefaultMessageStore(config.store_config())
+        self.metadata = BrokerMetadata(Path(config.store_path_root_dir) / "config")
         self.metrics = BrokerMetrics()
         #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
@@ -131,7 +140,9 @@ class BrokerController:
             parse_delay_levels(config.message_delay_level),
             Path(config.store_path_root_dir) / "config",
         )
-        self.topics = TopicManager(lambda: self.store.topic_configs, config, TopicConfig, self.trigger_register)
+        #: Arbitrary-time delayed messages (``rocket.store.timer``): enqueues everywhere, delivers on masters.
+        self.timer = TimerMessageStore(self.store)
+        self.topics = TopicManager(lambda: self.metadata.topic_configs, config, TopicConfig, self.trigger_register)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
         )
@@ -143,6 +154,7 @@ class BrokerController:
         self.consumer_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
+        self.tools_processor = ToolsAdminProcessor(self)
         self.remoting = RemotingServer(
             self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker"
         )
@@ -178,6 +190,7 @@ class BrokerController:
                 self.metrics,
             )
         )
+        self.metrics.install_collector(TimerCollector(self.timer, lambda: self.store_ready))
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -206,6 +219,7 @@ class BrokerController:
         p.register(RequestCode.QUERY_MESSAGE, q.query_message)
         p.register(RequestCode.VIEW_MESSAGE_BY_ID, q.view_message_by_id)
         a = self.admin_processor
+        t = self.tools_processor
         for code, handler in (
             (RequestCode.UPDATE_AND_CREATE_TOPIC, a.update_and_create_topic),
             (RequestCode.DELETE_TOPIC_IN_BROKER, a.delete_topic),
@@ -220,6 +234,7 @@ class BrokerController:
             (RequestCode.QUERY_BROKER_OFFSET, a.query_broker_offset),
             (RequestCode.GET_ALL_CONSUMER_OFFSET, a.get_all_consumer_offset),
             (RequestCode.GET_ALL_DELAY_OFFSET, a.get_all_delay_offset),
+            (RequestCode.GET_TIMER_CHECK_POINT, self.get_timer_check_point),
             (RequestCode.GET_BROKER_RUNTIME_INFO, a.get_broker_runtime_info),
             (RequestCode.GET_CONSUME_STATS, a.get_consume_stats),
             (RequestCode.GET_TOPIC_STATS_INFO, a.get_topic_stats_info),
@@ -228,6 +243,22 @@ class BrokerController:
             (RequestCode.UPDATE_BROKER_CONFIG, a.update_broker_config),
             (RequestCode.LOCK_BATCH_MQ, a.lock_batch_mq),
             (RequestCode.UNLOCK_BATCH_MQ, a.unlock_batch_mq),
+            (RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, t.update_and_create_topic_list),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, t.update_and_create_subscription_group_list),
+            (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, t.query_topic_consume_by_who),
+            (RequestCode.GET_PRODUCER_CONNECTION_LIST, t.get_producer_connection_list),
+            (RequestCode.GET_ALL_PRODUCER_INFO, t.get_all_producer_info),
+            (RequestCode.GET_TOPIC_CONFIG, t.get_topic_config),
+            (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, t.get_system_topic_list),
+            (RequestCode.VIEW_BROKER_STATS_DATA, t.view_broker_stats_data),
+            (RequestCode.GET_BROKER_CONSUME_STATS, t.get_broker_consume_stats),
+            (RequestCode.QUERY_CONSUME_QUEUE, t.query_consume_queue),
+            (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, t.invoke_broker_to_reset_offset),
+            (RequestCode.GET_CONSUMER_RUNNING_INFO, t.get_consumer_running_info),
+            (RequestCode.CONSUME_MESSAGE_DIRECTLY, t.consume_message_directly),
+            (RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, t.clean_expired_consume_queue),
+            (RequestCode.CLEAN_UNUSED_TOPIC, t.clean_unused_topic),
+            (RequestCode.DELETE_EXPIRED_COMMITLOG, t.delete_expired_commitlog),
             (RequestCode.GET_BROKER_HA_STATUS, self.ha.process_ha_status),
             (RequestCode.GET_BROKER_EPOCH_CACHE, self.ha.process_epoch_cache),
             (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.ha.process_role_change),
@@ -242,10 +273,19 @@ class BrokerController:
         """Recover the store, listen, register; see the module doc for the order."""
         cfg = self.config
         await self.store.start()
+        try:
+            await self.metadata.load()
+        except BaseException:
+            await self.store.shutdown()
+            await self.metadata.close(backup=False)
+            raise
         self.store_ready = True
         self.topics.init_system_topics(self.schedule.max_level)
+        self._init_system_groups()
         self.schedule.load()
         self.store.add_dispatch_listener(self._on_dispatch)
+        self.timer.load()
+        await self.timer.start(should_run_dequeue=cfg.is_master)
         started: list[RemotingServer] = []
         try:
             for server in self._servers():
@@ -261,7 +301,9 @@ class BrokerController:
             for server in started:
                 await server.stop()
             await self.ha.shutdown()
+            await self.timer.shutdown()
             await self.store.shutdown()
+            await self.metadata.close(backup=False)
             raise
         if cfg.is_master:
             await self.schedule.start()
@@ -280,6 +322,8 @@ class BrokerController:
         )
         await self.register_broker_all()
         self._tasks.spawn(self._register_loop(), name="broker-register")
+        self._tasks.spawn(self.metadata.run_offset_persist(self.store.config.flush_consumer_offset_interval),
+                          name="broker-persist-consumer-offsets")
         self._tasks.spawn(self._client_scan_loop(), name="broker-client-scan")
         self._tasks.spawn(self._flush_sample_loop(), name="broker-flush-sample")
 
@@ -315,6 +359,7 @@ class BrokerController:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
         await self.transaction.stop()
+        await self.timer.shutdown()
         await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
@@ -324,6 +369,7 @@ class BrokerController:
         await self.outer_api.close()
         if self.store_ready:
             await self.store.shutdown()
+            await self.metadata.close(backup=self.store.last_shutdown_clean)
             self.store_ready = False
         log.info("broker %s stopped", cfg.broker_name)
 
@@ -344,18 +390,15 @@ class BrokerController:
         """The RegisterBrokerBody of this broker now (topic perms rewritten when not RW)."""
         perm = self.config.broker_permission
         rewrite = not (is_readable(perm) and is_writeable(perm))
-        table: dict[str, Any] = {}
-        for name, tc in self.store.topic_configs.all().items():
-            obj = dict(tc.to_json())
-            if rewrite:
-                obj["perm"] = perm
-            table[name] = obj
-        dv = self.store.topic_configs.data_version
-        version = {
-            "timestamp": max(int(dv.timestamp), self._perm_changed_at),
-            "counter": int(dv.counter) + self._perm_changes,
+        table = {
+            name: dataclasses.replace(tc, perm=perm) if rewrite else tc
+            for name, tc in self.metadata.topic_configs.all().items()
         }
-        return register_broker_body(table, version)
+        dv = self.metadata.topic_configs.data_version
+        version = DataVersion(
+            timestamp=max(dv.timestamp, self._perm_changed_at), counter=dv.counter + self._perm_changes
+        )
+        return RegisterBrokerBody(TopicConfigSerializeWrapper(table, version)).encode()
 
     async def _register_once(self) -> None:
         results = await self.outer_api.register_broker_all(self._identity(), self.registration_body())
@@ -411,7 +454,7 @@ class BrokerController:
         self.hold_service.drop_connection(conn)
 
     def _notify_consumer_ids_changed(self, group: str, conns: list[RemotingConnection]) -> None:
-        group_config = self.store.subscription_groups.get(group)
+        group_config = self.metadata.subscription_groups.get(group)
         if group_config is not None and not group_config.notify_consumer_ids_changed_enable:
             return
         for conn in conns:
@@ -454,9 +497,16 @@ class BrokerController:
                     self.metrics.flush_latency.observe(stats.last_flush_seconds)
                 seen = stats.fdatasyncs
 
+    def _init_system_groups(self) -> None:
+        """Create the :data:`INITIAL_SUBSCRIPTION_GROUPS` that are missing (existing ones are kept)."""
+        table = self.metadata.subscription_groups
+        for name in INITIAL_SUBSCRIPTION_GROUPS:
+            if table.get(name) is None:
+                table.put(SubscriptionGroupConfig(group_name=name))
+
     def find_subscription_group(self, group: str, auto_create: bool = True) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created when ``autoCreateSubscriptionGroup`` (or a system group)."""
-        table = self.store.subscription_groups
+        table = self.metadata.subscription_groups
         cfg = table.get(group)
         may_create = self.config.auto_create_subscription_group or _is_system_consumer_group(group)
         if cfg is None and auto_create and may_create:
@@ -480,8 +530,20 @@ class BrokerController:
 
     # -- the write path ------------------------------------------------------------------------
 
-    def _store_request(self, inner: MessageInner) -> MessageInner:
-        """Apply the delay rewrite: DELAY > 0 goes to SCHEDULE_TOPIC_XXXX queue level-1."""
+    def _timer_hook(self, inner: MessageInner) -> MessageInner | PutMessageResult:
+        """The timer rewrite (``rocket.broker.timer``) for messages that are not half messages:
+        a timer message goes to rmq_sys_wheel_timer, or is refused (the result to answer)."""
+        if inner.sys_flag & 0xC not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+            return inner
+        return transform_timer_message(inner, self.store.config, self.timer.now_ms(), self.timer)
+
+    def _store_request(self, inner: MessageInner) -> MessageInner | PutMessageResult:
+        """Apply the timer rewrite (:meth:`_timer_hook`), then the delay rewrite: DELAY > 0 goes
+        to SCHEDULE_TOPIC_XXXX queue level-1. A refused timer message yields its result."""
+        hooked = self._timer_hook(inner)
+        if not isinstance(hooked, MessageInner):
+            return hooked
+        inner = hooked
         if PROPERTY_DELAY_TIME_LEVEL not in inner.properties:  # the usual send: nothing to rewrite
             return inner
         level = inner.delay_level
@@ -505,7 +567,10 @@ class BrokerController:
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
         whose WAIT property is not false is acknowledged once a slave has it (``rocket.store.ha``)."""
-        req = self._store_request(inner).to_request()
+        rewritten = self._store_request(inner)
+        if isinstance(rewritten, PutMessageResult):
+            return rewritten
+        req = rewritten.to_request()
         result = await self.store.put_message(req)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
                 and result.status is PutMessageStatus.PUT_OK):
@@ -527,7 +592,10 @@ class BrokerController:
         resolves once a slave has the messages (or with the replication failure), as
         :meth:`put_message`. Never None now (None meant: use :meth:`put_message`)."""
         if len(inners) == 1:
-            reqs = [self._store_request(inners[0]).to_request()]
+            rewritten = self._store_request(inners[0])
+            if isinstance(rewritten, PutMessageResult):
+                return rewritten
+            reqs = [rewritten.to_request()]
         else:
             reqs = [i.to_request() for i in inners]
         put = self.store.put_messages_nowait(reqs)
@@ -538,7 +606,7 @@ class BrokerController:
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""
         self.metrics.count_in(topic, count, nbytes)
-        self.stats.on_put(count, nbytes)
+        self.stats.on_put(count, nbytes, topic)
 
     def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Account messages returned to ``group`` from ``topic``."""
@@ -549,20 +617,36 @@ class BrokerController:
         try:
             self.hold_service.notify_message_arriving(topic, queue_id, queue_offset, tags_code)
             self.schedule.on_dispatch(topic, queue_id, queue_offset, tags_code)
+            self.timer.on_dispatch(topic, queue_id, queue_offset, tags_code)
         except Exception:
             log.exception("dispatch listener failed for %s/%d", topic, queue_id)
+
+    def get_timer_check_point(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TIMER_CHECK_POINT (60): the 56-byte timer checkpoint (``TimerCheckpoint.encode``) with the
+        live read time and enqueue offset; extField ``commitLogMaxOffset`` is this broker's CommitLog end,
+        which a slave must have replicated before it trusts the read time."""
+        if not self.store_ready:
+            return request.response(ResponseCode.SYSTEM_ERROR, "the store is not ready")
+        timer = self.timer
+        ck = dataclasses.replace(timer.checkpoint, path=None)
+        if timer.should_run_dequeue:
+            ck.last_read_time_ms = timer.commit_read_time_ms
+            ck.master_timer_queue_offset = timer.curr_queue_offset
+        resp = request.response(ResponseCode.SUCCESS, body=ck.encode())
+        resp.ext_fields["commitLogMaxOffset"] = str(self.store.max_phy_offset)
+        return resp
 
     # -- topics ----------------------------------------------------------------------------------
 
     async def delete_topic(self, topic: str) -> None:
         """Forget ``topic``: config, consume queues, consumer offsets."""
-        self.store.topic_configs.delete(topic)
+        self.metadata.topic_configs.delete(topic)
         self.store.delete_topics([topic])
-        self.store.consumer_offsets.remove_topic(topic)
+        self.metadata.consumer_offsets.remove_topic(topic)
 
     async def create_topic(self, tc: TopicConfig) -> None:
         """Create or overwrite a topic and register at once (HTTP API)."""
-        self.store.topic_configs.put(tc)
+        self.metadata.topic_configs.put(tc)
         await self.register_broker_all()
 
     # -- config ------------------------------------------------------------------------------------
@@ -611,7 +695,7 @@ class BrokerController:
 
     def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
         """Committed offsets: ``(group, topic) -> {queueId: offset}``."""
-        raw = self.store.consumer_offsets.to_json()
+        raw = self.metadata.consumer_offsets.to_json()
         obj = raw if isinstance(raw, dict) else loads_lenient(raw)
         table = obj.get("offsetTable", {}) if isinstance(obj, dict) else {}
         out: dict[tuple[str, str], dict[int, int]] = {}
@@ -647,7 +731,7 @@ class BrokerController:
                 continue
             for queue_id in range(tc.read_queue_nums):
                 broker_offset = max(0, store.get_max_offset_in_queue(name, queue_id))
-                committed = store.consumer_offsets.query(group, name, queue_id)
+                committed = self.metadata.consumer_offsets.query(group, name, queue_id)
                 consumer_offset = max(0, committed if committed is not None else 0)
                 last = store.get_store_timestamp(name, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
                 rows.append(ConsumeStatRow(name, queue_id, broker_offset, consumer_offset, max(0, last)))
@@ -679,7 +763,7 @@ class BrokerController:
                     lag.append(LagRow(group, r.topic, r.queue_id, r.broker_offset, r.consumer_offset, oldest))
                 info = self.consumer_manager.get(group)
                 groups[group] = (len(info.channels), info.message_model) if info else (0, "")
-            for name, tc in store.topic_configs.all().items():
+            for name, tc in self.metadata.topic_configs.all().items():
                 topic_offsets[name] = sum(
                     max(0, store.get_max_offset_in_queue(name, q)) for q in range(tc.read_queue_nums))
         connections = sum(len(s.connections) for s in self._servers())
@@ -726,6 +810,8 @@ class BrokerController:
                 "msgGetTotalYesterdayMorning": "0",
                 "putTps": f"{self.stats.put_rate.rate():.2f}",
                 "getTransferedTps": f"{self.stats.get_rate.rate():.2f}",
+                # 5.x spelling of the same figure.
+                "getTransferredTps": f"{self.stats.get_rate.rate():.2f}",
                 "commitLogMaxOffset": str(store.max_phy_offset),
                 "commitLogMinOffset": str(store.min_phy_offset),
                 "commitLogDiskRatio": f"{store.disk_usage_ratio():.4f}",
@@ -734,12 +820,23 @@ class BrokerController:
                 "sendThreadPoolQueueSize": str(self.in_flight_sends),
                 "sendThreadPoolQueueCapacity": str(cfg.max_in_flight_sends),
                 "pullThreadPoolQueueSize": str(len(self.hold_service)),
+                # Java's request thread pools queue requests before a thread runs them; here each
+                # request runs on the event loop as soon as it is read, so nothing waits in a queue.
+                "sendThreadPoolQueueHeadWaitTimeMills": "0",
+                "pullThreadPoolQueueHeadWaitTimeMills": "0",
+                "queryThreadPoolQueueHeadWaitTimeMills": "0",
+                "brokerActive": "true" if cfg.is_master else "false",
                 "parkedPullRequests": str(len(self.hold_service)),
                 "registeredNameServers": ";".join(self.registered_namesrvs),
             }
         )
         for level, info in self.schedule.status().items():
             table[f"scheduleMessageOffset_{level}"] = f"{info['offset']},{info['maxOffset']}"
+        # RocketMQ 5's timer keys: how far the read pointer is behind the clock (ms) and the enqueue backlog.
+        timer = self.timer
+        table["timerReadBehind"] = str(max(0, timer.now_ms() - timer.curr_read_time_ms)
+                                       if timer.should_run_dequeue else 0)
+        table["timerOffsetBehind"] = str(timer.enqueue_backlog())
         return table
 
     def status(self) -> dict[str, Any]:
@@ -761,7 +858,7 @@ class BrokerController:
             "registeredNameServers": self.registered_namesrvs,
             "nameServerErrors": dict(self.outer_api.state.last_error),
             "masterAddr": self.master_addr,
-            "topics": len(self.store.topic_configs.all()) if self.store_ready else 0,
+            "topics": len(self.metadata.topic_configs.all()) if self.store_ready else 0,
             "parkedPulls": len(self.hold_service),
             "inFlightSends": self.in_flight_sends,
             "consumerGroupsOnline": sorted(self.consumer_manager.groups),
@@ -769,6 +866,7 @@ class BrokerController:
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
             "transactions": self.transaction.status() if self.store_ready else {},
+            "timer": self.timer.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
 

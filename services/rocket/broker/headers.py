@@ -1,13 +1,12 @@
 """Typed views of the custom headers (``extFields``) of broker requests.
 
 Each ``parse`` reads a :class:`RemotingCommand` whose ext values are already
-strings (the remoting layer coerces numbers and booleans, A2) and raises
+strings (the remoting layer coerces numbers and booleans) and raises
 :class:`HeaderFieldError` for a missing required field or a value of the wrong
 type; the connection layer answers that with SYSTEM_ERROR (1) and the message.
 
 Sources: RocketMQ 4.9.8 ``SendMessageRequestHeader``(V2),
-``PullMessageRequestHeader``, ``ConsumerSendMsgBackRequestHeader``
-(reference A7).
+``PullMessageRequestHeader``, ``ConsumerSendMsgBackRequestHeader``.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ PULL_FLAG_SUBSCRIPTION = 0x4
 PULL_FLAG_CLASS_FILTER = 0x8
 PULL_FLAG_LITE_PULL = 0x10
 
-#: SEND_MESSAGE_V2 short names -> V1 names (A7 table).
+#: SEND_MESSAGE_V2 short names -> V1 names (``SendMessageRequestHeaderV2``).
 SEND_V2_NAMES = {
     "a": "producerGroup",
     "b": "topic",
@@ -56,7 +55,7 @@ class SendMessageRequestHeader:
     and SEND_BATCH_MESSAGE (320).
 
     ``batch`` is true for code 320 or when the batch flag is ``true``/``1``
-    (the C++ client sends batches as code 10 with ``batch:"1"``, quirk Q7).
+    (the C++ client sends batches as code 10 with ``batch:"1"``).
     ``max_reconsume_times`` is ``None`` when absent.
     """
 
@@ -75,7 +74,7 @@ class SendMessageRequestHeader:
     batch: bool
 
     @classmethod
-    def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:
+    def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:  # noqa: C901 - hot: per send, bench_broker
         """Read the header of a send request.
 
         Code 10 is read with the long names, 310/320 with the short ones; a

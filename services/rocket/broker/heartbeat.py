@@ -2,7 +2,7 @@
 
 Java (and ali-ons) write enums by name (``"CONSUME_PASSIVELY"``); the C++
 client writes their ordinals (``1``) and ``subVersion`` as a string
-(reference A10.5). Both are normalised here to enum names and ints.
+(RocketMQ's ``HeartbeatData``). Both are normalised here to enum names and ints.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocket.broker.filter import SubscriptionData, SubscriptionParseError
-from rocket.remoting import loads_lenient
+from rocket.protocol import loads_lenient
 
 #: Java enum constants in ordinal order (the C++ client sends ordinals).
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")

@@ -40,14 +40,14 @@ from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.remoting import ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import HttpBroker
 
 log = logging.getLogger("rocket.broker.http")
 
-_BROKER_KEY: web.AppKey[BrokerController] = web.AppKey("broker")
+_BROKER_KEY: web.AppKey[HttpBroker] = web.AppKey("broker")
 
 
-def build_app(broker: BrokerController) -> web.Application:
+def build_app(broker: HttpBroker) -> web.Application:
     """The aiohttp application serving ``broker``."""
     app = web.Application()
     app[_BROKER_KEY] = broker
@@ -68,7 +68,7 @@ def build_app(broker: BrokerController) -> web.Application:
 class BrokerHttpServer:
     """Runs :func:`build_app` on a TCP port."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: HttpBroker) -> None:
         self.broker = broker
         self._runner: web.AppRunner | None = None
 
@@ -93,7 +93,7 @@ class BrokerHttpServer:
             self._runner = None
 
 
-def _broker(request: web.Request) -> BrokerController:
+def _broker(request: web.Request) -> HttpBroker:
     return request.app[_BROKER_KEY]
 
 
@@ -123,7 +123,7 @@ async def _status(request: web.Request) -> web.Response:
     return web.json_response(_broker(request).status())
 
 
-def _topic_json(broker: BrokerController, tc: Any) -> dict[str, Any]:
+def _topic_json(broker: HttpBroker, tc: Any) -> dict[str, Any]:
     store = broker.store
     obj = dict(tc.to_json())
     obj["queues"] = [
@@ -139,7 +139,7 @@ def _topic_json(broker: BrokerController, tc: Any) -> dict[str, Any]:
 
 async def _topics(request: web.Request) -> web.Response:
     broker = _broker(request)
-    configs = broker.store.topic_configs.all()
+    configs = broker.metadata.topic_configs.all()
     return web.json_response({"topics": [_topic_json(broker, configs[name]) for name in sorted(configs)]})
 
 
@@ -188,7 +188,7 @@ async def _delete_topic(request: web.Request) -> web.Response:
     return web.json_response({"deleted": topic})
 
 
-def _group_json(broker: BrokerController, group: str) -> dict[str, Any]:
+def _group_json(broker: HttpBroker, group: str) -> dict[str, Any]:
     rows, tps = broker.consume_stats(group)
     info = broker.consumer_manager.get(group)
     topics: dict[str, dict[str, Any]] = {}
@@ -224,7 +224,7 @@ async def _groups(request: web.Request) -> web.Response:
 async def _group(request: web.Request) -> web.Response:
     broker = _broker(request)
     group = request.match_info["group"]
-    if group not in broker.consumer_groups() and broker.store.subscription_groups.get(group) is None:
+    if group not in broker.consumer_groups() and broker.metadata.subscription_groups.get(group) is None:
         return _error(404, f"consumer group {group} is unknown to this broker")
     return web.json_response(_group_json(broker, group))
 

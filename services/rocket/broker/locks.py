@@ -11,30 +11,10 @@ after its last renewal; clients renew every 20 s (RocketMQ 4.9.8
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class MessageQueue:
-    """``(topic, brokerName, queueId)``, hashable; JSON with Java's field names."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"brokerName":…,"queueId":…,"topic":…}``."""
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> MessageQueue:
-        """Read Java's form. Raises ``ValueError`` when a field is missing or mistyped."""
-        try:
-            return cls(topic=str(obj["topic"]), broker_name=str(obj["brokerName"]), queue_id=int(obj["queueId"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad MessageQueue {obj!r}: {exc}") from None
+from rocket.protocol import MessageQueue
 
 
 @dataclass(slots=True)

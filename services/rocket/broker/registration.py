@@ -6,10 +6,10 @@ separate). A host that is not an IP literal is resolved with
 used, so a DNS name such as a Kubernetes headless Service ``ns:9876`` follows
 NameServers as they come and go without a broker restart.
 
-Registration (reference A6 "103", A10.4): every NameServer in parallel, body
-RegisterBrokerBody JSON ``{"topicConfigSerializeWrapper":{"topicConfigTable":
-{...},"dataVersion":{...}},"filterServerList":[]}`` and ext ``bodyCrc32`` =
-CRC32 of the body masked with 0x7FFFFFFF; timeout ``registerBrokerTimeoutMills``.
+Registration (``BrokerOuterAPI.registerBrokerAll``): every NameServer in
+parallel, body :class:`~rocket.protocol.RegisterBrokerBody` (JSON) and ext
+``bodyCrc32`` = :func:`~rocket.protocol.crc32_masked` of the body; timeout
+``registerBrokerTimeoutMills``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ import ipaddress
 import logging
 import socket
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
-
+from rocket.protocol import crc32_masked
 from rocket.remoting import (
     RemotingClient,
     RemotingCommand,
@@ -125,26 +122,11 @@ class BrokerIdentity:
     epoch: int | None = None
 
 
-def register_broker_body(topic_config_table: dict[str, Any], data_version: dict[str, Any]) -> bytes:
-    """The RegisterBrokerBody JSON (A10.4)."""
-    return orjson.dumps(
-        {
-            "topicConfigSerializeWrapper": {"topicConfigTable": topic_config_table, "dataVersion": data_version},
-            "filterServerList": [],
-        }
-    )
-
-
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text else None
     except ValueError:
         return None
-
-
-def body_crc32(body: bytes) -> int:
-    """CRC32 of ``body`` masked with 0x7FFFFFFF (quirk Q14)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 @dataclass(slots=True)
@@ -201,7 +183,7 @@ class BrokerOuterAPI:
     async def register_broker_all(self, identity: BrokerIdentity, body: bytes) -> list[RegisterResult]:
         """Register with every NameServer in parallel; never raises for a NameServer's failure."""
         addrs = await self.addresses()
-        crc = body_crc32(body)
+        crc = crc32_masked(body)
         ext = {
             "brokerAddr": identity.broker_addr,
             "brokerId": str(identity.broker_id),

@@ -56,13 +56,13 @@ import orjson
 from rocket.broker.config import BrokerConfig
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
+from rocket.protocol import loads_lenient
 from rocket.remoting import (
     RemotingCommand,
     RemotingConnection,
     RemotingError,
     RequestCode,
     ResponseCode,
-    loads_lenient,
 )
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.ha.epoch import EPOCH_FILE_NAME, EpochFile
@@ -71,11 +71,13 @@ from rocket.store.ha.metrics import HACollector, HAMetrics, HASnapshot, SlaveRow
 from rocket.store.ha.slave import HAClient
 
 if TYPE_CHECKING:
+    from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.metrics import BrokerMetrics
     from rocket.broker.registration import BrokerOuterAPI, RegisterResult
     from rocket.broker.schedule import ScheduleMessageService
+    from rocket.protocol import TopicConfig
     from rocket.store import DefaultMessageStore
-    from rocket.store.config import TopicConfig
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.replicas")
 
@@ -117,14 +119,32 @@ def apply_persisted_role(config: BrokerConfig) -> bool:
     return True
 
 
+class MasterOnlyService(Protocol):
+    """A broker service that runs on a master only (delayed delivery, the transaction check): started
+    at promotion, stopped at demotion."""
+
+    async def start(self) -> None:
+        """Start serving (idempotent)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        ...
+
+
 class ReplicationBroker(Protocol):
     """The broker as the :class:`ReplicationManager` sees it (``BrokerController`` satisfies it):
-    its settings, store, metrics, delayed delivery, NameServer client and registration."""
+    its settings, store, metadata, metrics, master-only services, NameServer client and registration."""
 
     config: BrokerConfig
     store: DefaultMessageStore
+    metadata: BrokerMetadata
     metrics: BrokerMetrics
     schedule: ScheduleMessageService
+    #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
+    transaction: MasterOnlyService
+    #: Timer messages: enqueued everywhere, delivered by masters only (``set_should_run_dequeue``).
+    timer: TimerMessageStore
     outer_api: BrokerOuterAPI
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
@@ -462,6 +482,7 @@ class ReplicationManager:
                 await self._persist_role()
                 await self.broker.schedule.start()
                 await self.broker.transaction.start()
+                self.broker.timer.set_should_run_dequeue(True)
                 self.role_confirmed = True
             finally:
                 self.changing_role = False
@@ -486,7 +507,7 @@ class ReplicationManager:
         after the last config copy) a config (:meth:`replicated_topic_config`). Without it the
         new master would re-create them from TBW102."""
         store = self.store
-        configs = store.topic_configs
+        configs = self.broker.metadata.topic_configs
         made = []
         for topic in store.topics():
             if configs.get(topic) is None:
@@ -522,6 +543,7 @@ class ReplicationManager:
                 self.service.drop_all(f"{master_addr} is the master now")
                 await self.broker.schedule.stop()
                 await self.broker.transaction.stop()
+                self.broker.timer.set_should_run_dequeue(False)
                 await store.commit_log.wait_idle()
                 cfg.broker_id = await self._free_slave_id()
                 await self._persist_role()
@@ -557,13 +579,48 @@ class ReplicationManager:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(status))
 
     def process_ha_status(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_HA_STATUS (907): body = :meth:`status` JSON."""
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.status()))
+        """GET_BROKER_HA_STATUS (907): body = RocketMQ 5's HARuntimeInfo (:meth:`ha_runtime_info`,
+        what mqadmin's haStatus reads), or :meth:`status` JSON when ext ``format`` is ``rocketcluster``
+        (our admin client)."""
+        body = self.status() if request.get("format") == "rocketcluster" else self.ha_runtime_info()
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def ha_runtime_info(self) -> dict[str, Any]:
+        """RocketMQ 5's ``HARuntimeInfo``: on a master ``master`` true, ``masterCommitLogMaxOffset``,
+        ``inSyncSlaveNums`` and one ``haConnectionInfo`` per slave (``addr``, ``slaveAckOffset``,
+        ``diff`` in bytes, ``inSync``, ``transferFromWhere``); on a slave ``haClientRuntimeInfo``
+        (``masterAddr``, ``maxOffset`` = its own CommitLog end, ``masterFlushOffset`` = the master's
+        end as last told, ``isActivated``). Transfer speeds and read/write times are not kept: 0."""
+        svc = self.service
+        store = self.store
+        if self.config.is_master:
+            conns = [{"addr": c.slave_addr, "slaveAckOffset": c.ack_offset, "diff": svc.lag_bytes(c),
+                      "inSync": svc.in_sync(c), "transferredByteInSecond": 0, "transferFromWhere": c.transfer_offset}
+                     for c in svc.connections]
+            return {"master": True, "masterCommitLogMaxOffset": store.max_phy_offset,
+                    "inSyncSlaveNums": sum(1 for c in conns if c["inSync"]), "haConnectionInfo": conns,
+                    "haClientRuntimeInfo": {}}
+        cl = self.client
+        return {"master": False, "masterCommitLogMaxOffset": 0, "inSyncSlaveNums": 0, "haConnectionInfo": [],
+                "haClientRuntimeInfo": {"masterAddr": cl.master_ha_addr or self.master_ha_address(),
+                                        "transferredByteInSecond": 0, "maxOffset": store.max_phy_offset,
+                                        "lastReadTimestamp": 0, "lastWriteTimestamp": 0,
+                                        "masterFlushOffset": max(0, cl.master_max_offset),
+                                        "isActivated": cl.state == "transferring"}}
 
     def process_epoch_cache(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``."""
-        body = {"epochs": self.epoch_file.to_json(), "maxOffset": self.store.max_phy_offset,
-                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id}
+        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``
+        plus the fields of RocketMQ 5's ``EpochEntryCache`` (``clusterName``, ``brokerName``,
+        ``brokerId``, ``epochList`` of ``{"epoch", "startOffset", "endOffset"}``), which mqadmin's
+        getBrokerEpoch prints; an entry ends where the next starts, the last at ``maxOffset``."""
+        epochs = self.epoch_file.to_json()
+        max_offset = self.store.max_phy_offset
+        starts = [int(e[1]) for e in epochs]
+        epoch_list = [{"epoch": int(e[0]), "startOffset": int(e[1]),
+                       "endOffset": starts[i + 1] if i + 1 < len(starts) else max_offset}
+                      for i, e in enumerate(epochs)]
+        body = {"epochs": epochs, "maxOffset": max_offset, "clusterName": self.config.broker_cluster_name,
+                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id, "epochList": epoch_list}
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # -- status ---------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from rocket.message import (
     encode_properties,
     tags_hash_code,
 )
-from rocket.remoting import loads_lenient
+from rocket.protocol import loads_lenient
 from rocket.store.api import GetMessageStatus, PutMessageRequest, PutMessageStatus
 
 if TYPE_CHECKING:

@@ -6,6 +6,8 @@ the interval if shorter) for
 * 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
 * 43 GET_ALL_CONSUMER_OFFSET — consumer offsets (replaced wholesale),
 * 45 GET_ALL_DELAY_OFFSET — delayed-delivery progress (replaced wholesale),
+* 60 GET_TIMER_CHECK_POINT — the timer wheel's read time (RocketMQ 5 ``syncTimerCheckPoint``;
+  adopted once this slave's CommitLog reaches the master's end at the time of the answer),
 
 so that a promoted slave serves consumers where they were and delivers
 delayed messages from where the master stopped. Each step fails on its own
@@ -20,12 +22,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode, loads_lenient
-from rocket.store.config import DataVersion, SubscriptionGroupConfig, TopicConfig
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
+    from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.schedule import ScheduleMessageService
-    from rocket.store import DefaultMessageStore
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.slave_sync")
 
@@ -33,11 +36,12 @@ FIRST_DELAY = 3.0
 
 
 class SlaveSyncBroker(Protocol):
-    """What the copy writes into: the broker's store (topic, subscription-group and consumer-offset
+    """What the copy writes into: the broker's metadata (topic, subscription-group and consumer-offset
     tables) and its delayed delivery (delay offsets). ``BrokerController`` satisfies it."""
 
-    store: DefaultMessageStore
+    metadata: BrokerMetadata
     schedule: ScheduleMessageService
+    timer: TimerMessageStore
 
 
 class SlaveSynchronize:
@@ -110,8 +114,12 @@ class SlaveSynchronize:
             ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._apply_groups),
             ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._apply_offsets),
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
+            ("timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, None),
         ):
             try:
+                if apply is None:
+                    await self._sync_timer_checkpoint(addr)
+                    continue
                 body = await self._call(addr, code)
                 await apply(body)
             except (RemotingError, ValueError, TypeError, KeyError, OSError) as exc:
@@ -127,6 +135,18 @@ class SlaveSynchronize:
             self.last_error = ""
         return ok
 
+    async def _sync_timer_checkpoint(self, addr: str) -> None:
+        from rocket.store.timer import TimerCheckpoint
+
+        cmd = RemotingCommand(code=RequestCode.GET_TIMER_CHECK_POINT, language="JAVA")
+        resp = await self.client.invoke(addr, cmd, timeout=self.timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"code {resp.code}: {resp.remark or ''}")
+        master = TimerCheckpoint.decode(resp.body)
+        # Without the extension field (an Apache master) the read time is taken as it is.
+        need = int(resp.ext_fields.get("commitLogMaxOffset", "0") or 0)
+        self.broker.timer.sync_from_master(master, need)
+
     # -- apply ------------------------------------------------------------------------------------
 
     async def _apply_topics(self, body: bytes) -> None:
@@ -134,7 +154,7 @@ class SlaveSynchronize:
         table = obj.get("topicConfigTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no topicConfigTable in GET_ALL_TOPIC_CONFIG's answer")
-        mgr = self.broker.store.topic_configs
+        mgr = self.broker.metadata.topic_configs
         _replace_table(mgr, {str(k): TopicConfig.from_json(v) for k, v in table.items()}, obj.get("dataVersion"))
 
     async def _apply_groups(self, body: bytes) -> None:
@@ -142,12 +162,12 @@ class SlaveSynchronize:
         table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
         if not isinstance(table, dict):
             raise ValueError("no subscriptionGroupTable in GET_ALL_SUBSCRIPTIONGROUP_CONFIG's answer")
-        mgr = self.broker.store.subscription_groups
+        mgr = self.broker.metadata.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
 
     async def _apply_offsets(self, body: bytes) -> None:
-        self.broker.store.consumer_offsets.replace_all(body)
+        self.broker.metadata.consumer_offsets.replace_all(body)
 
     async def _apply_delay_offsets(self, body: bytes) -> None:
         obj = loads_lenient(body)
@@ -175,4 +195,4 @@ def _replace_table(mgr: Any, table: dict[str, Any], version: Any) -> None:
     if gone:
         mgr.delete_many(gone)
     if master_version is not None:
-        mgr.data_version = master_version.copy()
+        mgr.data_version = master_version

@@ -7,7 +7,7 @@
   ``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``, and topics named after the
   cluster and the broker group so admin tools can route to them).
 * :class:`TopicManager`: auto-creation in the send path (from a template topic
-  with the INHERIT bit, reference A7 "10") and for retry/dead-letter topics. It
+  with the INHERIT bit, ``TopicConfigManager.createTopicInSendMessageMethod``) and for retry/dead-letter topics. It
   works on the store's ``topic_configs`` table and calls ``on_created`` after a
   creation so the broker registers with its NameServers at once.
 """
@@ -20,15 +20,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rocket.message import MAX_TOPIC_LENGTH
-from rocket.remoting.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rocket.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rocket.protocol.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from rocket.broker.config import BrokerConfig
-    from rocket.store.config import TopicConfig, TopicConfigManager
+    from rocket.broker.metadata import TopicConfigManager
+    from rocket.protocol import TopicConfig
 
 log = logging.getLogger("rocket.broker")
 
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
@@ -37,8 +38,6 @@ RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
 SYSTEM_TOPICS = frozenset(
     {
@@ -75,16 +74,6 @@ def validate_topic(topic: str) -> str | None:
 def is_system_topic(topic: str, cluster_name: str = "") -> bool:
     """RocketMQ's system topics (and the cluster-name topic)."""
     return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_") or (bool(cluster_name) and topic == cluster_name)
-
-
-def retry_topic(group: str) -> str:
-    """``%RETRY%<group>``."""
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    """``%DLQ%<group>``."""
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 def is_writeable(perm: int) -> bool:

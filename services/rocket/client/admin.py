@@ -8,7 +8,7 @@ Usage::
         lag = await admin.consumer_lag("CID_ORDERS", "Orders")
         print(lag.total_lag)
 
-Calls (reference A6/A7): topics are created and deleted on **every master**
+Calls (as RocketMQ's ``MQAdminExt``): topics are created and deleted on **every master**
 of a cluster (GET_BROKER_CLUSTER_INFO 106, then UPDATE_AND_CREATE_TOPIC 17 /
 DELETE_TOPIC_IN_BROKER 215 on each master, then DELETE_TOPIC_IN_NAMESRV 216 on
 every NameServer); consumer lag comes from GET_CONSUME_STATS (208) or, when a
@@ -36,7 +36,7 @@ import orjson
 
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import TopicRouteError
-from rocket.client.route import MASTER_ID, ClusterInfo, MessageQueue, TopicRouteData, retry_topic
+from rocket.protocol import MASTER_ID, ClusterInfo, MessageQueue, TopicRouteData, loads_lenient, retry_topic
 from rocket.remoting import (
     PERM_READ,
     PERM_WRITE,
@@ -45,7 +45,6 @@ from rocket.remoting import (
     RemotingTimeoutError,
     RequestCode,
     ResponseCode,
-    loads_lenient,
 )
 
 log = logging.getLogger("rocket.client.admin")
@@ -110,7 +109,7 @@ _OBJECT_KEY = re.compile(rb'([{,]\s*)(\{[^{}]*\})(\s*:)')
 
 
 def loads_object_keys(data: bytes | str) -> Any:
-    """Parse fastjson output whose map keys may be objects or bare integers (quirks Q1, Q4).
+    """Parse fastjson output whose map keys may be objects or bare integers.
 
     ``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}}`` becomes
     a dict whose key is the JSON text of the key object. Raises ``ValueError``.
@@ -181,7 +180,7 @@ class Admin:
         """GET_BROKER_CLUSTER_INFO (106): brokers and clusters the NameServer knows."""
         response = await self.client.namesrv_invoke(RequestCode.GET_BROKER_CLUSTER_INFO)
         check_response(response, "cluster info")
-        return ClusterInfo.parse(response.body)
+        return ClusterInfo.from_json(response.body)
 
     async def topic_list(self) -> list[str]:
         """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), sorted."""
@@ -196,8 +195,9 @@ class Admin:
 
     async def _masters(self, cluster: str | None) -> dict[str, str]:
         info = await self.cluster_info()
-        if cluster is not None and cluster not in info.clusters:
-            raise KeyError(f"cluster {cluster!r} is unknown to the NameServer (known: {sorted(info.clusters)})")
+        if cluster is not None and cluster not in info.cluster_addr_table:
+            known = sorted(info.cluster_addr_table)
+            raise KeyError(f"cluster {cluster!r} is unknown to the NameServer (known: {known})")
         return info.masters(cluster)
 
     # -- topics ------------------------------------------------------------------------
@@ -277,11 +277,11 @@ class Admin:
         """Every broker (masters and slaves) with its runtime info, sorted by
         cluster, broker name and id. Brokers that do not answer get ``error`` set."""
         info = await self.cluster_info()
-        names = info.clusters[cluster] if cluster is not None else tuple(info.brokers)
-        cluster_of = {n: c for c, ns in info.clusters.items() for n in ns}
+        names = info.cluster_addr_table[cluster] if cluster is not None else tuple(info.broker_addr_table)
+        cluster_of = {n: c for c, ns in info.cluster_addr_table.items() for n in ns}
 
         async def one(name: str, bid: int, addr: str) -> BrokerInfo:
-            bd = info.brokers[name]
+            bd = info.broker_addr_table[name]
             clus = bd.cluster or cluster_of.get(name, "")
             try:
                 runtime = await self.broker_runtime_info(addr)
@@ -289,8 +289,8 @@ class Admin:
             except Exception as exc:
                 return BrokerInfo(clus, name, bid, addr, {}, f"{type(exc).__name__}: {exc}")
 
-        jobs = [one(n, bid, addr) for n in names if n in info.brokers
-                for bid, addr in info.brokers[n].broker_addrs.items()]
+        jobs = [one(n, bid, addr) for n in names if n in info.broker_addr_table
+                for bid, addr in info.broker_addr_table[n].broker_addrs.items()]
         brokers = await asyncio.gather(*jobs)
         return sorted(brokers, key=lambda b: (b.cluster, b.broker_name, b.broker_id))
 
@@ -323,7 +323,7 @@ class Admin:
 
     async def broker_ha_status(self, addr: str) -> dict[str, Any]:
         """GET_BROKER_HA_STATUS (907) of the broker at ``addr``: role, epochs, slaves, lag."""
-        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS)
+        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS, {"format": "rocketcluster"})
         check_response(response, f"HA status of {addr}")
         return dict(orjson.loads(response.body))
 
@@ -350,7 +350,7 @@ class Admin:
         or one without slaves, :class:`RemotingCommandError` when every slave
         refused (the last refusal)."""
         info = await self.cluster_info()
-        bd = info.brokers.get(broker_name)
+        bd = info.broker_addr_table.get(broker_name)
         if bd is None:
             raise KeyError(f"broker group {broker_name!r} is unknown to the NameServer")
         slaves = [bd.broker_addrs[bid] for bid in sorted(bd.broker_addrs) if bid != MASTER_ID]

@@ -3,7 +3,7 @@
 :class:`MQClient` owns one :class:`~rocket.remoting.RemotingClient` (one TCP
 connection per peer), knows the NameServers (``"host:port;host:port"``), keeps
 the latest route of every topic it was asked about, refreshes those routes
-every ``poll_namesrv_interval`` seconds (30 by default, A11) and sends
+every ``poll_namesrv_interval`` seconds (30 by default, as ``MQClientInstance``) and sends
 HEART_BEAT to brokers every ``heartbeat_interval`` seconds (30).
 
 NameServers are tried in turn: the client sticks to one until it fails to
@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from rocket.client.errors import NameServerUnavailableError, TopicRouteError
-from rocket.client.route import MASTER_ID, BrokerData, TopicRouteData
+from rocket.protocol import MASTER_ID, BrokerData, TopicRouteData
 from rocket.remoting import (
     RemotingClient,
     RemotingCommand,
@@ -231,7 +231,7 @@ class MQClient:
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise TopicRouteError(topic, response.remark or "")
         check_response(response, f"route of {topic}")
-        route = TopicRouteData.parse(response.body)
+        route = TopicRouteData.from_json(response.body)
         if cache:
             self._store_route(topic, route)
         return route

@@ -1,9 +1,11 @@
-"""Client-side ``rocket`` commands: produce, consume, topic, cluster, group, local.
+"""Client-side ``rocket`` commands: produce, consume, topic, cluster, group.
 
 :func:`register` adds them to the ``rocket`` typer app (``rocket/cli.py``).
 Every command takes ``--namesrv/-n`` (``"host:port;host:port"``); without it
 the address comes from ``$ROCKET_NAMESRV``, else from a running ``rocket
-local up`` cluster in ``./data/local``, else ``127.0.0.1:9876``.
+local up`` cluster in ``./data/local`` (asked through the hook given to
+:func:`register`, so that the client does not depend on :mod:`rocket.local`),
+else ``127.0.0.1:9876``.
 """
 
 from __future__ import annotations
@@ -14,19 +16,22 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
+from rocket.client.output import OutputFormat, new_table, output_option, print_document, stdout_console
 from rocket.runtime import run
 
-console = Console()
+console = stdout_console()
 err_console = Console(stderr=True)
+#: Where :func:`resolve_namesrv` finds a running local cluster's NameServers (set by :func:`register`).
+_local_namesrv: Callable[[], str | None] | None = None
 
 NAMESRV_HELP = "NameServers 'host:port;host:port' (default: $ROCKET_NAMESRV, a running local cluster, 127.0.0.1:9876)"
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "SCHEDULE_TOPIC", "RMQ_SYS_", "TBW102", "SELF_TEST_TOPIC",
@@ -40,9 +45,8 @@ def resolve_namesrv(namesrv: str | None) -> str:
     env = os.environ.get("ROCKET_NAMESRV")
     if env:
         return env
-    from rocket.local import DEFAULT_DIR, namesrv_from_state
-
-    return namesrv_from_state(DEFAULT_DIR) or "127.0.0.1:9876"
+    local = _local_namesrv() if _local_namesrv is not None else None
+    return local or "127.0.0.1:9876"
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -87,6 +91,32 @@ def _payloads(count: int | None, size: int, file: Path | None, stdin: bool) -> I
         yield (head + filler)[:max(size, len(head))]
 
 
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``1500ms``, ``30s``, ``5m``, ``2h``, ``1d`` or a bare number of seconds, in ms.
+    Raises ``ValueError`` for anything else or a negative value."""
+    t = text.strip().lower()
+    for unit in ("ms", "s", "m", "h", "d"):
+        if t.endswith(unit) and t[: -len(unit)].replace(".", "", 1).isdigit():
+            return int(float(t[: -len(unit)]) * _DURATION_UNITS_MS[unit])
+    if t.replace(".", "", 1).isdigit():
+        return int(float(t) * 1000)
+    raise ValueError(f"--delay {text!r}: expected a duration such as 1500ms, 30s, 5m, 2h or 1d")
+
+
+def _parse_time_ms(text: str) -> int:
+    """ms since the epoch, or an ISO 8601 time (naive = local time). Raises ``ValueError``."""
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    try:
+        return int(datetime.fromisoformat(t).timestamp() * 1000)
+    except ValueError:
+        raise ValueError(f"--deliver-at {text!r}: expected ms since the epoch or an ISO time") from None
+
+
 def produce(
     topic: str = typer.Argument(..., help="Topic to send to (created through TBW102 if it does not exist)."),
     count: int | None = typer.Option(None, "--count", "-c", help="Messages to send (default 1; with --file: at most)."),
@@ -95,6 +125,10 @@ def produce(
     stdin: bool = typer.Option(False, "--stdin", help="Send each line read from stdin."),
     tags: str | None = typer.Option(None, "--tags", "-t", help="Tag of every message."),
     keys: str | None = typer.Option(None, "--keys", "-k", help="Keys; '{i}' is replaced by the message number."),
+    deliver_at: str | None = typer.Option(None, "--deliver-at", help="Timer message: deliver at this time "
+                                          "(ms since the epoch or ISO time, e.g. 2026-01-01T12:00:00+00:00)."),
+    delay: str | None = typer.Option(None, "--delay", help="Timer message: deliver this long after the broker "
+                                     "gets it (e.g. 1500ms, 30s, 5m, 2h, 1d; a bare number is seconds)."),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Messages per SEND_BATCH_MESSAGE (1 = single sends)."),
     concurrency: int = typer.Option(32, "--concurrency", help="Sends in flight at once."),
     group: str = typer.Option("rocket-cli-producer", "--group", "-g", help="Producer group."),
@@ -105,9 +139,18 @@ def produce(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rocket.client import Producer, build_message
-    from rocket.local import percentile
+    from rocket.percentiles import percentile
 
     addr = resolve_namesrv(namesrv)
+    if deliver_at is not None and delay is not None:
+        raise _fail("give --deliver-at or --delay, not both", 2)
+    if (deliver_at is not None or delay is not None) and batch_size > 1:
+        raise _fail("timer messages are sent one by one: drop --batch-size", 2)
+    try:
+        deliver_ms = _parse_time_ms(deliver_at) if deliver_at is not None else None
+        delay_ms = parse_duration_ms(delay) if delay is not None else None
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
     bodies = list(_payloads(count if (file or stdin) else (count or 1), size, file, stdin))
     if not bodies:
         raise _fail("nothing to send")
@@ -128,7 +171,8 @@ def produce(
                 async def send(start: int, chunk: list[bytes]) -> None:
                     nonlocal sent, failed
                     msgs = [build_message(topic, body, tags=tags,
-                                          keys=keys.replace("{i}", str(start + j)) if keys else None)
+                                          keys=keys.replace("{i}", str(start + j)) if keys else None,
+                                          deliver_time_ms=deliver_ms, delay_ms=delay_ms)
                             for j, body in enumerate(chunk)]
                     async with sem:
                         t0 = time.perf_counter()
@@ -244,8 +288,6 @@ def consume(
 topic_app = typer.Typer(help="Create, list and delete topics.", no_args_is_help=True)
 cluster_app = typer.Typer(help="Brokers of the cluster; write permission.", no_args_is_help=True)
 group_app = typer.Typer(help="Consumer groups: progress and lag.", no_args_is_help=True)
-local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups of master + slave).",
-                        no_args_is_help=True)
 
 
 @topic_app.command("create")
@@ -288,50 +330,98 @@ def topic_delete(
 @topic_app.command("list")
 def topic_list(
     all_topics: bool = typer.Option(False, "--all", "-a", help="Include system, retry and DLQ topics."),
-    routes: bool = typer.Option(False, "--routes", "-r", help="Show each topic's queues per broker group."),
+    routes: bool = typer.Option(False, "--routes", "-r", help="Show each topic's queues per broker group "
+                                                            "(implied by -o wide)."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """List topics known to the NameServers."""
-    from rocket.client import Admin, TopicRouteError
+    """List topics known to the NameServers.
 
-    async def main() -> list[tuple[str, str]]:
+    ``-o table`` prints one name a line; ``-o wide`` (or ``--routes``) a table of each topic's queues;
+    ``-o json|yaml`` ``{"topics": [{"topic", "queueDatas"?}]}`` (README.md, "Output for scripts").
+    """
+    from rocket.client import Admin, TopicRouteError
+    from rocket.protocol import QueueData
+
+    with_routes = routes or output is OutputFormat.WIDE
+
+    async def main() -> list[tuple[str, list[QueueData] | None]]:
         async with Admin(resolve_namesrv(namesrv)) as admin:
             info = await admin.cluster_info()
-            hidden = set(info.brokers) | set(info.clusters)
+            hidden = set(info.broker_addr_table) | set(info.cluster_addr_table)
             names = [t for t in await admin.topic_list()
                      if all_topics or (t not in hidden and not t.startswith(SYSTEM_TOPIC_PREFIXES))]
-            rows = []
+            rows: list[tuple[str, list[QueueData] | None]] = []
             for name in names:
-                detail = ""
-                if routes:
+                queue_datas: list[QueueData] | None = None
+                if with_routes:
                     try:
                         route = await admin.topic_route(name)
-                        detail = ", ".join(f"{q.broker_name}: r{q.read_queue_nums}/w{q.write_queue_nums} perm {q.perm}"
-                                           for q in sorted(route.queue_datas, key=lambda q: q.broker_name))
+                        queue_datas = sorted(route.queue_datas, key=lambda q: q.broker_name)
                     except TopicRouteError:
-                        detail = "(no route)"
-                rows.append((name, detail))
+                        queue_datas = None
+                rows.append((name, queue_datas))
             return rows
 
     rows = _run(main())
-    if routes:
-        table = Table()
-        table.add_column("topic")
-        table.add_column("queues")
-        for name, detail in rows:
+    if output.machine:
+        topics: list[dict[str, Any]] = []
+        for name, queue_datas in rows:
+            entry: dict[str, Any] = {"topic": name}
+            if with_routes:
+                entry["queueDatas"] = None if queue_datas is None else [
+                    {"brokerName": q.broker_name, "readQueueNums": q.read_queue_nums,
+                     "writeQueueNums": q.write_queue_nums, "perm": q.perm, "topicSysFlag": q.topic_sys_flag}
+                    for q in queue_datas]
+            topics.append(entry)
+        print_document({"topics": topics}, output)
+    elif with_routes:
+        table = new_table([("topic", "left"), ("queues", "left")])
+        for name, queue_datas in rows:
+            detail = "(no route)" if queue_datas is None else ", ".join(
+                f"{q.broker_name}: r{q.read_queue_nums}/w{q.write_queue_nums} perm {q.perm}" for q in queue_datas)
             table.add_row(name, detail)
         console.print(table)
     else:
         for name, _ in rows:
-            console.print(name, highlight=False)
+            console.print(name, highlight=False, markup=False)
+
+
+def _broker_document(b: Any) -> dict[str, Any]:
+    """One ``brokers`` entry of ``rocket cluster list -o json`` (a :class:`~rocket.client.admin.BrokerInfo`)."""
+    return {"clusterName": b.cluster, "brokerName": b.broker_name, "brokerId": b.broker_id,
+            "brokerAddr": b.addr, "role": b.role, "error": b.error, "runtime": dict(sorted(b.runtime.items()))}
+
+
+#: ``rocket cluster list`` figure columns: (header, GET_BROKER_RUNTIME_INFO key, justify).
+_CLUSTER_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("version", "brokerVersionDesc", "left"),
+    ("put today", "msgPutTotalTodayNow", "right"),
+    ("get today", "msgGetTotalTodayNow", "right"),
+    ("commitlog max offset", "commitLogMaxOffset", "right"),
+)
+#: The columns ``-o wide`` adds (RocketMQ's runtime keys, as ``mqadmin clusterList -m`` shows some).
+_CLUSTER_WIDE_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("put tps", "putTps", "right"),
+    ("get tps", "getTransferedTps", "right"),
+    ("commitlog min offset", "commitLogMinOffset", "right"),
+    ("disk ratio", "commitLogDiskRatio", "right"),
+    ("permission", "brokerPermission", "right"),
+    ("uptime", "runtime", "left"),
+)
 
 
 @cluster_app.command("list")
 def cluster_list(
     cluster: str | None = typer.Option(None, "--cluster", "-c", help="Only this cluster."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """Brokers with their addresses and runtime figures."""
+    """Brokers with their addresses and runtime figures.
+
+    ``-o json|yaml``: ``{"brokers": [{"clusterName", "brokerName", "brokerId", "brokerAddr", "role",
+    "error", "runtime"}]}`` (README.md, "Output for scripts").
+    """
     from rocket.client import Admin
 
     async def main() -> Any:
@@ -339,17 +429,18 @@ def cluster_list(
             return await admin.cluster_list(cluster)
 
     brokers = _run(main())
-    table = Table(title="brokers")
-    for col in ("cluster", "broker", "id", "role", "address", "version", "put today", "get today",
-                "commitlog max offset", "status"):
-        table.add_column(col, justify="right" if col in ("id", "put today", "get today",
-                                                         "commitlog max offset") else "left")
+    if output.machine:
+        print_document({"brokers": [_broker_document(b) for b in brokers]}, output)
+        return
+    figures = _CLUSTER_COLUMNS + (_CLUSTER_WIDE_COLUMNS if output is OutputFormat.WIDE else ())
+    table = new_table([("cluster", "left"), ("broker", "left"), ("id", "right"), ("role", "left"),
+                       ("address", "left"), *((header, justify) for header, _, justify in figures),
+                       ("status", "left")], title="brokers")
     for b in brokers:
         rt = b.runtime
         table.add_row(b.cluster, b.broker_name, str(b.broker_id), b.role, b.addr,
-                      rt.get("brokerVersionDesc", rt.get("brokerVersion", "")),
-                      rt.get("msgPutTotalTodayNow", ""), rt.get("msgGetTotalTodayNow", ""),
-                      rt.get("commitLogMaxOffset", ""), "[red]" + b.error + "[/red]" if b.error else "ok")
+                      *(escape(rt.get(key, "")) for _, key, _ in figures),
+                      "[red]" + escape(b.error) + "[/red]" if b.error else "ok")
     console.print(table)
     if not brokers:
         err_console.print("no brokers registered")
@@ -431,9 +522,14 @@ def cluster_promote(
 @cluster_app.command("ha")
 def cluster_ha(
     addr: str = typer.Option(..., "--addr", "-a", help="A broker's remoting address host:port."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """A broker's replication state: role, epochs, slaves and their lag, its master."""
+    """A broker's replication state: role, epochs, slaves and their lag, its master.
+
+    ``-o json|yaml``: the broker's GET_BROKER_HA_STATUS (907) document as it sends it
+    (README.md, "Output for scripts"); ``-o wide`` adds the slaves' transfer offset and connection age.
+    """
     from rocket.client import Admin
 
     async def main() -> dict[str, Any]:
@@ -441,13 +537,22 @@ def cluster_ha(
             return await admin.broker_ha_status(addr)
 
     status = _run(main())
+    if output.machine:
+        print_document(status, output)
+        return
     _print_ha(status)
-    table = Table(title="slaves")
-    for col in ("slave", "id", "ack offset", "lag bytes", "lag seconds", "in sync"):
-        table.add_column(col)
+    wide = output is OutputFormat.WIDE
+    columns: list[tuple[str, Any]] = [("slave", "left"), ("id", "right"), ("ack offset", "right"),
+                                      ("lag bytes", "right"), ("lag seconds", "right"), ("in sync", "left")]
+    if wide:
+        columns += [("transfer offset", "right"), ("connected seconds", "right"), ("peer", "left")]
+    table = new_table(columns, title="slaves")
     for sl in status["slaves"]:
-        table.add_row(sl["slaveAddr"], str(sl["slaveId"]), str(sl["ackOffset"]), str(sl["lagBytes"]),
-                      f"{sl['lagSeconds']:.3f}", "yes" if sl["inSync"] else "no")
+        row = [sl["slaveAddr"], str(sl["slaveId"]), str(sl["ackOffset"]), str(sl["lagBytes"]),
+               f"{sl['lagSeconds']:.3f}", "yes" if sl["inSync"] else "no"]
+        if wide:
+            row += [str(sl.get("transferOffset", "")), str(sl.get("connectedSeconds", "")), str(sl.get("peer", ""))]
+        table.add_row(*row)
     if status["slaves"]:
         console.print(table)
     if status.get("master"):
@@ -456,13 +561,32 @@ def cluster_ha(
                       + (f", last error: {m['lastError']}" if m.get("lastError") else ""))
 
 
+def _lag_document(lag: Any) -> dict[str, Any]:
+    """``rocket group lag -o json``'s document for a :class:`~rocket.client.admin.GroupLag`."""
+    return {
+        "consumerGroup": lag.group,
+        "source": lag.source,
+        "consumeTps": lag.consume_tps,
+        "totalLag": lag.total_lag,
+        "queues": [{"topic": q.queue.topic, "brokerName": q.queue.broker_name, "queueId": q.queue.queue_id,
+                    "brokerOffset": q.broker_offset, "consumerOffset": q.consumer_offset, "lag": q.lag,
+                    "lastTimestamp": q.last_timestamp} for q in lag.queues],
+    }
+
+
 @group_app.command("lag")
 def group_lag(
     group: str = typer.Argument(..., help="Consumer group."),
     topic: str | None = typer.Option(None, "--topic", "-t", help="Only this topic."),
+    output: OutputFormat = output_option(),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """Per-queue progress of a consumer group: broker offset, consumer offset, lag."""
+    """Per-queue progress of a consumer group: broker offset, consumer offset, lag.
+
+    ``-o json|yaml``: ``{"consumerGroup", "source", "consumeTps", "totalLag", "queues": [{"topic",
+    "brokerName", "queueId", "brokerOffset", "consumerOffset", "lag", "lastTimestamp"}]}`` (README.md,
+    "Output for scripts"); ``-o wide`` adds the last consumed message's store time in ms.
+    """
     from rocket.client import Admin
 
     async def main() -> Any:
@@ -470,112 +594,39 @@ def group_lag(
             return await admin.consumer_lag(group, topic)
 
     lag = _run(main())
-    table = Table(title=f"consumer group {group} ({lag.source})")
-    for col in ("topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"):
-        table.add_column(col, justify="left" if col in ("topic", "broker", "last consumed") else "right")
+    if output.machine:
+        print_document(_lag_document(lag), output)
+        return
+    wide = output is OutputFormat.WIDE
+    columns: list[tuple[str, Any]] = [("topic", "left"), ("broker", "left"), ("queue", "right"),
+                                      ("broker offset", "right"), ("consumer offset", "right"), ("lag", "right"),
+                                      ("last consumed", "left")]
+    if wide:
+        columns.append(("last timestamp ms", "right"))
+    table = new_table(columns, title=f"consumer group {group} ({lag.source})")
     for q in lag.queues:
         last = (datetime.fromtimestamp(q.last_timestamp / 1000).isoformat(sep=" ", timespec="seconds")
                 if q.last_timestamp else "")
-        table.add_row(q.queue.topic, q.queue.broker_name, str(q.queue.queue_id), str(q.broker_offset),
-                      str(q.consumer_offset) if q.consumer_offset >= 0 else "-", str(q.lag), last)
+        row = [q.queue.topic, q.queue.broker_name, str(q.queue.queue_id), str(q.broker_offset),
+               str(q.consumer_offset) if q.consumer_offset >= 0 else "-", str(q.lag), last]
+        if wide:
+            row.append(str(q.last_timestamp))
+        table.add_row(*row)
     console.print(table)
     console.print(f"total lag: [bold]{lag.total_lag}[/bold]" + (f", {lag.consume_tps:.1f} msg/s" if lag.consume_tps
                                                               else ""))
 
 
-# -- local -------------------------------------------------------------------------------
+def register(app: typer.Typer, local_namesrv: Callable[[], str | None] | None = None) -> None:
+    """Add the client commands to the ``rocket`` app.
 
-
-@local_app.command("up")
-def local_up(
-    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
-    base_port: int = typer.Option(9876, "--base-port", "-p", help="First NameServer port; the others follow."),
-    brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
-    slaves: bool = typer.Option(True, "--slaves/--no-slaves", help="A slave per broker group (replication)."),
-    flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
-    foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
-) -> None:
-    """Start 2 NameServers and broker-a/broker-b as local processes."""
-    from rocket.local import LocalCluster, LocalClusterError, print_state
-
-    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves)
-    try:
-        state = cluster.start(detach=not foreground, timeout=timeout)
-    except LocalClusterError as exc:
-        raise _fail(str(exc)) from None
-    except KeyboardInterrupt:
-        err_console.print("interrupted; stopped")
-        raise typer.Exit(130) from None
-    stop = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    if foreground:
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-    print_state(state)
-    if not foreground:
-        console.print(f"running in the background; stop with: rocket local down --dir {data_dir}")
-        return
-    console.print("running in the foreground; Ctrl-C stops the cluster")
-    try:
-        while not stop:
-            if any(p.poll() is not None for p in cluster.procs.values()):
-                err_console.print("[red]a cluster process exited; stopping the others[/red]")
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    console.print("stopping ...")
-    cluster.stop()
-
-
-@local_app.command("down")
-def local_down(
-    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
-    timeout: float = typer.Option(20.0, "--timeout", help="Seconds to wait before SIGKILL."),
-) -> None:
-    """Stop the local cluster (SIGTERM, wait, SIGKILL after --timeout)."""
-    from rocket.local import LocalClusterError, down
-
-    try:
-        stopped = down(data_dir, timeout)
-    except LocalClusterError as exc:
-        raise _fail(str(exc)) from None
-    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (already stopped)'}")
-
-
-@local_app.command("status")
-def local_status(
-    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
-) -> None:
-    """Show the local cluster's processes; exit code 1 unless all are running and ready."""
-    from rocket.local import LocalClusterError, status
-
-    try:
-        state, rows = status(data_dir)
-    except LocalClusterError as exc:
-        raise _fail(str(exc)) from None
-    table = Table(title=f"local cluster in {state.data_dir}")
-    for col in ("process", "address", "http", "pid", "state"):
-        table.add_column(col)
-    for r in rows:
-        st = "[green]ready[/green]" if r.ready else ("[yellow]starting[/yellow]" if r.running else "[red]stopped[/red]")
-        table.add_row(r.name, r.addr, str(r.http_port), str(r.pid), st)
-    console.print(table)
-    console.print(f"NameServers: {state.namesrv}")
-    if not all(r.ready for r in rows):
-        raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the client commands to the ``rocket`` app."""
+    ``local_namesrv`` returns the NameServer list of a running local cluster
+    (or None); :func:`resolve_namesrv` falls back on it.
+    """
+    global _local_namesrv
+    _local_namesrv = local_namesrv
     app.command("produce")(produce)
     app.command("consume")(consume)
     app.add_typer(topic_app, name="topic")
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(group_app, name="group")
-    app.add_typer(local_app, name="local")

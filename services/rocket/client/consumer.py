@@ -34,7 +34,7 @@ asks for the next one, or leaves)::
         consumer.subscribe("Orders")
         async for msg in consumer.messages(): ...
 
-Behaviour (reference A7 "11", A11 push consumer): long polling (the broker
+Behaviour (Java's ``DefaultMQPushConsumerImpl``, ``RebalancePushImpl``): long polling (the broker
 holds a pull up to 15 s; request timeout 30 s; pull sysFlag SUSPEND |
 SUBSCRIPTION | COMMIT_OFFSET), rebalance every 20 s and on
 NOTIFY_CONSUMER_IDS_CHANGED (40), offsets persisted every 5 s and on shutdown,
@@ -64,7 +64,6 @@ from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from rocket.client.producer import CLIENT_INNER_PRODUCER_GROUP, Producer
-from rocket.client.route import MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, retry_topic
 from rocket.client.subscription import (
     ConsumeFrom,
     MessageModel,
@@ -83,6 +82,7 @@ from rocket.message import (
     decode_records,
     decompress_body,
 )
+from rocket.protocol import MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageQueue, retry_topic
 from rocket.remoting import (
     RemotingCommand,
     RemotingCommandError,
@@ -95,7 +95,7 @@ from rocket.remoting import (
 
 log = logging.getLogger("rocket.client.consumer")
 
-# Pull request sysFlag bits (A7 "11").
+# Pull request sysFlag bits (``PullSysFlag``).
 PULL_COMMIT_OFFSET = 1
 PULL_SUSPEND = 2
 PULL_SUBSCRIPTION = 4
@@ -162,7 +162,7 @@ def _timestamp_ms(value: int | float | datetime | None) -> int:
 
 def decode_pull_body(body: bytes, sub: SubscriptionData | None = None, *,
                      min_offset: int | None = None, max_offset: int | None = None) -> list[MessageExt]:
-    """Decode a pull body: stored records back to back (A9.1).
+    """Decode a pull body: stored records back to back (``MessageDecoder.decodes``).
 
     Bodies are decompressed (and the COMPRESSED bit cleared); messages whose
     tags ``sub`` does not select are dropped; MIN_OFFSET/MAX_OFFSET
@@ -831,7 +831,7 @@ class PushConsumer(_OffsetAPI):
         log.info("%s: %s released %s", self.group, self.client.client_id, mq)
 
     async def _start_offset(self, mq: MessageQueue) -> int:
-        """A11 push consumer step 3: stored offset, else per ``consume_from``."""
+        """As ``RebalancePushImpl.computePullFromWhere``: stored offset, else per ``consume_from``."""
         stored = await self._offsets.read(mq)
         is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if self.consume_from is ConsumeFrom.TIMESTAMP and stored <= 0 and not is_retry:

@@ -2,10 +2,10 @@
 
 Brokers register with every NameServer (REGISTER_BROKER every 30 s);
 producers and consumers ask any NameServer for a topic's route. NameServers
-never talk to each other. See ``shared/design/ARCHITECTURE.md`` and
-``shared/reference/rocketmq-protocol.md`` A6.
+never talk to each other (RocketMQ's ``namesrv`` module: ``DefaultRequestProcessor``,
+``RouteInfoManager``). See the README's "The NameServer" section.
 
-Modules: :mod:`~rocket.nameserver.model` (bodies), :mod:`~rocket.nameserver.routeinfo`
+Modules: :mod:`~rocket.protocol` (bodies), :mod:`~rocket.nameserver.routeinfo`
 (route table), :mod:`~rocket.nameserver.processor` (request handlers),
 :mod:`~rocket.nameserver.server` (the process), :mod:`~rocket.nameserver.client`
 (typed calls for brokers and admin tools). The server is imported from
@@ -13,29 +13,6 @@ Modules: :mod:`~rocket.nameserver.model` (bodies), :mod:`~rocket.nameserver.rout
 """
 
 from rocket.nameserver.config import NameServerConfig
-from rocket.nameserver.model import (
-    MASTER_ID,
-    BrokerData,
-    ClusterInfo,
-    DataVersion,
-    QueueData,
-    RegisterBrokerBody,
-    TopicConfig,
-    TopicConfigSerializeWrapper,
-    TopicRouteData,
-)
 from rocket.nameserver.routeinfo import RouteInfoManager
 
-__all__ = [
-    "MASTER_ID",
-    "BrokerData",
-    "ClusterInfo",
-    "DataVersion",
-    "NameServerConfig",
-    "QueueData",
-    "RegisterBrokerBody",
-    "RouteInfoManager",
-    "TopicConfig",
-    "TopicConfigSerializeWrapper",
-    "TopicRouteData",
-]
+__all__ = ["NameServerConfig", "RouteInfoManager"]

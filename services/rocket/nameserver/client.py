@@ -1,14 +1,14 @@
 """Typed async calls to a NameServer, for brokers, clients and admin tools.
 
 Each function takes ``(client, addr, ...)``: a :class:`RemotingClient` and the
-NameServer's ``"host:port"``, sends one request (codes and fields from
-``shared/reference/rocketmq-protocol.md`` A6) and returns parsed data.
+NameServer's ``"host:port"``, sends one request (codes and fields as RocketMQ's
+``DefaultRequestProcessor`` reads them) and returns parsed data.
 
 Errors: every function raises :class:`RemotingCommandError` when the
 NameServer answers with a code other than SUCCESS (e.g. ``code`` 17 for an
 unknown topic in :func:`get_route`), ``RemotingConnectError`` /
 ``RemotingTimeoutError`` when it cannot be reached in time, and
-:class:`~rocket.nameserver.model.BodyError` for a body that does not parse.
+:class:`~rocket.protocol.BodyError` for a body that does not parse.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rocket.nameserver.model import (
+from rocket.protocol import (
     ClusterInfo,
     DataVersion,
     RegisterBrokerBody,
@@ -28,8 +28,8 @@ from rocket.nameserver.model import (
     parse_kv_table,
     parse_topic_list,
 )
+from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting.client import RemotingClient
-from rocket.remoting.codes import RequestCode, ResponseCode
 from rocket.remoting.command import RemotingCommand, RemotingCommandError
 
 #: Timeout of REGISTER_BROKER in Java brokers (``registerBrokerTimeoutMills``), seconds.
@@ -40,7 +40,7 @@ DEFAULT_TIMEOUT = 3.0
 
 @dataclass(slots=True)
 class RegisterBrokerResponse:
-    """What REGISTER_BROKER answers (A6).
+    """What REGISTER_BROKER answers (``RegisterBrokerResult``).
 
     ``ha_server_addr``/``master_addr``: for a slave whose master is live,
     where to replicate from; else None. ``order_topic_config``: the
@@ -88,13 +88,13 @@ async def register_broker(
     ``topic_configs`` is the broker's topic table, either a wrapper (with its
     own data version) or configs plus ``data_version``. The body carries a
     masked CRC32 in ``bodyCrc32`` and is zlib-compressed when ``compressed``
-    (A10.4).
+    (RocketMQ's ``RegisterBrokerBody``).
     """
     if isinstance(topic_configs, TopicConfigSerializeWrapper):
         wrapper = topic_configs
     else:
         wrapper = TopicConfigSerializeWrapper(
-            {tc.topicName: tc for tc in topic_configs}, data_version or DataVersion()
+            {tc.topic_name: tc for tc in topic_configs}, data_version or DataVersion()
         )
     body = RegisterBrokerBody(wrapper, list(filter_server_list or [])).encode(compressed)
     ext = {

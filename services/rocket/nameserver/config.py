@@ -1,7 +1,7 @@
 """NameServer settings: defaults, config files, overrides.
 
 Defaults follow RocketMQ 4.9.8 (``NamesrvConfig``/``NettyServerConfig``,
-``shared/reference/rocketmq-protocol.md`` A6 and B8): remoting port 9876,
+``NamesrvController``, ``RouteInfoManager``): remoting port 9876,
 scan every 10 s, evict after 120 s of silence. The HTTP port (9877) is ours.
 
 A config file is TOML (``.toml``) or JSON (anything else) holding a flat
@@ -10,6 +10,20 @@ table of the field names below, in ``snake_case`` or ``kebab-case``, e.g.::
     port = 9876
     http-port = 9877
     broker-timeout = 120
+
+Units. Each key has one unit, the same in files and flags (``rocket nameserver --scan-interval``):
+
+============================  =======  =================================================
+key                           unit     meaning (default)
+============================  =======  =================================================
+scan_interval                 s        period of the scan for silent brokers (10)
+scanNotActiveBrokerInterval   ms       the same setting under RocketMQ's ``NamesrvConfig``
+                                       name and unit (10000)
+scan_initial_delay            s        before the first scan (5; at most ``scan_interval``)
+broker_timeout                s        silence after which a broker is evicted (120; Java's
+                                       ``BROKER_CHANNEL_EXPIRED_TIME``, 120000 ms)
+max_frame_size                bytes    largest remoting frame (16 MiB)
+============================  =======  =================================================
 """
 
 from __future__ import annotations
@@ -76,6 +90,11 @@ class NameServerConfig:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NameServerConfig)}
 
+#: RocketMQ's ``NamesrvConfig`` keys accepted in files: name -> (field, seconds per unit of the key).
+ROCKETMQ_KEYS: dict[str, tuple[str, float]] = {
+    "scanNotActiveBrokerInterval": ("scan_interval", 0.001),
+}
+
 
 def load_config_file(path: Path) -> NameServerConfig:
     """Read a TOML or JSON config file into a :class:`NameServerConfig`.
@@ -100,6 +119,12 @@ def load_config_file(path: Path) -> NameServerConfig:
         data = data["nameserver"]
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key in ROCKETMQ_KEYS:
+            name, scale = ROCKETMQ_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"config file {path}: {key} is in milliseconds and takes an integer, got {value!r}")
+            values[name] = value * scale
+            continue
         name = str(key).replace("-", "_")
         if name not in _FIELDS:
             raise ConfigError(f"config file {path}: unknown setting {key!r}")
@@ -125,3 +150,88 @@ def _coerce(name: str, value: Any, path: Path) -> Any:
     if kind is str and isinstance(value, str):
         return value
     raise ConfigError(f"config file {path}: {name} must be of type {kind.__name__}, got {value!r}")
+
+
+# -- GET_NAMESRV_CONFIG / UPDATE_NAMESRV_CONFIG (mqadmin getNamesrvConfig / updateNamesrvConfig) -------
+
+#: Settings that can change while the NameServer runs: Java name -> (field, to field, from field).
+#: The Java names are those of RocketMQ's ``NamesrvConfig`` (intervals there are milliseconds);
+#: ``brokerChannelExpiredTime`` is Java's fixed 120 s (``RouteInfoManager``), a setting here.
+RUNTIME_SETTINGS: dict[str, tuple[str, Any, Any]] = {
+    "orderMessageEnable": ("order_message_enable", lambda v: _java_bool(v), lambda v: str(v).lower()),
+    "enableAllTopicList": ("enable_all_topic_list", lambda v: _java_bool(v), lambda v: str(v).lower()),
+    "enableTopicList": ("enable_topic_list", lambda v: _java_bool(v), lambda v: str(v).lower()),
+    "scanNotActiveBrokerInterval": ("scan_interval", lambda v: _positive_ms(v) / 1000.0,
+                                    lambda v: str(round(v * 1000))),
+    "brokerChannelExpiredTime": ("broker_timeout", lambda v: _positive_ms(v) / 1000.0,
+                                 lambda v: str(round(v * 1000))),
+}
+#: Settings shown but read only at start (NettyServerConfig/NamesrvConfig names; ``httpPort`` is ours).
+STARTUP_SETTINGS: dict[str, str] = {
+    "listenPort": "port",
+    "bindAddress": "host",
+    "httpPort": "http_port",
+    "kvConfigPath": "kv_config_path",
+    "serverSocketMaxFrameSize": "max_frame_size",
+}
+
+
+def _java_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low not in ("true", "false"):
+        raise ConfigError(f"{text!r} is not true or false")
+    return low == "true"
+
+
+def _positive_ms(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{text!r} is not a whole number of milliseconds") from None
+    if value <= 0:
+        raise ConfigError(f"{value} must be positive")
+    return value
+
+
+def to_java_properties(config: NameServerConfig) -> dict[str, str]:
+    """Every setting under its Java name, as GET_NAMESRV_CONFIG's properties body shows them."""
+    out = {name: conv(getattr(config, field)) for name, (field, _, conv) in RUNTIME_SETTINGS.items()}
+    for name, field in STARTUP_SETTINGS.items():
+        value = getattr(config, field)
+        out[name] = "" if value is None else str(value)
+    return out
+
+
+def parse_java_properties(text: str) -> dict[str, str]:
+    """``key=value`` / ``key: value`` lines (``#``/``!`` comments skipped), as Java's ``Properties.load``
+    reads mqadmin's body (no escapes are used by it)."""
+    result: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        key, value = (line[:cut], line[cut + 1:]) if cut >= 0 else (line, "")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def runtime_update(config: NameServerConfig, values: dict[str, str]) -> dict[str, Any]:
+    """Check ``values`` (Java names) and return ``{field: new value}``; nothing is applied here.
+
+    Raises :class:`ConfigError` naming the key for an unknown key, a setting read only at start,
+    or a bad value: all or nothing.
+    """
+    changes: dict[str, Any] = {}
+    for key, text in values.items():
+        if key in STARTUP_SETTINGS:
+            raise ConfigError(f"{key} is read at start only; change it in the NameServer's config and restart")
+        if key not in RUNTIME_SETTINGS:
+            known = ", ".join(sorted(RUNTIME_SETTINGS))
+            raise ConfigError(f"unknown NameServer setting {key!r} (settable at run time: {known})")
+        field, parse, _ = RUNTIME_SETTINGS[key]
+        try:
+            changes[field] = parse(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    return changes

@@ -5,28 +5,47 @@
 | ``GET /healthz`` | 200 ``{"status": "ok"}`` while the process serves |
 | ``GET /readyz`` | 200 ``{"status": "ready"}`` once the remoting port listens; 503 otherwise |
 | ``GET /metrics`` | Prometheus text format of the instance's own registry |
-| ``GET /api/v1/cluster`` | ClusterInfo JSON (A10.2, standard keys) plus ``brokerLiveTable`` |
+| ``GET /api/v1/cluster`` | ClusterInfo JSON (``ClusterInfo``, standard keys) plus ``brokerLiveTable`` |
 | ``GET /api/v1/topics`` | ``{"topicList": [...]}`` |
-| ``GET /api/v1/topics/{topic}/route`` | TopicRouteData JSON (A10.1); 404 ``{"error", "code": 17}`` if unknown |
+| ``GET /api/v1/topics/{topic}/route`` | ``TopicRouteData`` JSON; 404 ``{"error", "code": 17}`` if unknown |
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.processor import no_route_remark
-from rocket.remoting.codes import ResponseCode
-
-if TYPE_CHECKING:
-    from rocket.nameserver.server import NameServer
-
-_SERVER_KEY: web.AppKey[NameServer] = web.AppKey("nameserver")
+from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol.codes import ResponseCode
 
 
-def build_app(server: NameServer) -> web.Application:
+class NameServerView(Protocol):
+    """What the HTTP side reads of a NameServer (:class:`rocket.nameserver.server.NameServer`)."""
+
+    @property
+    def ready(self) -> bool:
+        """True once the remoting port listens."""
+        ...
+
+    @property
+    def metrics(self) -> NameServerMetrics:
+        """The instance's Prometheus metrics."""
+        ...
+
+    @property
+    def routes(self) -> RouteInfoManager:
+        """The route table."""
+        ...
+
+
+_SERVER_KEY: web.AppKey[NameServerView] = web.AppKey("nameserver")
+
+
+def build_app(server: NameServerView) -> web.Application:
     """The aiohttp application serving ``server``'s probes, metrics and API."""
     app = web.Application()
     app[_SERVER_KEY] = server
@@ -39,7 +58,7 @@ def build_app(server: NameServer) -> web.Application:
     return app
 
 
-def _server(request: web.Request) -> NameServer:
+def _server(request: web.Request) -> NameServerView:
     return request.app[_SERVER_KEY]
 
 

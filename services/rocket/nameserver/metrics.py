@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from rocket.nameserver.routeinfo import RouteInfoManager
-from rocket.remoting.codes import RequestCode
+from rocket.protocol.codes import RequestCode
 
 #: Histogram buckets in seconds: 50 us .. 1 s (NameServer requests are sub-millisecond).
 LATENCY_BUCKETS = (

@@ -6,8 +6,8 @@ which makes each registration atomic with respect to lookups (see
 :mod:`rocket.nameserver.routeinfo`) and keeps the route-lookup hot path free
 of task creation.
 
-Ext fields, bodies and response codes follow ``shared/reference/rocketmq-protocol.md``
-A6; a missing required field is answered with SYSTEM_ERROR (1) by the
+Ext fields, bodies and response codes follow RocketMQ's ``DefaultRequestProcessor``;
+a missing required field is answered with SYSTEM_ERROR (1) by the
 connection (``HeaderFieldError``), as Java does for ``@CFNotNull`` fields.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from rocket.nameserver.kvconfig import KVConfigManager
-from rocket.nameserver.model import (
-    NAMESPACE_ORDER_TOPIC_CONFIG,
+from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol import (
     BodyError,
     DataVersion,
     RegisterBrokerBody,
@@ -27,8 +27,7 @@ from rocket.nameserver.model import (
     kv_table_body,
     topic_list_body,
 )
-from rocket.nameserver.routeinfo import RouteInfoManager
-from rocket.remoting.codes import RequestCode, ResponseCode
+from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 
@@ -45,7 +44,7 @@ _APPLY_TOPIC_SUGGESTION = "\nSee http://rocketmq.apache.org/docs/faq/ for furthe
 
 
 def no_route_remark(topic: str) -> str:
-    """Remark of a TOPIC_NOT_EXIST (17) answer to GET_ROUTEINFO_BY_TOPIC (A6)."""
+    """Remark of a TOPIC_NOT_EXIST (17) answer to GET_ROUTEINFO_BY_TOPIC (``DefaultRequestProcessor``)."""
     return f"No topic route info in name server for the topic: {topic}{_APPLY_TOPIC_SUGGESTION}"
 
 
@@ -120,7 +119,7 @@ class DefaultRequestProcessor:
     # -- brokers (103/104/322) ---------------------------------------------------------
 
     def register_broker(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """REGISTER_BROKER (103), A6.
+        """REGISTER_BROKER (103), as ``DefaultRequestProcessor.registerBroker``.
 
         Ext: ``brokerName``, ``brokerAddr``, ``clusterName``, ``haServerAddr``,
         ``brokerId`` (required), ``compressed``, ``bodyCrc32`` (optional).
@@ -162,8 +161,8 @@ class DefaultRequestProcessor:
             broker_name,
             broker_id,
             ha_server_addr,
-            body.topicConfigSerializeWrapper,
-            body.filterServerList,
+            body.topic_config_serialize_wrapper,
+            body.filter_server_list,
             conn,
             epoch=epoch,
         )
@@ -219,7 +218,7 @@ class DefaultRequestProcessor:
 
     def get_route_info_by_topic(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_ROUTEINFO_BY_TOPIC (105): ext ``topic`` -> code 0 + TopicRouteData
-        JSON (always standard JSON, A6), or TOPIC_NOT_EXIST (17) with the
+        JSON (always standard JSON), or TOPIC_NOT_EXIST (17) with the
         Java remark. The hot path: the body comes from the route cache."""
         topic = request.ext_fields.get("topic")
         if topic is None:
@@ -235,7 +234,7 @@ class DefaultRequestProcessor:
         return request.response(body=body)
 
     def get_broker_cluster_info(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_CLUSTER_INFO (106): no ext -> code 0 + ClusterInfo JSON (A10.2)."""
+        """GET_BROKER_CLUSTER_INFO (106): no ext -> code 0 + ``ClusterInfo`` JSON."""
         return request.response(body=self.routes.get_all_cluster_info().encode())
 
     # -- permissions (205/327) -------------------------------------------------------------
@@ -282,7 +281,7 @@ class DefaultRequestProcessor:
     # -- connection close -------------------------------------------------------------------
 
     def connection_closed(self, conn: RemotingConnection) -> list[str]:
-        """Drop the brokers that registered over ``conn`` (A6 housekeeping).
+        """Drop the brokers that registered over ``conn`` (``BrokerHousekeepingService``).
 
         A broker that has since re-registered over another connection is
         kept. Returns the addresses removed.

@@ -5,7 +5,11 @@ Ties :class:`~rocket.nameserver.routeinfo.RouteInfoManager` (the route table),
 handlers), a :class:`~rocket.remoting.RemotingServer` and an aiohttp site
 together, the way ``NamesrvController`` does in RocketMQ 4.9.8.
 
-Housekeeping (``shared/reference/rocketmq-protocol.md`` A6): every
+With ``controller`` settings it also runs a controller (RocketMQ 5's
+``enableControllerInNamesrv``), whose requests (904, 1001-1013) are served on
+the NameServer's own remoting port.
+
+Housekeeping (``RouteInfoManager.scanNotActiveBroker``): every
 ``scan_interval`` seconds brokers silent for ``broker_timeout`` seconds are
 evicted and their connections closed; a broker whose connection closes is
 removed at once.
@@ -20,13 +24,23 @@ from pathlib import Path
 
 from aiohttp import web
 
-from rocket.nameserver.config import NameServerConfig
+from rocket.controller.config import ControllerConfig
+from rocket.controller.http import ControllerCollector, add_controller_routes
+from rocket.controller.manager import ControllerManager
+from rocket.nameserver.config import (
+    ConfigError,
+    NameServerConfig,
+    parse_java_properties,
+    runtime_update,
+    to_java_properties,
+)
 from rocket.nameserver.http import build_app
-from rocket.nameserver.kvconfig import KVConfigManager
+from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocket.nameserver.metrics import NameServerMetrics
-from rocket.nameserver.model import NAMESPACE_ORDER_TOPIC_CONFIG
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol.codes import RequestCode, ResponseCode
+from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.server import RemotingServer
 from rocket.runtime import stop_signals
@@ -42,7 +56,7 @@ class NameServer:
     task; ``await stop()`` undoes it. Raises ``OSError`` when a port is taken.
     """
 
-    def __init__(self, config: NameServerConfig | None = None) -> None:
+    def __init__(self, config: NameServerConfig | None = None, controller: ControllerConfig | None = None) -> None:
         self.config = config or NameServerConfig()
         cfg = self.config
         self.routes = RouteInfoManager(broker_timeout=cfg.broker_timeout)
@@ -58,6 +72,8 @@ class NameServer:
             enable_topic_list=cfg.enable_topic_list,
         )
         self.processor.register(processors)
+        processors.register(RequestCode.GET_NAMESRV_CONFIG, self.get_namesrv_config)
+        processors.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_namesrv_config)
         self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
         self.metrics = NameServerMetrics(self.routes, set(processors.codes()))
         self.processor.metrics = self.metrics
@@ -66,6 +82,13 @@ class NameServer:
             processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver"
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
+        #: The embedded controller (RocketMQ's ``enableControllerInNamesrv``), served on this port.
+        self.controller: ControllerManager | None = None
+        if controller is not None:
+            self.controller = ControllerManager(controller)
+            self.controller.register(processors)
+            self.remoting.on_connection_closed.append(self.controller.connection_closed)
+            self.metrics.registry.register(ControllerCollector(self.controller))
         self._http_runner: web.AppRunner | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self.http_port: int | None = None
@@ -88,9 +111,19 @@ class NameServer:
     async def start(self) -> None:
         """Listen on the remoting and HTTP ports and start housekeeping."""
         cfg = self.config
-        await self.remoting.start()
+        if self.controller is not None:
+            await self.controller.start()
+        try:
+            await self.remoting.start()
+        except BaseException:
+            if self.controller is not None:
+                await self.controller.stop()
+            raise
         if cfg.http_port is not None:
-            runner = web.AppRunner(build_app(self), access_log=None, handle_signals=False)
+            app = build_app(self)
+            if self.controller is not None:
+                add_controller_routes(app, self.controller)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
             site = web.TCPSite(runner, cfg.http_host or cfg.host, cfg.http_port, reuse_address=True)
             try:
@@ -112,17 +145,54 @@ class NameServer:
         served any more), so shutdown logs no per-broker removals.
         """
         self.ready = False
-        if self._connection_closed in self.remoting.on_connection_closed:
-            self.remoting.on_connection_closed.remove(self._connection_closed)
+        if self.controller is not None:
+            self.controller.quiesce()
+        for callback in (self._connection_closed, self.controller.connection_closed if self.controller else None):
+            if callback in self.remoting.on_connection_closed:  # shutting down is not brokers dying
+                self.remoting.on_connection_closed.remove(callback)
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
         await self.remoting.stop()
+        if self.controller is not None:
+            await self.controller.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
             self._http_runner = None
+
+    def get_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): body = the settings as ``key=value`` lines (Java names,
+        :func:`~rocket.nameserver.config.to_java_properties`)."""
+        values = to_java_properties(self.config)
+        body = "".join(f"{k}={v}\n" for k, v in sorted(values.items())).encode()
+        return request.response(ResponseCode.SUCCESS, body=body)
+
+    def update_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318): body ``key=value`` lines; applied at once, all or nothing,
+        until the NameServer restarts. SYSTEM_ERROR naming the key for an unknown key, a bad value
+        or a setting read only at start (:func:`~rocket.nameserver.config.runtime_update`)."""
+        try:
+            values = parse_java_properties(request.body.decode())
+        except UnicodeDecodeError:
+            return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: body is not UTF-8")
+        if not values:
+            return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: no key=value in the body")
+        try:
+            changes = runtime_update(self.config, values)
+        except ConfigError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"update NameServer config failed: {exc}")
+        for field, value in changes.items():
+            setattr(self.config, field, value)
+        cfg = self.config
+        self.processor.order_message_enable = cfg.order_message_enable
+        self.processor.enable_all_topic_list = cfg.enable_all_topic_list
+        self.processor.enable_topic_list = cfg.enable_topic_list
+        self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
+        self.routes.broker_timeout = cfg.broker_timeout
+        log.info("NameServer config updated by %s: %s", conn.peer, ", ".join(f"{k}={v}" for k, v in values.items()))
+        return request.response(ResponseCode.SUCCESS)
 
     def scan_not_active_brokers(self) -> int:
         """One housekeeping pass: evict silent brokers, close their connections.
@@ -149,13 +219,14 @@ class NameServer:
             await asyncio.sleep(cfg.scan_interval)
 
 
-async def serve(config: NameServerConfig) -> None:
-    """Run a NameServer until SIGTERM or SIGINT, then stop it cleanly.
+async def serve(config: NameServerConfig, controller: ControllerConfig | None = None) -> None:
+    """Run a NameServer (with an embedded controller when ``controller`` is given) until SIGTERM
+    or SIGINT, then stop it cleanly.
 
     Logs one line when listening and one when stopped. Raises ``OSError``
     when a port is taken.
     """
-    server = NameServer(config)
+    server = NameServer(config, controller)
     await server.start()
     http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
     log.info("NameServer listening on %s:%d%s", config.host, server.port, http)

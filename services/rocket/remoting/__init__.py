@@ -1,10 +1,12 @@
-"""The RocketMQ 4.x remoting protocol: codes, frame codec, server and client.
+"""The RocketMQ 4.x remoting protocol: frame codec, server and client.
 
-Reference: ``shared/reference/rocketmq-protocol.md`` part A.
+The codes live in :mod:`rocket.protocol.codes`; they are re-exported here because every request
+handler needs them beside :class:`RemotingCommand`.
+
+Formats follow RocketMQ's ``remoting`` module: ``RemotingCommand``, ``NettyRemotingAbstract``.
 """
 
-from rocket.remoting.client import RemotingClient
-from rocket.remoting.codes import (
+from rocket.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     PERM_INHERIT,
@@ -16,6 +18,7 @@ from rocket.remoting.codes import (
     ResponseCode,
     SerializeType,
 )
+from rocket.remoting.client import RemotingClient
 from rocket.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
@@ -28,7 +31,6 @@ from rocket.remoting.command import (
     RemotingTimeoutError,
     decode,
     encode,
-    loads_lenient,
 )
 from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
 from rocket.remoting.server import RemotingServer
@@ -59,6 +61,5 @@ __all__ = [
     "SerializeType",
     "decode",
     "encode",
-    "loads_lenient",
     "parse_addr",
 ]

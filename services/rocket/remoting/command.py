@@ -1,6 +1,6 @@
 """The remoting command and its frame codec (JSON and RocketMQ binary headers).
 
-Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
+Frame layout (RocketMQ's ``RemotingCommand.encode`` / ``NettyDecoder``), all big-endian::
 
     int32 length            bytes after this field = 4 + headerLen + bodyLen
     int32 headerTag         top 8 bits: serialization type (0 JSON, 1 ROCKETMQ)
@@ -9,20 +9,19 @@ Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
     the rest                the body
 
 The JSON header is an object with ``code``, ``language``, ``version``,
-``opaque``, ``flag``, optional ``remark`` and ``extFields`` (A2); the binary
-header is laid out as in A3. Replies use the serialization of the request.
+``opaque``, ``flag``, optional ``remark`` and ``extFields`` (``RemotingSerializable``);
+the binary header is laid out as in ``RocketMQSerializable``. Replies use the serialization of the request.
 """
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from rocket.remoting.codes import (
+from rocket.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     VERSION_V4_9_8,
@@ -88,7 +87,7 @@ class RemotingCommandError(RemotingError):
 def ext_str(value: Any) -> str | None:
     """Coerce an ext-field value to the string form Java would have sent.
 
-    Other clients send numbers and booleans (A2, quirk Q2): ``True`` becomes
+    Clients other than Java's (the C++ core, ali-ons) send numbers and booleans: ``True`` becomes
     ``"true"``, ``3`` becomes ``"3"``; ``None`` stays ``None``.
     """
     if value is None:
@@ -121,7 +120,7 @@ def parse_bool(text: str) -> bool:
 class RemotingCommand:
     """One request or response.
 
-    ``ext_fields`` always holds strings (input is coerced, A2); ``body`` is raw
+    ``ext_fields`` always holds strings (input is coerced, see :func:`ext_str`); ``body`` is raw
     bytes. ``serialize_type`` is the header serialization this command was
     read with, and the one its response is written with.
     """
@@ -156,7 +155,7 @@ class RemotingCommand:
         """Build the response to this request: same ``opaque`` and serialization.
 
         ``ext_fields`` values are written as strings (the C++ client reads only
-        string-typed response fields, A2).
+        string-typed response fields).
         """
         fields: dict[str, str] = {}
         if ext_fields:
@@ -293,33 +292,6 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 
 # -- decoding -------------------------------------------------------------------
-
-# A bare integer map key (fastjson writes ``{0:"addr"}``, quirk Q1).
-_BARE_INT_KEY = re.compile(rb'([{,]\s*)(-?\d+)(\s*:)')
-_STRING_LITERAL = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-
-
-def loads_lenient(data: bytes | str) -> Any:
-    """Parse JSON, also accepting fastjson's bare integer map keys (quirk Q1).
-
-    Raises ``ValueError`` (``orjson.JSONDecodeError``) when the text is not
-    JSON even after quoting such keys.
-    """
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    # Quote bare integer keys outside string literals only.
-    out: list[bytes] = []
-    pos = 0
-    for match in _STRING_LITERAL.finditer(raw):
-        out.append(_BARE_INT_KEY.sub(rb'\1"\2"\3', raw[pos : match.start()]))
-        out.append(match.group(0))
-        pos = match.end()
-    out.append(_BARE_INT_KEY.sub(rb'\1"\2"\3', raw[pos:]))
-    return orjson.loads(b"".join(out))
-
 
 _I32_MIN = -0x80000000
 _I32_MAX = 0x7FFFFFFF

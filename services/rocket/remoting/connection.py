@@ -1,13 +1,14 @@
 """A remoting connection usable from either end, and the processor table.
 
 Both the server and the client side of a TCP connection may send requests
-(A8: the broker sends NOTIFY_CONSUMER_IDS_CHANGED to clients), so one class,
+(RocketMQ's ``Broker2Client`` sends NOTIFY_CONSUMER_IDS_CHANGED to clients), so one class,
 :class:`RemotingConnection`, does both: it matches responses to requests by
 ``opaque`` and dispatches incoming requests to a :class:`Processors` table.
 
 Every coroutine processor runs in a task of its own, so a suspended request
 (a long-polled pull) never holds up the requests behind it, and responses are
-written in whatever order they complete (A1, quirk Q11). Plain functions are
+written in whatever order they complete (as RocketMQ's ``NettyRemotingAbstract``
+matches them by ``opaque``). Plain functions are
 called inline: they cannot wait, so they cannot hold up the connection either;
 one may still answer later by returning an ``asyncio.Future`` of the response
 (no task is created for it), or by returning :data:`ANSWER_LATER` and calling
@@ -29,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from rocket.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,

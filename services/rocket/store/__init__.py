@@ -1,9 +1,10 @@
-"""rocket.store: the broker's storage engine (CommitLog, ConsumeQueue, IndexFile, config stores).
+"""rocket.store: the broker's storage engine (CommitLog, ConsumeQueue, IndexFile).
 
 Start with :class:`DefaultMessageStore` (the façade, ``message_store``); formats are
-described in the modules ``commitlog``, ``consumequeue``, ``index``, ``checkpoint`` and
-``config``, the services in ``reput``, ``flush``, ``retention``, ``recovery`` and
-``queue_store``, replication in ``ha`` (RocketMQ names throughout).
+described in the modules ``commitlog``, ``consumequeue``, ``index`` and ``checkpoint``,
+the services in ``reput``, ``flush``, ``retention``, ``recovery`` and
+``queue_store``, replication in ``ha`` (RocketMQ names throughout). The broker's topic,
+subscription-group and consumer-offset tables are :mod:`rocket.broker.metadata`.
 """
 
 from rocket.store.api import (
@@ -19,22 +20,12 @@ from rocket.store.api import (
     PutMessageStatus,
     StoreError,
 )
-from rocket.store.config import (
-    ConsumerOffsetManager,
-    DataVersion,
-    SubscriptionGroupConfig,
-    SubscriptionGroupManager,
-    TopicConfig,
-    TopicConfigManager,
-)
 from rocket.store.message_store import DefaultMessageStore, StoreStats
 
 __all__ = [
     "AppendedMessage",
     "BrokerRole",
     "ConfigCorruptError",
-    "ConsumerOffsetManager",
-    "DataVersion",
     "DefaultMessageStore",
     "FlushDiskType",
     "GetMessageResult",
@@ -45,8 +36,4 @@ __all__ = [
     "PutMessageStatus",
     "StoreError",
     "StoreStats",
-    "SubscriptionGroupConfig",
-    "SubscriptionGroupManager",
-    "TopicConfig",
-    "TopicConfigManager",
 ]

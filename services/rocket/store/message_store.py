@@ -9,7 +9,7 @@ on one asyncio loop. Files under ``store_path_root_dir``::
     checkpoint                               4 KiB, checkpoint.py
     abort                                    present while running: its presence at start = crash
     lock                                     flock'd while running: a second store on the same path fails
-    config/topics.db, subscriptionGroup.db, consumerOffset.json   (config.py)
+    config/                                  the broker's metadata (rocket.broker.metadata), not the store's
 
 The work is done by named services, each in a module of its own (RocketMQ's names):
 
@@ -25,8 +25,7 @@ The work is done by named services, each in a module of its own (RocketMQ's name
 
 This class owns their lifecycle (lock, load, recover, background tasks, shutdown), the put
 and get paths, the queries, and what replication asks of the store (read and append
-CommitLog bytes, truncate a divergent tail). The consumer-offset persister is its own
-background task.
+CommitLog bytes, truncate a divergent tail).
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ import errno
 import fcntl
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -64,7 +62,6 @@ from rocket.store.api import (
 )
 from rocket.store.checkpoint import Checkpoint, StoreCheckpoint
 from rocket.store.commitlog import CommitLog
-from rocket.store.config import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from rocket.store.consumequeue import ENTRY, ConsumeQueue
 from rocket.store.flush import FlushCommitLogService, FlushConsumeQueueService
 from rocket.store.index import MAX_MSGS_NUM_BATCH, IndexFile, IndexService
@@ -110,24 +107,23 @@ class DefaultMessageStore:
         self.index_service = IndexService(root / "index", config.max_hash_slot_num, config.max_index_num,
                                           self._now_ms)
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
-        config_dir = root / "config"
-        self.topic_configs = TopicConfigManager(config_dir / "topics.db")
-        self.subscription_groups = SubscriptionGroupManager(config_dir / "subscriptionGroup.db")
-        self.consumer_offsets = ConsumerOffsetManager(config_dir / "consumerOffset.json")
         self.stats = StoreStats(commit_log=self.commit_log.stats)
         self.reput_service = ReputMessageService(self.commit_log, self.consume_queues, self.index_service, delay_ms)
         self.flush_commit_log_service = FlushCommitLogService(config, self.commit_log)
         self.flush_consume_queue_service = FlushConsumeQueueService(
             config, self.commit_log, self.consume_queues, self.index_service, self.reput_service, self.checkpoint,
             self._io, self.stats)
+        self.clean_consume_queue_service = CleanConsumeQueueService(self.consume_queues, self.index_service)
         self.clean_commit_log_service = CleanCommitLogService(
-            config, self.commit_log, CleanConsumeQueueService(self.consume_queues, self.index_service), self._io,
+            config, self.commit_log, self.clean_consume_queue_service, self._io,
             clock=lambda: self.clock(), disk_usage_ratio=self.disk_usage_ratio)
         self._commit_listeners: list[Callable[[int], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
         self._started = False
+        #: The last :meth:`shutdown` left everything flushed and deleted ``abort``.
+        self.last_shutdown_clean = False
         self._lock_fd: int | None = None
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -245,7 +241,6 @@ class DefaultMessageStore:
             self._spawn(self.flush_commit_log_service.run_async_flush(), "flush-commitlog")
         self._spawn(self.flush_consume_queue_service.run(), "flush-consumequeue")
         self._spawn(self.clean_commit_log_service.run(), "clean")
-        self._spawn(self._offset_persist_service(), "persist-consumer-offsets")
         log.info("store %s started: CommitLog %d..%d, %d queues, recovery %.3f s (%s)", self.root,
                  self.min_phy_offset, self.max_phy_offset, self.consume_queues.count(),
                  self.stats.last_recovery_seconds, "abnormal" if self.stats.last_recovery_abnormal else "normal")
@@ -281,14 +276,6 @@ class DefaultMessageStore:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         abort = root / "abort"
         abnormal = abort.exists()
-        self.topic_configs.load()
-        self.subscription_groups.load()
-        self.consumer_offsets.load()
-        for table in (self.topic_configs.store, self.subscription_groups.store):
-            try:
-                table.backup()  # the last good copy, for a corrupt file next time
-            except (OSError, sqlite3.Error) as exc:
-                log.error("cannot back up %s to %s: %s", table.path, table.bak, exc)
         StoreRecovery(root, self.commit_log, self.consume_queues, self.index_service, self.checkpoint,
                       self.reput_service, self.stats, check_crc=self.config.check_crc_on_recover).recover(abnormal)
         abort.touch()
@@ -388,7 +375,7 @@ class DefaultMessageStore:
         At most ``max_transfer_count_on_message_in_memory`` messages and
         about ``max_total_bytes`` (the first message always). ``tags_codes``
         filters by ConsumeQueue tag code (None = all). Statuses and
-        ``next_begin_offset`` follow the A7 PULL_MESSAGE table.
+        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``.
         """
         corr = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
@@ -478,7 +465,7 @@ class DefaultMessageStore:
         return -1 if cq is None else self._cq_store_ts(cq, queue_offset)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """Queue offset of the message stored at ``timestamp_ms`` (``getOffsetInQueueByTime``, A7 29).
+        """Queue offset of the message stored at ``timestamp_ms`` (``getOffsetInQueueByTime``).
 
         Binary search by store time: an exact match wins, else the nearer of
         the two neighbours (the left one on a tie); 0 for an empty queue.
@@ -515,7 +502,7 @@ class DefaultMessageStore:
         return right if abs(timestamp_ms - left_ts) > abs(timestamp_ms - right_ts) else left
 
     def read_record(self, physical_offset: int) -> bytes | None:
-        """The stored record (A9.1) at ``physical_offset``; None when there is none."""
+        """The stored record at ``physical_offset``; None when there is none."""
         return self.commit_log.read_record(physical_offset)
 
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
@@ -557,11 +544,11 @@ class DefaultMessageStore:
 
     def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset`` (at most ``max_bytes``, within one file, never past
-        the confirmed end); empty when there are none. Master side of replication (B7)."""
+        the confirmed end); empty when there are none. Master side of replication (``HAConnection``)."""
         return self.commit_log.read_raw(offset, max_bytes)
 
     async def append_commit_log_data(self, offset: int, data: bytes) -> bool:
-        """Append replicated bytes at exactly ``offset`` (slave side, B7).
+        """Append replicated bytes at exactly ``offset`` (slave side, ``HAService``'s client).
 
         False when ``offset`` is not this log's end (an empty log accepts the
         start of any file), the store is not running, or the write failed.
@@ -704,10 +691,11 @@ class DefaultMessageStore:
         """Is the clock's local hour one of ``delete_when`` ("04", "04;16")?"""
         return self.clean_commit_log_service.is_delete_time()
 
-    async def clean_once(self) -> int:
+    async def clean_once(self, *, manual: bool = False) -> int:
         """One retention run (``CleanCommitLogService``): returns the CommitLog files deleted.
 
-        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``,
+        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``
+        (or now, when ``manual``: ``executeDeleteFilesManually``, mqadmin's deleteExpiredCommitLog),
         and the oldest files regardless of age while disk usage is above
         ``disk_max_used_space_ratio`` percent; at most 10 per run, never the
         file being written nor any not yet flushed. ConsumeQueue and index
@@ -715,29 +703,19 @@ class DefaultMessageStore:
         offsets move past them (``rocket.store.retention``).
         """
         assert self._loop is not None
-        return await self.clean_commit_log_service.clean_once()
+        return await self.clean_commit_log_service.clean_once(manual=manual)
 
-    async def persist_consumer_offsets(self) -> None:
-        """Write ``consumerOffset.json`` now if it changed (IO thread)."""
-        assert self._loop is not None
-        co = self.consumer_offsets
-        if not co.dirty and co.path.exists():
-            return
-        version, data = co.snapshot()
-        try:
-            await self._loop.run_in_executor(self._io, co.write, version, data)
-        except OSError as exc:
-            log.error("cannot persist %s: %s", co.path, exc)
-
-    async def _offset_persist_service(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.flush_consumer_offset_interval)
-            await self.persist_consumer_offsets()
+    async def clean_expired_consume_queues(self) -> int:
+        """Remove the ConsumeQueue (and index) files whose entries all point below the CommitLog's
+        first offset (mqadmin's cleanExpiredCQ, ``cleanExpiredConsumerQueue``); returns how many
+        ConsumeQueue files went. Unlike Java, a queue keeps its offsets: its minimum offset moves
+        up, its maximum stays, so consumer offsets stay meaningful."""
+        return await self.clean_consume_queue_service.clean_expired(self.commit_log.min_offset, self._io)
 
     # -- runtime info ----------------------------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        """``GET_BROKER_RUNTIME_INFO`` store figures, all strings (A7 28)."""
+        """``GET_BROKER_RUNTIME_INFO`` store figures, all strings (``AdminBrokerProcessor``)."""
         cl = self.commit_log
         head = cl.read(cl.min_offset, 128) if cl.record_size_at(cl.min_offset) else None
         earliest = pickup_store_timestamp(head) if head else -1
@@ -767,8 +745,8 @@ class DefaultMessageStore:
     # -- shutdown ----------------------------------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
-        """Stop tasks, flush everything, write the checkpoint, persist configs and offsets,
-        delete ``abort``, unlock. Idempotent."""
+        """Stop tasks, flush everything, write the checkpoint, delete ``abort`` (a clean shutdown:
+        :attr:`last_shutdown_clean`), unlock. Idempotent."""
         if not self._started:
             return
         self._running = False
@@ -798,17 +776,10 @@ class DefaultMessageStore:
             clean = False
         if self.reput_from_offset < cl.committed or self.index_service.pending_min_phys() >= 0:
             clean = False
-        await self.persist_consumer_offsets()
+        self.last_shutdown_clean = clean
         await loop.run_in_executor(self._io, self._close_blocking, clean)
 
     def _close_blocking(self, clean: bool) -> None:
-        for table in (self.topic_configs.store, self.subscription_groups.store):
-            try:
-                if clean:
-                    table.backup()
-                table.close()
-            except Exception as exc:
-                log.error("closing %s: %s", table.path, exc)
         self.commit_log.close()
         self.consume_queues.close()
         self.index_service.close()

@@ -1,16 +1,17 @@
 """:class:`AdminBrokerProcessor`: topics, subscription groups, offsets, stats,
 broker config, and the queue locks of orderly consumers.
 
-Codes (reference A5/A7): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
+Codes (RocketMQ's ``RequestCode``, ``AdminBrokerProcessor``): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
 45, 200, 201, 202, 203, 207, 208, 215.
 
 Bodies keyed by MessageQueue objects (GET_CONSUME_STATS, GET_TOPIC_STATS_INFO)
-are written as standard JSON instead of fastjson's object-keyed maps (quirk
-Q4), in two forms at once:
+carry the table in two forms at once:
 
-* ``offsetTable``: map keyed by the MessageQueue's compact JSON text,
-  ``{"{\\"brokerName\\":\\"b\\",\\"queueId\\":0,\\"topic\\":\\"t\\"}": {...}}``;
-* ``offsetList``: ``[{"messageQueue": {"brokerName","queueId","topic"}, ...values}]``.
+* ``offsetTable``: fastjson's object-keyed map (RocketMQ's ``ConsumeStats`` as fastjson writes it),
+  ``{{"brokerName":"b","queueId":0,"topic":"t"}: {...}}``, which Java's tools
+  and clients read (fastjson2, in 5.x, reads no other form);
+* ``offsetList``: standard JSON for everyone else,
+  ``[{"messageQueue": {"brokerName","queueId","topic"}, ...values}]``.
 
 GET_CONSUME_STATS also carries ``consumeTps`` (messages per second pulled by
 the group over the last minute), as Java's ConsumeStats does.
@@ -24,19 +25,15 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
-from rocket.broker.locks import MessageQueue
+from rocket.broker.processor.tools import dumps_java
 from rocket.broker.topics import is_system_topic, validate_topic
-from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode, loads_lenient
+from rocket.protocol import MessageQueue, loads_lenient
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import AdminBroker
 
 log = logging.getLogger("rocket.broker.admin")
-
-
-def mq_key(mq: MessageQueue) -> str:
-    """The compact JSON text of a MessageQueue, used as a map key (quirk Q4)."""
-    return orjson.dumps(mq.to_json()).decode()
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -47,10 +44,21 @@ def _json_bytes(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
+#: Java BrokerConfig keys with no setting here, shown by GET_BROKER_CONFIG with the value that
+#: describes this broker (mqadmin 4.9.8's exportConfigs fails on a missing one).
+JAVA_ONLY_BROKER_PROPERTIES = {
+    "filterServerNums": "0",
+    "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC",
+    "traceOn": "true",
+    "traceTopicEnable": "false",
+    "useTLS": "false",
+}
+
+
 class AdminBrokerProcessor:
     """Administrative requests of tools, slaves and orderly consumers."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: AdminBroker) -> None:
         self.broker = broker
 
     def _refuse_on_slave(self, request: RemotingCommand) -> RemotingCommand | None:
@@ -98,7 +106,7 @@ class AdminBrokerProcessor:
             )
         except (TypeError, ValueError) as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad topic config: {exc}")
-        broker.store.topic_configs.put(tc)
+        broker.metadata.topic_configs.put(tc)
         log.info("topic %s created/updated by %s: %d/%d queues, perm %d", topic, conn.peer, read, write, perm)
         await broker.register_broker_all()
         return request.response(ResponseCode.SUCCESS)
@@ -116,7 +124,7 @@ class AdminBrokerProcessor:
 
     def get_all_topic_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TopicConfigSerializeWrapper JSON; code 1 when there is no topic."""
-        table = self.broker.store.topic_configs
+        table = self.broker.metadata.topic_configs
         if not table.all():
             return request.response(ResponseCode.SYSTEM_ERROR, "No topic in this broker")
         return request.response(ResponseCode.SUCCESS, body=_json_bytes(table.wrapper_json()))
@@ -134,29 +142,30 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}")
         if not cfg.group_name:
             return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
-        broker.store.subscription_groups.put(cfg)
+        broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
         return request.response(ResponseCode.SUCCESS)
 
     def get_all_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"subscriptionGroupTable":{...},"dataVersion":{...}}``."""
         return request.response(
-            ResponseCode.SUCCESS, body=_json_bytes(self.broker.store.subscription_groups.wrapper_json())
+            ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.subscription_groups.wrapper_json())
         )
 
     def delete_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``groupName`` (and ``cleanOffset``: drop its offsets too)."""
         broker = self.broker
         group = request.require("groupName")
-        broker.store.subscription_groups.delete(group)
+        broker.metadata.subscription_groups.delete(group)
         if request.get_bool("cleanOffset", False):
-            broker.store.consumer_offsets.remove_group(group)
+            broker.metadata.consumer_offsets.remove_group(group)
         return request.response(ResponseCode.SUCCESS)
 
     # -- offsets ---------------------------------------------------------------------------------
 
     def get_max_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Ext ``offset`` = the queue's max offset (exclusive, quirk Q10); 0 for an unknown queue."""
+        """Ext ``offset`` = the queue's max offset, exclusive (``ConsumeQueue.getMaxOffsetInQueue``);
+        0 for an unknown queue."""
         topic = request.require("topic")
         queue_id = request.require_int("queueId")
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
@@ -190,7 +199,7 @@ class AdminBrokerProcessor:
 
     def get_all_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"offsetTable":{"topic@group":{"0":12}}}`` (slaves copy it every 10 s)."""
-        return request.response(ResponseCode.SUCCESS, body=_json_bytes(self.broker.store.consumer_offsets.to_json()))
+        return request.response(ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.consumer_offsets.to_json()))
 
     def get_all_delay_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """The delayOffset table ``{"offsetTable":{"1":3}}`` (slaves copy it)."""
@@ -209,19 +218,21 @@ class AdminBrokerProcessor:
         group = request.require("consumerGroup")
         topic = request.get("topic") or None
         rows, tps = broker.consume_stats(group, topic)
-        table: dict[str, Any] = {}
+        table: dict[MessageQueue, Any] = {}
         listing: list[dict[str, Any]] = []
         for row in rows:
             mq = MessageQueue(row.topic, broker.config.broker_name, row.queue_id)
             wrapper = {
                 "brokerOffset": row.broker_offset,
                 "consumerOffset": row.consumer_offset,
+                # 5.x: what was pulled; mqadmin prints pullOffset - consumerOffset as "#Inflight".
+                "pullOffset": row.consumer_offset,
                 "lastTimestamp": row.last_timestamp,
             }
-            table[mq_key(mq)] = wrapper
+            table[mq] = wrapper
             listing.append({"messageQueue": mq.to_json(), **wrapper, "lag": row.lag})
         body = {"offsetTable": table, "offsetList": listing, "consumeTps": tps}
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+        return request.response(ResponseCode.SUCCESS, body=dumps_java(body))
 
     def get_topic_stats_info(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TopicStatsTable of ``topic``: per queue ``minOffset``, ``maxOffset``, ``lastUpdateTimestamp``."""
@@ -231,7 +242,7 @@ class AdminBrokerProcessor:
         if tc is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = broker.store
-        table: dict[str, Any] = {}
+        table: dict[MessageQueue, Any] = {}
         listing: list[dict[str, Any]] = []
         for queue_id in range(tc.write_queue_nums):
             mq = MessageQueue(topic, broker.config.broker_name, queue_id)
@@ -242,9 +253,9 @@ class AdminBrokerProcessor:
                 "maxOffset": max_offset,
                 "lastUpdateTimestamp": max(0, last),
             }
-            table[mq_key(mq)] = values
+            table[mq] = values
             listing.append({"messageQueue": mq.to_json(), **values})
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"offsetTable": table, "offsetList": listing}))
+        return request.response(ResponseCode.SUCCESS, body=dumps_java({"offsetTable": table, "offsetList": listing}))
 
     def get_consumer_connection_list(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """ConsumerConnection of a live group; 206 when it has no member here."""
@@ -269,7 +280,11 @@ class AdminBrokerProcessor:
     def get_broker_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Body: every setting as properties text; ext ``version`` = the config's DataVersion JSON."""
         broker = self.broker
-        body = format_properties(broker.config.to_properties()).encode()
+        props = broker.config.to_properties()
+        props.setdefault("fileReservedTime", f"{broker.store.config.file_reserved_time_hours:g}")
+        for key, value in JAVA_ONLY_BROKER_PROPERTIES.items():
+            props.setdefault(key, value)
+        body = format_properties(props).encode()
         return request.response(
             ResponseCode.SUCCESS, ext_fields={"version": orjson.dumps(broker.config_version).decode()}, body=body
         )

@@ -3,8 +3,7 @@ UNREGISTER_CLIENT 35, CHECK_CLIENT_CONFIG 46) and
 :class:`ConsumerManageProcessor` (GET_CONSUMER_LIST_BY_GROUP 38,
 QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET 15).
 
-Reference A7 "34", "35", "38", "14", "15"; RocketMQ 4.9.8
-``ClientManageProcessor`` and ``ConsumerManageProcessor``.
+As RocketMQ 4.9.8 ``ClientManageProcessor`` and ``ConsumerManageProcessor``.
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ import orjson
 
 from rocket.broker.client_manager import ClientChannelInfo
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
-from rocket.broker.topics import retry_topic
+from rocket.protocol import retry_topic
+from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import ClientManageBroker
 
 log = logging.getLogger("rocket.broker")
 
@@ -32,7 +31,7 @@ QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer b
 class ClientManageProcessor:
     """Heartbeats and unregistration of producers and consumers."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: ClientManageBroker) -> None:
         self.broker = broker
 
     def heartbeat(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -84,7 +83,7 @@ class ClientManageProcessor:
         if producer_group:
             broker.producer_manager.unregister_producer(producer_group, conn)
         if consumer_group:
-            group_config = broker.store.subscription_groups.get(consumer_group)
+            group_config = broker.metadata.subscription_groups.get(consumer_group)
             notify = True if group_config is None else bool(group_config.notify_consumer_ids_changed_enable)
             broker.consumer_manager.unregister_consumer(consumer_group, conn, notify=notify)
         return request.response(ResponseCode.SUCCESS)
@@ -108,7 +107,7 @@ class ClientManageProcessor:
 class ConsumerManageProcessor:
     """Consumer group membership and consumer offsets."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: ClientManageBroker) -> None:
         self.broker = broker
 
     def get_consumer_list_by_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -125,16 +124,17 @@ class ConsumerManageProcessor:
         topic = request.require("topic")
         queue_id = request.require_int("queueId")
         offset = request.require_int("commitOffset")
-        self.broker.store.consumer_offsets.commit(group, topic, queue_id, offset)
+        self.broker.metadata.consumer_offsets.commit(group, topic, queue_id, offset)
         return request.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """The stored offset; 0 for a fresh group on a queue still starting at 0 (quirk Q9); else 22."""
+        """The stored offset; 0 for a fresh group on a queue still starting at 0, as
+        ``ConsumerManageProcessor.queryConsumerOffset`` does; else 22."""
         store = self.broker.store
         group = request.require("consumerGroup")
         topic = request.require("topic")
         queue_id = request.require_int("queueId")
-        offset = store.consumer_offsets.query(group, topic, queue_id)
+        offset = self.broker.metadata.consumer_offsets.query(group, topic, queue_id)
         if offset is not None and offset >= 0:
             return request.response(ResponseCode.SUCCESS, ext_fields={"offset": offset})
         if store.get_min_offset_in_queue(topic, queue_id) <= 0:

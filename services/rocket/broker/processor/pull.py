@@ -1,12 +1,12 @@
 """:class:`PullMessageProcessor`: PULL_MESSAGE (11), with long polling.
 
-Checks (reference A7 "11"): broker readable (16), subscription group exists or
+Checks (as RocketMQ's ``PullMessageProcessor``): broker readable (16), subscription group exists or
 may be auto-created (26), group enabled (16), topic exists (17) and readable
 (16), ``0 <= queueId < readQueueNums`` (1), the subscription parses (23) or,
 when not sent inline, is known from heartbeats and not older than the
 request's (24/25).
 
-Store status → response code (A7 table): FOUND → 0 with the records as body;
+Store status → response code (``PullMessageProcessor``): FOUND → 0 with the records as body;
 NO_MATCHED_MESSAGE/MESSAGE_WAS_REMOVING → 20; empty or unknown queue → 19 at
 offset 0, else 21; OFFSET_OVERFLOW_ONE/OFFSET_FOUND_NULL → 19;
 OFFSET_OVERFLOW_BADLY/OFFSET_TOO_SMALL → 21. The remark is the store status
@@ -42,16 +42,16 @@ from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.store.api import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import PullBroker
 
 MASTER_ID = 0
-#: A stored record's physical offset field (A9.1): int64 at byte 28.
+#: A stored record's physical offset field (CommitLog record layout): int64 at byte 28.
 _PHYS = struct.Struct(">q")
 _PHYS_AT = 28
 
 
 def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
-    """The response code of a pull whose store result is ``result`` (A7 table)."""
+    """The response code of a pull whose store result is ``result`` (``PullMessageProcessor``)."""
     status = result.status
     if status is GetMessageStatus.FOUND:
         return ResponseCode.SUCCESS
@@ -67,7 +67,7 @@ def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
 class PullMessageProcessor:
     """Serves pulls from the store; parks empty long-polling pulls."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: PullBroker) -> None:
         self.broker = broker
         #: Pull requests being handled (parked ones included).
         self.active = 0
@@ -135,7 +135,7 @@ class PullMessageProcessor:
         (phys,) = _PHYS.unpack_from(result.records[0], _PHYS_AT)
         return bool(self.broker.store.max_phy_offset - phys > limit)
 
-    def process(
+    def process(  # noqa: C901 - hot: per pull, RocketMQ's checks in order, bench_broker consume
         self, request: RemotingCommand, conn: RemotingConnection, *, allow_suspend: bool
     ) -> tuple[RemotingCommand, PullRequest | None]:
         """Run one pull synchronously: the response, or a parked request to wait for."""
@@ -202,7 +202,7 @@ class PullMessageProcessor:
             elif code == ResponseCode.PULL_OFFSET_MOVED:
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave=false, as Java
         if allow_suspend and header.has_commit_offset and not cfg.is_slave and header.commit_offset >= 0:
-            broker.store.consumer_offsets.commit(
+            broker.metadata.consumer_offsets.commit(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         if (

@@ -1,6 +1,6 @@
 """:class:`QueryMessageProcessor`: QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33).
 
-Reference A7 "12" and "33"; RocketMQ 4.9.8 ``QueryMessageProcessor``.
+As RocketMQ 4.9.8 ``QueryMessageProcessor``.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
+    from rocket.broker.interfaces import QueryBroker
 
 
 class QueryMessageProcessor:
     """Looks messages up by key (IndexFile) or by physical offset."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: QueryBroker) -> None:
         self.broker = broker
 
     def query_message(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -1,7 +1,7 @@
 """:class:`SendMessageProcessor`: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310),
 SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
 
-Checks, in order (reference A7 "10", RocketMQ 4.9.8
+Checks, in order (RocketMQ 4.9.8
 ``AbstractSendMessageProcessor.msgCheck`` and ``SendMessageProcessor``), each
 answered with RocketMQ's code and a remark that says what is wrong:
 
@@ -24,7 +24,7 @@ retry topic of an unknown group              26   ``subscription group not exist
 
 A batch is recognised by code 320 **or** the batch flag ``true``/``1`` (the
 C++ client sends batches as code 10 with ``batch:"1"``; Java 4.9.8 would
-misread those, we accept them, quirk Q7).
+misread those with ``Boolean.parseBoolean``, we accept them).
 """
 
 from __future__ import annotations
@@ -39,14 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import MessageInner
-from rocket.broker.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_GROUP_TOPIC_PREFIX,
-    dlq_topic,
-    is_writeable,
-    retry_topic,
-    validate_topic,
-)
+from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
 from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
@@ -63,14 +56,15 @@ from rocket.message import (
     decode_properties,
     encode_properties,
 )
+from rocket.protocol import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
-from rocket.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting.connection import ANSWER_LATER
 from rocket.store.api import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.controller import BrokerController
-    from rocket.store.config import TopicConfig
+    from rocket.broker.interfaces import SendBroker
+    from rocket.protocol import TopicConfig
 
 log = logging.getLogger("rocket.broker.send")
 
@@ -168,6 +162,8 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> t
             ResponseCode.SERVICE_NOT_AVAILABLE,
             f"service not available now ({status.value}{detail}); the disk may be full or the store shut down",
         )
+    if status is PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL:  # refused by the timer hook (rocket.broker.timer)
+        return ResponseCode.MESSAGE_ILLEGAL, result.remark
     if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
         return ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal ({status.value}{detail})"
     return ResponseCode.SYSTEM_ERROR, f"{status.value}{detail}"
@@ -176,7 +172,7 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> t
 class SendMessageProcessor:
     """Stores messages from producers and consumers' send-backs."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: SendBroker) -> None:
         self.broker = broker
 
     # -- entry points ------------------------------------------------------------------
@@ -415,7 +411,7 @@ class SendMessageProcessor:
         if not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group_config = self.broker.store.subscription_groups.get(group)
+        group_config = self.broker.metadata.subscription_groups.get(group)
         if group_config is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"

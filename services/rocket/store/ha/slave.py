@@ -272,7 +272,9 @@ class HAClient:
             self._writer.write(encode_report(offset))
             self._last_report = time.monotonic()
 
-    async def _transfer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _transfer(  # noqa: C901 - hot: per chunk replicated, bench_replication
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         """Read transfers and apply them in batches until the connection fails."""
         host = self.host
         store = host.store

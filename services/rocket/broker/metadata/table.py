@@ -1,24 +1,19 @@
-"""Broker config stores: topics, subscription groups, consumer offsets (B3, A10.3).
+"""Durable config tables of a broker: SQLite (WAL) rows written from a dedicated thread.
 
-* :class:`TopicConfigManager` and :class:`SubscriptionGroupManager` keep their
-  table in memory and persist every change incrementally to SQLite (WAL) from
-  a dedicated thread: one row per topic/group, a batch of changes per
-  transaction. Creating 10,000 topics one at a time costs 10,000 dict updates
-  on the caller's side and a few transactions on the writer's. Calls are
-  synchronous and never block on the disk; :meth:`ConfigTable.flush` (or
-  ``await wait_persisted()``) waits for durability.
-* :class:`ConsumerOffsetManager` keeps ``topic@group → {queueId: offset}``
-  and writes ``config/consumerOffset.json`` atomically (temp file, fsync,
-  rename, the previous copy kept as ``.bak``), every
-  ``flush_consumer_offset_interval`` and at shutdown.
+* :class:`ConfigTable`: a ``name → JSON object`` table plus a DataVersion in one
+  SQLite file, changed incrementally: one row per topic/group, a batch of
+  changes per transaction. Callers never block on the disk;
+  :meth:`ConfigTable.flush` (or ``await wait_persisted()``) waits for durability.
+* :class:`ConfigManager`: an in-memory table of configs plus its
+  :class:`~rocket.protocol.DataVersion`, persisted through a ConfigTable (the
+  base of :class:`~rocket.broker.metadata.topic.TopicConfigManager` and
+  :class:`~rocket.broker.metadata.subscription.SubscriptionGroupManager`).
 
 Every file is checked at start-up; a corrupt or truncated one is logged
 (which file, what is wrong), set aside as ``<name>.corrupt-<ms>``, and the
 last good copy (``.bak``) is used. With no good copy at all
 :class:`~rocket.store.api.ConfigCorruptError` is raised, rather than silently
-starting empty.
-
-JSON shapes are RocketMQ 4.9.8's (fastjson field names).
+starting empty. JSON shapes are RocketMQ 4.9.8's (fastjson field names).
 """
 
 from __future__ import annotations
@@ -33,156 +28,20 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import orjson
 
-from rocket.remoting import loads_lenient
+from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig
 from rocket.store.api import ConfigCorruptError, StoreError
-from rocket.store.files import write_file_atomically
 
-log = logging.getLogger("rocket.store.config")
+log = logging.getLogger("rocket.broker.metadata")
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Wall-clock milliseconds."""
     return int(time.time() * 1000)
-
-
-def _as_bool(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1")
-    return bool(v)
-
-
-def _as_obj(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
-    if isinstance(obj, (str, bytes)):
-        obj = loads_lenient(obj)
-    if not isinstance(obj, Mapping):
-        raise ValueError("not a JSON object")
-    return obj
-
-
-@dataclass(slots=True)
-class DataVersion:
-    """``DataVersion``: when the table last changed (ms) and how many changes so far."""
-
-    timestamp: int = field(default_factory=_now_ms)
-    counter: int = 0
-
-    def next_version(self) -> None:
-        """Bump for a change: timestamp = now, counter + 1."""
-        self.timestamp = _now_ms()
-        self.counter += 1
-
-    def to_json(self) -> dict[str, int]:
-        """``{"timestamp": ..., "counter": ...}``."""
-        return {"timestamp": self.timestamp, "counter": self.counter}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> DataVersion:
-        """Parse; raises ``ValueError`` for a malformed object."""
-        o = _as_obj(obj)
-        return cls(int(o.get("timestamp", 0)), int(o.get("counter", 0)))
-
-    def copy(self) -> DataVersion:
-        """An independent copy."""
-        return DataVersion(self.timestamp, self.counter)
-
-
-@dataclass(slots=True)
-class TopicConfig:
-    """``TopicConfig``: queue counts, permission (6 = read + write), filter type, flags."""
-
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = 6
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        """Java field names (A10.3)."""
-        return {
-            "topicName": self.topic_name,
-            "readQueueNums": self.read_queue_nums,
-            "writeQueueNums": self.write_queue_nums,
-            "perm": self.perm,
-            "topicFilterType": self.topic_filter_type,
-            "topicSysFlag": self.topic_sys_flag,
-            "order": self.order,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> TopicConfig:
-        """Parse Java JSON (numbers may arrive as strings). Raises ``ValueError``/``KeyError``."""
-        o = _as_obj(obj)
-        return cls(
-            topic_name=str(o["topicName"]),
-            read_queue_nums=int(o.get("readQueueNums", 16)),
-            write_queue_nums=int(o.get("writeQueueNums", 16)),
-            perm=int(o.get("perm", 6)),
-            topic_filter_type=str(o.get("topicFilterType", "SINGLE_TAG")),
-            topic_sys_flag=int(o.get("topicSysFlag", 0)),
-            order=_as_bool(o.get("order", False)),
-        )
-
-    @property
-    def name(self) -> str:
-        """The table key."""
-        return self.topic_name
-
-
-@dataclass(slots=True)
-class SubscriptionGroupConfig:
-    """``SubscriptionGroupConfig`` (B3)."""
-
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        """Java field names."""
-        return {
-            "groupName": self.group_name,
-            "consumeEnable": self.consume_enable,
-            "consumeFromMinEnable": self.consume_from_min_enable,
-            "consumeBroadcastEnable": self.consume_broadcast_enable,
-            "retryQueueNums": self.retry_queue_nums,
-            "retryMaxTimes": self.retry_max_times,
-            "brokerId": self.broker_id,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any] | str | bytes) -> SubscriptionGroupConfig:
-        """Parse Java JSON. Raises ``ValueError``/``KeyError``."""
-        o = _as_obj(obj)
-        return cls(
-            group_name=str(o["groupName"]),
-            consume_enable=_as_bool(o.get("consumeEnable", True)),
-            consume_from_min_enable=_as_bool(o.get("consumeFromMinEnable", True)),
-            consume_broadcast_enable=_as_bool(o.get("consumeBroadcastEnable", True)),
-            retry_queue_nums=int(o.get("retryQueueNums", 1)),
-            retry_max_times=int(o.get("retryMaxTimes", 16)),
-            broker_id=int(o.get("brokerId", 0)),
-            which_broker_when_consume_slowly=int(o.get("whichBrokerWhenConsumeSlowly", 1)),
-            notify_consumer_ids_changed_enable=_as_bool(o.get("notifyConsumerIdsChangedEnable", True)),
-        )
-
-    @property
-    def name(self) -> str:
-        """The table key."""
-        return self.group_name
 
 
 # -- SQLite-backed tables ---------------------------------------------------------------------
@@ -194,8 +53,10 @@ _SCHEMA = (
 _DELETE = object()
 
 
-def _set_aside(path: Path) -> Path:
-    aside = path.with_name(f"{path.name}.corrupt-{_now_ms()}")
+def set_aside(path: Path) -> Path:
+    """Rename a corrupt ``path`` (and its SQLite ``-wal``/``-shm`` files) to ``<name>.corrupt-<ms>``;
+    returns the new path."""
+    aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
     os.replace(path, aside)
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
@@ -267,7 +128,7 @@ class ConfigTable:
             problem = f"{self.path}: corrupt or truncated ({exc})"
             if not self.bak.exists():
                 raise ConfigCorruptError(f"{problem}, and there is no last good copy {self.bak}") from None
-            aside = _set_aside(self.path)
+            aside = set_aside(self.path)
             log.error("%s; set aside as %s, using the last good copy %s", problem, aside.name, self.bak)
             shutil.copyfile(self.bak, self.path)
             try:
@@ -402,7 +263,7 @@ class ConfigTable:
 T = TypeVar("T", TopicConfig, SubscriptionGroupConfig)
 
 
-class _ConfigManager(Generic[T]):
+class ConfigManager(Generic[T]):
     """In-memory table + DataVersion persisted through a :class:`ConfigTable`."""
 
     _kind: type[T]
@@ -411,8 +272,13 @@ class _ConfigManager(Generic[T]):
     def __init__(self, path: Path) -> None:
         self.store = ConfigTable(path)
         self._table: dict[str, T] = {}
-        self.data_version = DataVersion()
+        self.data_version = DataVersion(timestamp=now_ms())
         self._loaded = False
+
+    @staticmethod
+    def _name(cfg: T) -> str:
+        """The table key of ``cfg``."""
+        raise NotImplementedError
 
     def load(self) -> None:
         """Read the table (blocking). Raises :class:`ConfigCorruptError`."""
@@ -449,19 +315,21 @@ class _ConfigManager(Generic[T]):
     def put(self, cfg: T) -> None:
         """Create or replace; bumps the data version; persisted in the background."""
         self._check()
-        self._table[cfg.name] = cfg
-        self.data_version.next_version()
-        self.store.stage(cfg.name, cfg.to_json(), self.data_version.to_json())
+        name = self._name(cfg)
+        self._table[name] = cfg
+        self.data_version = self.data_version.next_version()
+        self.store.stage(name, cfg.to_json(), self.data_version.to_json())
 
     def put_many(self, cfgs: Iterable[T]) -> None:
         """Create or replace several with one version bump and one transaction."""
         self._check()
         items = []
         for cfg in cfgs:
-            self._table[cfg.name] = cfg
-            items.append((cfg.name, cfg.to_json()))
+            name = self._name(cfg)
+            self._table[name] = cfg
+            items.append((name, cfg.to_json()))
         if items:
-            self.data_version.next_version()
+            self.data_version = self.data_version.next_version()
             self.store.stage_many(items, self.data_version.to_json())
 
     def delete(self, name: str) -> bool:
@@ -469,7 +337,7 @@ class _ConfigManager(Generic[T]):
         self._check()
         if self._table.pop(name, None) is None:
             return False
-        self.data_version.next_version()
+        self.data_version = self.data_version.next_version()
         self.store.stage(name, _DELETE, self.data_version.to_json())
         return True
 
@@ -478,7 +346,7 @@ class _ConfigManager(Generic[T]):
         self._check()
         gone = [n for n in names if self._table.pop(n, None) is not None]
         if gone:
-            self.data_version.next_version()
+            self.data_version = self.data_version.next_version()
             self.store.stage_many([(n, _DELETE) for n in gone], self.data_version.to_json())
         return len(gone)
 
@@ -496,133 +364,3 @@ class _ConfigManager(Generic[T]):
     async def wait_persisted(self) -> None:
         """Await until every change so far is persisted."""
         await self.store.wait_persisted()
-
-
-class TopicConfigManager(_ConfigManager[TopicConfig]):
-    """Topic configs (``TopicConfigManager``); file ``config/topics.db``."""
-
-    _kind = TopicConfig
-    _wrapper_key = "topicConfigTable"
-
-
-class SubscriptionGroupManager(_ConfigManager[SubscriptionGroupConfig]):
-    """Subscription group configs (``SubscriptionGroupManager``); file ``config/subscriptionGroup.db``."""
-
-    _kind = SubscriptionGroupConfig
-    _wrapper_key = "subscriptionGroupTable"
-
-
-# -- consumer offsets ------------------------------------------------------------------------------
-
-
-class ConsumerOffsetManager:
-    """Committed consumer offsets (``ConsumerOffsetManager``), ``topic@group → {queueId: offset}``.
-
-    In memory; :meth:`persist` writes ``config/consumerOffset.json``
-    (standard JSON, string queue ids) atomically with a ``.bak``.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.bak = path.with_name(path.name + ".bak")
-        self.table: dict[str, dict[int, int]] = {}
-        self._version = 0
-        self._persisted_version = 0
-
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Store ``offset`` for the group's queue."""
-        k = f"{topic}@{group}"
-        q = self.table.get(k)
-        if q is None:
-            q = self.table[k] = {}
-        if q.get(queue_id) != offset:
-            q[queue_id] = offset
-            self._version += 1
-
-    def query(self, group: str, topic: str, queue_id: int) -> int | None:
-        """The committed offset, or None."""
-        q = self.table.get(f"{topic}@{group}")
-        return None if q is None else q.get(queue_id)
-
-    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
-        """A copy of the group's offsets on ``topic``."""
-        return dict(self.table.get(f"{topic}@{group}", {}))
-
-    def remove_group(self, group: str) -> int:
-        """Forget the group on every topic; returns how many topic entries went."""
-        gone = [k for k in self.table if k.rpartition("@")[2] == group]
-        for k in gone:
-            del self.table[k]
-        if gone:
-            self._version += 1
-        return len(gone)
-
-    def remove_topic(self, topic: str) -> int:
-        """Forget every group's offsets on ``topic``."""
-        gone = [k for k in self.table if k.rpartition("@")[0] == topic]
-        for k in gone:
-            del self.table[k]
-        if gone:
-            self._version += 1
-        return len(gone)
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"offsetTable": {"topic@group": {"0": 12}}}`` (standard JSON)."""
-        return {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in self.table.items()}}
-
-    def replace_all(self, obj: Mapping[str, Any] | str | bytes) -> None:
-        """Take over a whole table (a slave copying its master's). Raises ``ValueError``."""
-        self.table = self._parse(obj)
-        self._version += 1
-
-    @staticmethod
-    def _parse(obj: Mapping[str, Any] | str | bytes) -> dict[str, dict[int, int]]:
-        o = _as_obj(obj)
-        raw = o.get("offsetTable")
-        if not isinstance(raw, Mapping):
-            raise ValueError('no "offsetTable" object')
-        table: dict[str, dict[int, int]] = {}
-        for k, v in raw.items():
-            if not isinstance(v, Mapping) or "@" not in str(k):
-                raise ValueError(f"entry {k!r} is not topic@group -> {{queueId: offset}}")
-            table[str(k)] = {int(q): int(off) for q, off in v.items()}
-        return table
-
-    @property
-    def dirty(self) -> bool:
-        """Changed since the last persist."""
-        return self._version != self._persisted_version
-
-    def load(self) -> None:
-        """Read the file (blocking); falls back to ``.bak``. Raises :class:`ConfigCorruptError`."""
-        if not self.path.exists() and not self.bak.exists():
-            return
-        problems = []
-        for candidate in (self.path, self.bak):
-            if not candidate.exists():
-                continue
-            try:
-                self.table = self._parse(candidate.read_bytes())
-            except (ValueError, TypeError) as exc:
-                problems.append(f"{candidate}: corrupt or truncated ({exc})")
-                continue
-            if problems:
-                aside = _set_aside(self.path)
-                log.error("%s; set aside as %s, using the last good copy %s", problems[0], aside.name, candidate)
-            return
-        raise ConfigCorruptError("; ".join(problems) or f"{self.path}: unreadable")
-
-    def snapshot(self) -> tuple[int, bytes]:
-        """On the loop: ``(version, JSON bytes)`` to hand to :meth:`write`."""
-        return self._version, orjson.dumps(self.to_json())
-
-    def write(self, version: int, data: bytes) -> None:
-        """Blocking: write a snapshot atomically (keeping ``.bak``) and mark it persisted."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(self.path, data, keep_bak=True)
-        self._persisted_version = max(self._persisted_version, version)
-
-    def persist(self) -> None:
-        """Blocking: write the current table when it changed."""
-        if self.dirty or not self.path.exists():
-            self.write(*self.snapshot())

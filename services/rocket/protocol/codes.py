@@ -2,8 +2,9 @@
 remoting protocol.
 
 Source of every number: Apache RocketMQ 4.9.8 ``RequestCode``, ``ResponseCode``,
-``RemotingSysResponseCode`` and ``LanguageCode`` (restated in
-``shared/reference/rocketmq-protocol.md`` A1-A5).
+``RemotingSysResponseCode``, ``LanguageCode``, ``SerializeType``, ``RemotingCommand``
+(flag bits), ``MQVersion`` and ``PermName``; the controller codes (904, 1001-1013, 2000-2014)
+from RocketMQ 5's ``RequestCode`` and ``ResponseCode``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class RequestCode(IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    UPDATE_AND_CREATE_TOPIC_LIST = 18
     GET_ALL_TOPIC_CONFIG = 21
     GET_TOPIC_CONFIG_LIST = 22
     UPDATE_BROKER_CONFIG = 25
@@ -42,6 +44,7 @@ class RequestCode(IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    GET_TIMER_CHECK_POINT = 60
     CHECK_CLIENT_CONFIG = 46
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
@@ -54,6 +57,7 @@ class RequestCode(IntEnum):
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
     GET_CONSUMER_CONNECTION_LIST = 203
+    GET_PRODUCER_CONNECTION_LIST = 204
     WIPE_WRITE_PERM_OF_BROKER = 205
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_SUBSCRIPTIONGROUP = 207
@@ -61,20 +65,49 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     RESET_CONSUMER_CLIENT_OFFSET = 220
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST = 225
     GET_TOPICS_BY_CLUSTER = 224
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_SYSTEM_TOPIC_LIST_FROM_BROKER = 305
+    CLEAN_EXPIRED_CONSUMEQUEUE = 306
     GET_CONSUMER_RUNNING_INFO = 307
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
+    VIEW_BROKER_STATS_DATA = 315
+    CLEAN_UNUSED_TOPIC = 316
+    GET_BROKER_CONSUME_STATS = 317
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     SEND_BATCH_MESSAGE = 320
     #: RocketMQ 5.x lite pull consumers; same header and answer as PULL_MESSAGE.
     LITE_PULL_MESSAGE = 361
+    QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    #: RocketMQ 5: a controller-mode broker's heartbeat to every controller (``BrokerHeartbeatRequestHeader``).
+    BROKER_HEARTBEAT = 904
+    GET_ALL_PRODUCER_INFO = 328
+    DELETE_EXPIRED_COMMITLOG = 329
+    #: RocketMQ 5.x: one topic's TopicConfig (mqadmin 5's updateTopicPerm and others).
+    GET_TOPIC_CONFIG = 351
     #: RocketMQ 5 numbers; RocketCluster bodies (``rocket.broker.ha``): HA status JSON,
     #: the epoch list, and a promotion request (ext ``role``, ``brokerRole``, ``force``).
     GET_BROKER_HA_STATUS = 907
+    #: RocketMQ 5 controller requests (``RequestCode.java`` 1001-1013), served by ``rocket.controller``.
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
     GET_BROKER_EPOCH_CACHE = 1007
     NOTIFY_BROKER_ROLE_CHANGED = 1008
+    UPDATE_CONTROLLER_CONFIG = 1009
+    GET_CONTROLLER_CONFIG = 1010
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
 
 
 class ResponseCode(IntEnum):
@@ -112,6 +145,22 @@ class ResponseCode(IntEnum):
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
     ILLEGAL_OPERATION = 604
+    #: RocketMQ 5 controller answers (``ResponseCode.java`` 2000-2016).
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_MASTER = 2002
+    CONTROLLER_INVALID_REPLICAS = 2003
+    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
+    CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_BROKER_NOT_ALIVE = 2006
+    CONTROLLER_NOT_LEADER = 2007
+    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
+    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
+    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
+    CONTROLLER_MASTER_STILL_EXIST = 2011
+    CONTROLLER_ELECT_MASTER_FAILED = 2012
+    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
+    CONTROLLER_BROKER_ID_INVALID = 2014
 
 
 class LanguageCode(IntEnum):
