@@ -113,7 +113,7 @@ def test_merge_templates_is_deterministic_and_keeps_specific_templates_apart() -
 def test_metrics_on_hand_made_cases() -> None:
     assert normalize_template("a  <*> <*> b ") == "a <*> b"
     assert parsing_accuracy(["a <*>", "b", "c <*>"], ["a <*>", "b <*>", "c <*><*>"]) == pytest.approx(2 / 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="1 true templates but 0 predicted"):
         parsing_accuracy(["a"], [])
     # truth groups {0,1} "a <*>", {2} "b", {3} "c"; predicted {0,1} right text, {2,3} merged
     f = template_f1(["A", "A", "B", "C"], ["a <*>", "a <*>", "b", "c"], [1, 1, 2, 2], ["a <*>", "a <*>", "x", "x"])

@@ -253,6 +253,17 @@ class SyncPuller:
             return result
         raise RocketReadError(str(mq), offset, f"{max_attempts} attempts failed, last: {last}") from last
 
+    def _result(self, task: asyncio.Task[PullResult], rng: QueueRange, cursor: int,
+                fail_on_data_loss: bool) -> PullResult | None:
+        """The pull's result; ``None`` when the topic is gone and ``fail_on_data_loss`` is off (logged)."""
+        try:
+            return self.run(task)
+        except RocketReadError as exc:
+            if fail_on_data_loss or not topic_gone(exc):
+                raise
+            log.warning("%s: the topic was deleted, offsets %d..%d skipped", rng.mq, cursor, rng.end)
+            return None
+
     def read_range(self, rng: QueueRange, *, batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW,
                    prefer_slave: bool = True, max_attempts: int = DEFAULT_ATTEMPTS,
                    fail_on_data_loss: bool = True) -> Iterator[list[MessageExt]]:
@@ -289,12 +300,8 @@ class SyncPuller:
                     req_off, task = cursor, self.loop.create_task(self._pull(rng, cursor, n, **kw))
                 else:
                     pending.popleft()
-                try:
-                    result = self.run(task)
-                except RocketReadError as exc:
-                    if fail_on_data_loss or not topic_gone(exc):
-                        raise
-                    log.warning("%s: the topic was deleted, offsets %d..%d skipped", rng.mq, cursor, rng.end)
+                result = self._result(task, rng, cursor, fail_on_data_loss)
+                if result is None:  # the topic was deleted, and that is no failure here
                     return
                 if result.status is PullStatus.OFFSET_ILLEGAL and result.next_begin_offset > cursor:
                     if fail_on_data_loss:

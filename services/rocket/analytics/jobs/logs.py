@@ -428,6 +428,30 @@ def publish_events(spark: Any, events: list[dict[str, Any]], namesrv: str, topic
     return len(rows)
 
 
+def add_unread(topics_summary: dict[str, Any], input_topics: Sequence[str], planned: dict[str, int]) -> None:
+    """Complete the per-topic summary: an input topic with no message gets an entry (``empty``), and a topic
+    that gave fewer lines than ``planned`` its skipped ``unread`` count (deleted mid-read, offsets expired)."""
+    for topic in input_topics:
+        if topic not in topics_summary:  # an input topic with no message: reported, not an error
+            topics_summary[topic] = {"system": loghub.system_of(topic), "lines": 0, "parsed": 0, "unparsed": 0,
+                                     "mined": 0, "skipped": {}, "templates": 0, "levels": {}, "error_rate": None,
+                                     "first_event": None, "last_event": None, "top_templates": [],
+                                     "error_spikes": [], "accuracy": None, "empty": True}
+    for topic, n in planned.items():
+        t = topics_summary.get(topic)
+        if t is not None and n > t["lines"]:
+            t["skipped"] = {**t["skipped"], "unread": n - t["lines"]}
+
+
+def events_summary(spark: Any, events: list[dict[str, Any]], namesrv: str, topic: str) -> dict[str, Any]:
+    """Publish ``events`` (:func:`publish_events`) and count them: ``{"topic", "published", "new_templates",
+    "error_spikes"}``."""
+    sent = publish_events(spark, events, namesrv, topic)
+    return {"topic": topic, "published": sent,
+            "new_templates": sum(e["type"] == "new_template" for e in events),
+            "error_spikes": sum(e["type"] == "error_spike" for e in events)}
+
+
 def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None = None, top_n: int = 10,
                  input_info: dict[str, Any] | None = None, report: bool = True,
                  log_format: str | None = None, events_topic: str | None = None,
@@ -539,16 +563,7 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
             "error_spikes": spike_rows.get(topic, []),
             "accuracy": accuracies.get(topic),
         }
-    for topic in (input_info or {}).get("topics", []):
-        if topic not in topics_summary:  # an input topic with no message: reported, not an error
-            topics_summary[topic] = {"system": loghub.system_of(topic), "lines": 0, "parsed": 0, "unparsed": 0,
-                                     "mined": 0, "skipped": {}, "templates": 0, "levels": {}, "error_rate": None,
-                                     "first_event": None, "last_event": None, "top_templates": [],
-                                     "error_spikes": [], "accuracy": None, "empty": True}
-    for topic, n in (planned or {}).items():
-        t = topics_summary.get(topic)
-        if t is not None and n > t["lines"]:
-            t["skipped"] = {**t["skipped"], "unread": n - t["lines"]}
+    add_unread(topics_summary, (input_info or {}).get("topics", []), planned or {})
     values = [a["accuracy"] for a in accuracies.values() if a.get("accuracy") is not None]
     summary: dict[str, Any] = {
         "job": "logs",
@@ -576,11 +591,8 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
         namesrv = events_namesrv or (input_info or {}).get("namesrv")
         if not namesrv:
             raise JobInputError("publishing events needs a NameServer (--namesrv)")
-        events = log_events(templates_pd, spikes_pd, known)
-        sent = publish_events(df.sparkSession, events, namesrv, events_topic)
-        summary["events"] = {"topic": events_topic, "published": sent,
-                             "new_templates": sum(e["type"] == "new_template" for e in events),
-                             "error_spikes": sum(e["type"] == "error_spike" for e in events)}
+        summary["events"] = events_summary(df.sparkSession, log_events(templates_pd, spikes_pd, known), namesrv,
+                                           events_topic)
     if report:
         from rocket.analytics.report import logs_report
 
