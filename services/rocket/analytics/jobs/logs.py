@@ -802,6 +802,15 @@ def print_summary(summary: dict[str, Any], stream: Any = None) -> None:
               f"{summary['drain_published_mean']:.3f}, tuned per system) PA {means['pa']:.3f} "
               f"FGA {means['fga']:.3f} FTA {means['fta']:.3f}; one default setting, headers learned",
               file=stream)
+        from rocket.analytics.evaluate import REPORT_SYSTEMS, SELECTION_SYSTEMS
+
+        for label, systems in (("selection", SELECTION_SYSTEMS), ("report", REPORT_SYSTEMS)):
+            part = [t["accuracy"]["accuracy"] for t in summary["topics"].values()
+                    if t.get("system") in systems and (t.get("accuracy") or {}).get("accuracy") is not None]
+            if part:
+                how = "chosen on" if label == "selection" else "not tuned on"
+                print(f"  GA on the {label} systems (the setting was {how} them): {sum(part) / len(part):.3f} "
+                      f"({len(part)} topics)", file=stream)
     print(f"outputs: {summary['outputs'].get('report', summary['outputs'].get('summary'))}", file=stream)
 
 
