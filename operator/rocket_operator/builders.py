@@ -473,10 +473,18 @@ def analytics_output(job: AnalyticsJobSpec) -> str:
 
 def analytics_arguments(owner: Owner, job: AnalyticsJobSpec) -> list[str]:
     """Command-line arguments of the job module: ``--namesrv`` (the NameServer Service), ``--topics``
-    (comma-separated) and ``--out`` (:func:`analytics_output`)."""
-    return ["--namesrv", nameserver_service_address(owner.namespace, owner.name),
+    (comma-separated) and ``--out`` (:func:`analytics_output`); for a logs job ``--log-format``,
+    ``--events-topic`` and ``--follow`` when the spec sets them."""
+    args = ["--namesrv", nameserver_service_address(owner.namespace, owner.name),
             "--topics", ",".join(job.topics),
             "--out", analytics_output(job)]
+    if job.log_format:
+        args += ["--log-format", job.log_format]
+    if job.events_topic:
+        args += ["--events-topic", job.events_topic]
+    if job.follow:
+        args.append("--follow")
+    return args
 
 
 def analytics_output_volume(job: AnalyticsJobSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:

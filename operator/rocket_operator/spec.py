@@ -179,12 +179,20 @@ class AnalyticsJobSpec:
     ``/opt/spark/work-dir/analytics/<name>``; ``output_volume_claim`` the
     PersistentVolumeClaim mounted at the output's parent directory in the driver
     and executor pods (the job's own, else ``spec.analytics.outputVolumeClaim``;
-    None = no volume, the output goes with the pods).
+    None = no volume, the output goes with the pods). ``logs`` jobs only:
+    ``log_format`` the header format (``auto``/None = learned per topic, a LogHub
+    preset name or loghub notation ``<Date> <Time> <Level> <Component>: <Content>``,
+    the job's ``--log-format``); ``events_topic`` where the job publishes its
+    events (new templates, error spikes; ``--events-topic``; None = not published);
+    ``follow`` keeps the job running on the topics' new messages (``--follow``; not with a schedule).
     """
 
     name: str
     job: str
     topics: tuple[str, ...] = ()
+    log_format: str | None = None
+    events_topic: str | None = None
+    follow: bool = False
     schedule: str | None = None
     suspend: bool = False
     concurrency_policy: str = "Forbid"
@@ -385,9 +393,22 @@ def _analytics_job(j: Mapping[str, Any], where: str, default_claim: str | None, 
             raise SpecError(f"{where}.output must end in /{name} (the job's name) with an outputVolumeClaim, "
                             f"so that jobs sharing the claim do not write to one directory; got {output!r}")
         output_mount(output, f"{where}.output")
+    log_format = _optional_str(j, "logFormat", where)
+    events_topic = _optional_str(j, "eventsTopic", where)
+    follow = _bool(j, "follow", False, where)
+    if (log_format or events_topic or follow) and job != "logs":
+        raise SpecError(f"{where}: logFormat, eventsTopic and follow are options of the logs job, not of {job}")
+    if follow and schedule:
+        raise SpecError(f"{where}: a follow job keeps running; it takes no schedule")
+    if log_format is not None and (not log_format.strip() or len(log_format) > 500
+                                   or ("<" in log_format and not log_format.rstrip().endswith("<Content>"))):
+        raise SpecError(f"{where}.logFormat must be auto, a preset name or loghub notation ending in <Content>")
+    if events_topic is not None and not _TOPIC_RE.match(events_topic):
+        raise SpecError(f"{where}.eventsTopic must match {_TOPIC_RE.pattern}")
     res = _obj(j.get("resources"), f"{where}.resources")
     return AnalyticsJobSpec(
-        name=name, job=job, topics=tuple(topics), schedule=schedule.strip() if schedule else None,
+        name=name, job=job, topics=tuple(topics), log_format=log_format.strip() if log_format else None,
+        events_topic=events_topic, follow=follow, schedule=schedule.strip() if schedule else None,
         suspend=_bool(j, "suspend", False, where),
         concurrency_policy=_enum(j, "concurrencyPolicy", "Forbid", CONCURRENCY_POLICIES, where),
         image=_optional_str(j, "image", where), output=output, output_volume_claim=claim,

@@ -78,6 +78,14 @@ def test_analytics_defaults_match_the_crd() -> None:
      r"spec.analytics.jobs[0].output"),
     ([{"name": "n", "job": "logs", "topics": ["A"], "outputVolumeClaim": "c", "output": "/data/../tmp/n"}],
      r"spec.analytics.jobs[0].output"),
+    ([{"name": "n", "job": "traffic", "topics": ["A"], "logFormat": "HDFS"}], r"spec.analytics.jobs[0]: logFormat"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "logFormat": "<Date> <Time>"}],
+     r"spec.analytics.jobs[0].logFormat"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "follow": True, "schedule": "@daily"}],
+     r"spec.analytics.jobs[0]: a follow job"),
+    ([{"name": "n", "job": "traffic", "topics": ["A"], "follow": True}], r"spec.analytics.jobs[0]: logFormat"),
+    ([{"name": "n", "job": "logs", "topics": ["A"], "eventsTopic": "bad topic"}],
+     r"spec.analytics.jobs[0].eventsTopic"),
 ])
 def test_parse_spec_refuses_bad_jobs(jobs: list[dict[str, Any]], field: str) -> None:
     with pytest.raises(SpecError, match=field.replace("[", r"\[").replace("]", r"\]")):
@@ -349,3 +357,30 @@ def test_spark_change_makes_the_owning_clusters_pass_due(monkeypatch: pytest.Mon
     assert State.due["uid-1"] == 1e12
     handlers._analytics_changed("prod", "rc")
     assert State.due["uid-1"] == 0.0
+
+
+def test_logs_job_options_become_arguments() -> None:
+    spec = parse_spec({"analytics": {"jobs": [
+        {"name": "app", "job": "logs", "topics": ["app-logs"], "logFormat": "<Date> <Time> <Level> <Content>",
+         "eventsTopic": "app-events", "follow": True},
+        {"name": "plain", "job": "logs", "topics": ["app-logs"]}]}})
+    with_options, plain = (builders.build_analytics_application(OWNER, spec, j)["spec"]["arguments"]
+                           for j in spec.analytics.jobs)
+    assert with_options[-5:] == ["--log-format", "<Date> <Time> <Level> <Content>", "--events-topic", "app-events",
+                                 "--follow"]
+    assert "--log-format" not in plain and "--events-topic" not in plain and "--follow" not in plain
+    # the job module parses these flags
+    from rocket.analytics.jobs.logs import build_parser
+
+    args = build_parser().parse_args(with_options)
+    assert args.log_format == "<Date> <Time> <Level> <Content>" and args.events_topic == "app-events" and args.follow
+    assert args.topics == "app-logs" and args.namesrv == "rc-nameserver.prod.svc:9876"
+
+
+def test_logs_job_options_are_in_the_crd() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    job = (crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["analytics"]
+           ["properties"]["jobs"]["items"]["properties"])
+    assert job["logFormat"]["type"] == "string"
+    assert job["eventsTopic"]["pattern"] == "^[A-Za-z0-9_%|-]+$"
+    assert job["follow"] == {"type": "boolean", "default": False, "description": job["follow"]["description"]}

@@ -6,7 +6,7 @@ Commands:
 
 * ``rocket analytics logs --namesrv H:P --topics loghub-HDFS,... --out DIR`` (or ``--commitlog DIR`` / ``--loghub DIR``)
 * ``rocket analytics traffic --namesrv H:P --topics A,B --out DIR`` (or ``--commitlog DIR``)
-* ``rocket analytics accuracy [--loghub DIR]``: parsing accuracy on the LogHub samples, no Spark needed.
+* ``rocket analytics accuracy [--loghub DIR] [--select]``: GA/PA/FGA/FTA on the LogHub samples, no Spark.
 
 Each job prints a table and writes Parquet, ``summary.json`` and ``report.md`` under ``--out``.
 """
@@ -49,13 +49,26 @@ def logs(
     starting_offsets: Annotated[str, _START] = "earliest",
     ending_offsets: Annotated[str, _END] = "latest",
     master: Annotated[str | None, _MASTER] = None,
+    log_format: Annotated[str | None, typer.Option(
+        "--log-format", help="Header format: auto (learned per topic, default), a LogHub preset (HDFS, Spark, ...) "
+        "or loghub notation '<Date> <Time> <Level> <Component>: <Content>'.")] = None,
+    events_topic: Annotated[str | None, typer.Option(
+        "--events-topic", help="Publish new templates and error spikes to this topic (JSON bodies).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep running (Structured Streaming), one "
+                                         "micro-batch per trigger.")] = False,
+    trigger_seconds: Annotated[str | None, typer.Option("--trigger-seconds", help="With --follow: trigger "
+                                                        "interval (default 10).")] = None,
+    checkpoint: Annotated[str | None, typer.Option("--checkpoint", help="With --follow: checkpoint dir "
+                                                   "(default <out>/checkpoint).")] = None,
 ) -> None:
-    """Parse LogHub lines, mine templates (drain3), count levels per minute, find error spikes, score accuracy."""
+    """Split headers (learned per topic), mine templates, count levels per minute, find error spikes, score."""
     from rocket.analytics.jobs.logs import main
 
-    raise typer.Exit(main(_argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog, loghub=loghub,
-                                systems=systems, ground_truth=ground_truth, starting_offsets=starting_offsets,
-                                ending_offsets=ending_offsets, master=master)))
+    argv = _argv(out=out, namesrv=namesrv, topics=topics, commitlog=commitlog, loghub=loghub, systems=systems,
+                 ground_truth=ground_truth, starting_offsets=starting_offsets, ending_offsets=ending_offsets,
+                 master=master, log_format=log_format, events_topic=events_topic, trigger_seconds=trigger_seconds,
+                 checkpoint=checkpoint)
+    raise typer.Exit(main([*argv, "--follow"] if follow else argv))
 
 
 @analytics_app.command()
@@ -78,11 +91,19 @@ def traffic(
 @analytics_app.command()
 def accuracy(
     loghub: Annotated[str | None, typer.Option("--loghub", help="LogHub folder (default: found).")] = None,
+    select: Annotated[bool, typer.Option("--select", help="Rerun the setting selection on the selection "
+                                         "systems first (slow), then score the chosen setting.")] = False,
 ) -> None:
-    """Parsing accuracy of the per-system drain3 settings on the LogHub samples (no Spark), per system and mean."""
-    from rocket.analytics.evaluate import evaluate_loghub, print_table
+    """GA, PA, FGA and FTA of the one default setting on the LogHub samples (no Spark): per system, means."""
+    from rocket.analytics.evaluate import evaluate_loghub, print_table, select_setting
+    from rocket.analytics.mining import DEFAULT_SETTINGS
 
-    results = evaluate_loghub(loghub)
+    settings = DEFAULT_SETTINGS
+    if select:
+        settings, on_select, on_report = select_setting(loghub)
+        typer.echo(f"chosen on the selection systems: {settings} (GA {on_select:.3f}; report systems "
+                   f"{on_report:.3f})")
+    results = evaluate_loghub(loghub, settings)
     if not results:
         typer.echo("no LogHub sample with ground truth (*_structured.csv) found", err=True)
         raise typer.Exit(1)

@@ -175,11 +175,22 @@ class SyncPuller:
         raise ValueError(f"unknown offset kind {kind!r}")
 
     def plan(self, topics: list[str], starting: OffsetSpec, ending: OffsetSpec,
-             max_per_range: int | None = None) -> list[QueueRange]:
-        """Non-empty ranges of every queue of ``topics``, split every ``max_per_range`` offsets."""
+             max_per_range: int | None = None, *, skip_missing: bool = False) -> list[QueueRange]:
+        """Non-empty ranges of every queue of ``topics``, split every ``max_per_range`` offsets.
+
+        ``skip_missing``: a topic that does not exist (any more) has no range
+        instead of raising :class:`RocketSourceError`.
+        """
         ranges: list[QueueRange] = []
         for topic in topics:
-            for mq in self.queues(topic):
+            try:
+                queues = self.queues(topic)
+            except RocketSourceError:
+                if not skip_missing:
+                    raise
+                log.warning("topic %s does not exist (any more): nothing to read", topic)
+                continue
+            for mq in queues:
                 lo, hi = self.bounds(mq)
                 start = self.resolve(starting, mq, lo, hi)
                 end = self.resolve(ending, mq, lo, hi)
@@ -242,6 +253,17 @@ class SyncPuller:
             return result
         raise RocketReadError(str(mq), offset, f"{max_attempts} attempts failed, last: {last}") from last
 
+    def _result(self, task: asyncio.Task[PullResult], rng: QueueRange, cursor: int,
+                fail_on_data_loss: bool) -> PullResult | None:
+        """The pull's result; ``None`` when the topic is gone and ``fail_on_data_loss`` is off (logged)."""
+        try:
+            return self.run(task)
+        except RocketReadError as exc:
+            if fail_on_data_loss or not topic_gone(exc):
+                raise
+            log.warning("%s: the topic was deleted, offsets %d..%d skipped", rng.mq, cursor, rng.end)
+            return None
+
     def read_range(self, rng: QueueRange, *, batch_size: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW,
                    prefer_slave: bool = True, max_attempts: int = DEFAULT_ATTEMPTS,
                    fail_on_data_loss: bool = True) -> Iterator[list[MessageExt]]:
@@ -249,11 +271,19 @@ class SyncPuller:
 
         Raises :class:`RocketReadError` when a pull keeps failing, when offsets
         of the range are gone (below the queue's min offset) and
-        ``fail_on_data_loss``, or when the queue ends before ``rng.end``.
+        ``fail_on_data_loss``, or when the queue ends before ``rng.end``. Without
+        ``fail_on_data_loss`` a topic deleted during the read ends the range
+        early (logged), as offsets that are gone do.
         """
         if rng.start >= rng.end:
             return
-        self.run(self.consumer.ensure_route(rng.topic))
+        try:
+            self.run(self.consumer.ensure_route(rng.topic))
+        except TopicRouteError:
+            if fail_on_data_loss:
+                raise
+            log.warning("%s: the topic is gone, offsets %d..%d skipped", rng.mq, rng.start, rng.end)
+            return
         pending: deque[tuple[int, asyncio.Task[PullResult]]] = deque()
         cursor = rng.start
         next_req = rng.start
@@ -270,7 +300,9 @@ class SyncPuller:
                     req_off, task = cursor, self.loop.create_task(self._pull(rng, cursor, n, **kw))
                 else:
                     pending.popleft()
-                result = self.run(task)
+                result = self._result(task, rng, cursor, fail_on_data_loss)
+                if result is None:  # the topic was deleted, and that is no failure here
+                    return
                 if result.status is PullStatus.OFFSET_ILLEGAL and result.next_begin_offset > cursor:
                     if fail_on_data_loss:
                         raise RocketReadError(str(rng.mq), cursor,
@@ -297,6 +329,15 @@ class SyncPuller:
             if pending:
                 with contextlib.suppress(BaseException):
                     self.run(asyncio.gather(*(t for _, t in pending), return_exceptions=True))
+
+
+def topic_gone(exc: BaseException) -> bool:
+    """Whether a read failed because its topic no longer exists (the master answered TOPIC_NOT_EXIST (17),
+    as ``ResponseCode.TOPIC_NOT_EXIST`` in RocketMQ's ``ResponseCode``, or the route is gone)."""
+    cause = exc.__cause__
+    if isinstance(cause, TopicRouteError):
+        return True
+    return isinstance(cause, RemotingCommandError) and cause.code == 17
 
 
 def split_range(rng: QueueRange, max_per_range: int | None) -> list[QueueRange]:

@@ -14,7 +14,8 @@ Options (names are case-insensitive):
 ``pullWindow``              pulls in flight per queue (default 8)
 ``maxOffsetsPerPartition``  split a queue's range into partitions of at most this many offsets
 ``maxOffsetsPerTrigger``    streaming: most new offsets per micro-batch, over all queues (Spark ≥ 4.2)
-``failOnDataLoss``          ``true`` (default): fail when offsets of the range were deleted
+``failOnDataLoss``          ``true`` (default): fail when offsets of the range were deleted or the topic
+                            was; ``false``: skip them (and a topic that no longer exists), logged
 ``timeout``                 seconds per broker request (default 10)
 ==========================  ===========================================================================
 
@@ -29,6 +30,18 @@ a broker that dies mid-read is retried on the group's other broker (slave or
 master) and otherwise fails the task with "reading queue <topic>@<broker>:<id>
 failed at offset <n>: …" (:class:`rocket.analytics.pull.RocketReadError`).
 Columns: :data:`rocket.analytics.schema.MESSAGE_SCHEMA`.
+
+Writing (``df.write.format("rocket")`` and ``df.writeStream.format("rocket")``,
+as Spark's Kafka sink does): one message per row, sent by the project's
+Producer from each task, at least once (a failed task is retried by Spark and
+may send its rows again). Columns, by name: ``body`` (binary or string,
+required), ``topic`` (string; or the ``topic`` option for every row, a row's
+column wins), ``key`` / ``keys`` (string: the message keys, space-separated),
+``tags`` (string), ``properties`` (map<string,string>: user properties); other
+columns are ignored. Options: ``namesrv`` (required), ``topic``,
+``producerGroup`` (default ``rocket-analytics-writer``), ``batchSize``
+(messages per SEND_BATCH_MESSAGE, default 64), ``timeout``. A row without
+body or topic fails the task naming the row.
 """
 
 from __future__ import annotations
@@ -37,7 +50,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
 from rocket.analytics.offsets import OffsetSpec, clamp, parse_offsets, split_queue_key
@@ -173,7 +194,8 @@ class RocketBatchReader(DataSourceReader):
         """One :class:`RocketPartition` per non-empty queue range (driver side; talks to the cluster)."""
         o = self.options
         with o.puller() as puller:
-            ranges = puller.plan(list(o.topics), o.starting, o.ending, o.max_per_partition)
+            ranges = puller.plan(list(o.topics), o.starting, o.ending, o.max_per_partition,
+                                 skip_missing=not o.fail_on_data_loss)
         return [RocketPartition.of(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -302,3 +324,158 @@ class RocketDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (``endingOffsets`` is ignored)."""
         return RocketStreamReader(RocketOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer (``overwrite`` is ignored: messages are appended). Checks the columns first."""
+        options = WriteOptions.parse(self.options)
+        check_write_schema(schema, options)
+        return RocketBatchWriter(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A micro-batch writer. Checks the columns first."""
+        options = WriteOptions.parse(self.options)
+        check_write_schema(schema, options)
+        return RocketStreamWriter(options)
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+
+class RocketWriteError(RocketSourceError):
+    """A row cannot be written (no body, no topic) or a send failed; the message says which."""
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The parsed write options (module docstring)."""
+
+    namesrv: str
+    topic: str | None = None
+    group: str = "rocket-analytics-writer"
+    batch_size: int = 64
+    timeout: float = DEFAULT_TIMEOUT
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        """Parse Spark's options. Raises :class:`RocketSourceError` naming the option."""
+        opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+        namesrv = (opts.get("namesrv") or opts.get("namesrvaddr") or "").strip()
+        if not namesrv:
+            raise RocketSourceError("option 'namesrv' is required (NameServers 'host:port;host:port')")
+        timeout = opts.get("timeout")
+        return cls(namesrv=namesrv, topic=(opts.get("topic") or "").strip() or None,
+                   group=opts.get("producergroup") or "rocket-analytics-writer",
+                   batch_size=max(1, _int(opts, "batchSize", 64) or 64),
+                   timeout=float(timeout) if timeout else DEFAULT_TIMEOUT)
+
+
+def check_write_schema(schema: StructType, options: WriteOptions) -> None:
+    """Fail on the driver when the frame cannot be written: no ``body`` column, or neither a ``topic`` column
+    nor the ``topic`` option. Raises :class:`RocketWriteError`."""
+    names = {f.name.lower() for f in schema.fields}
+    if "body" not in names:
+        raise RocketWriteError(f"writing to rocket needs a 'body' column (columns: {', '.join(sorted(names))})")
+    if "topic" not in names and not options.topic:
+        raise RocketWriteError("writing to rocket needs a 'topic' column or the 'topic' option")
+
+
+def row_message(row: Any, default_topic: str | None) -> Any:
+    """One Spark ``Row`` → a :class:`rocket.message.Message`. Raises :class:`RocketWriteError` for a row
+    without body or topic."""
+    from rocket.client import build_message
+
+    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+    fields = {str(k).lower(): v for k, v in fields.items()}
+    body = fields.get("body")
+    topic = fields.get("topic") or default_topic
+    if body is None:
+        raise RocketWriteError(f"row without body (topic {topic!r}, key {fields.get('key')!r})")
+    if not topic:
+        raise RocketWriteError("row without topic and no 'topic' option")
+    keys = fields.get("key") or fields.get("keys")
+    if isinstance(keys, bytes | bytearray):
+        keys = bytes(keys).decode("utf-8", errors="replace")
+    props = {str(k): str(v) for k, v in (fields.get("properties") or {}).items() if v is not None}
+    return build_message(str(topic), body if isinstance(body, str) else bytes(body), tags=fields.get("tags"),
+                         keys=keys or None, properties=props)
+
+
+@dataclass
+class RocketCommitMessage(WriterCommitMessage):
+    """What one task wrote: messages sent."""
+
+    sent: int
+
+
+def write_rows(options: WriteOptions, rows: Iterator[Any]) -> RocketCommitMessage:
+    """Send ``rows`` (executor side) in batches of ``options.batch_size`` per topic; returns the count sent.
+
+    Raises :class:`RocketWriteError` for a bad row and the client's errors when a send fails (the task fails).
+    """
+    import asyncio
+
+    from rocket.client import Producer
+
+    loop = asyncio.new_event_loop()
+    producer = Producer(options.group, options.namesrv, send_timeout=options.timeout)
+    sent = 0
+
+    async def flush(batch: list[Any]) -> None:
+        nonlocal sent
+        by_topic: dict[str, list[Any]] = {}
+        for msg in batch:
+            by_topic.setdefault(msg.topic, []).append(msg)
+        for msgs in by_topic.values():
+            if len(msgs) == 1:
+                await producer.send(msgs[0])
+            else:
+                await producer.send_batch(msgs)
+            sent += len(msgs)
+
+    try:
+        loop.run_until_complete(producer.start())
+        pending: list[Any] = []
+        size = 0
+        for row in rows:
+            msg = row_message(row, options.topic)
+            pending.append(msg)
+            size += len(msg.body)
+            if len(pending) >= options.batch_size or size >= 1 << 20:
+                loop.run_until_complete(flush(pending))
+                pending, size = [], 0
+        if pending:
+            loop.run_until_complete(flush(pending))
+    finally:
+        try:
+            loop.run_until_complete(producer.shutdown())
+        finally:
+            loop.close()
+    return RocketCommitMessage(sent)
+
+
+class RocketBatchWriter(DataSourceWriter):
+    """``df.write.format("rocket")``: each task sends its rows (at least once)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """Send one partition's rows (executor side)."""
+        return write_rows(self.options, iterator)
+
+
+class RocketStreamWriter(DataSourceStreamWriter):
+    """``df.writeStream.format("rocket")``: each micro-batch's rows are sent by its tasks (at least once)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """Send one partition's rows of the micro-batch."""
+        return write_rows(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: every row was sent (and stored) when its task finished."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: sent messages stay (at-least-once, as Spark's Kafka sink)."""

@@ -41,6 +41,7 @@ class InputSpec:
     systems: tuple[str, ...] = ()
     starting_offsets: str = "earliest"
     ending_offsets: str = "latest"
+    fail_on_data_loss: bool = True
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able description for the job summary."""
@@ -85,7 +86,7 @@ def input_frame(spark: Any, spec: InputSpec) -> Any:
             raise JobInputError("reading from a cluster needs topics")
         return (spark.read.format("rocket").option("namesrv", spec.namesrv).option("topic", ",".join(spec.topics))
                 .option("startingOffsets", spec.starting_offsets).option("endingOffsets", spec.ending_offsets)
-                .load())
+                .option("failOnDataLoss", str(spec.fail_on_data_loss).lower()).load())
     if spec.commitlog:
         reader = spark.read.format("rocket-commitlog").option("path", spec.commitlog)
         if spec.topics:
@@ -94,6 +95,28 @@ def input_frame(spark: Any, spec: InputSpec) -> Any:
     if spec.loghub:
         return loghub_frame(spark, spec.loghub, spec.systems)
     raise JobInputError("no input: give --namesrv and --topics, --commitlog DIR or --loghub DIR")
+
+
+def planned_lines(spec: InputSpec) -> dict[str, int]:
+    """Messages per topic the read of ``spec`` (a cluster input) is planned to cover, asked of the brokers now.
+
+    Raises :class:`JobInputError` naming a topic that does not exist.
+    """
+    from rocket.analytics.offsets import parse_offsets
+    from rocket.analytics.pull import RocketSourceError, SyncPuller
+
+    if not spec.namesrv:
+        return {}
+    try:
+        with SyncPuller(spec.namesrv) as puller:
+            ranges = puller.plan(list(spec.topics), parse_offsets(spec.starting_offsets, default="earliest"),
+                                 parse_offsets(spec.ending_offsets, default="latest"))
+    except RocketSourceError as exc:
+        raise JobInputError(str(exc)) from None
+    out = {t: 0 for t in spec.topics}
+    for r in ranges:
+        out[r.topic] += r.end - r.start
+    return out
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
