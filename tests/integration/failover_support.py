@@ -82,7 +82,9 @@ class Group:
 def controller_group(tmp: Path, name: str = "fo-a", *, extra: dict[str, str] | None = None) -> Iterator[Group]:
     """Start 3 controllers, a NameServer and 3 controller-mode brokers of group ``name``."""
     os.environ.setdefault("ROCKET_CONTROLLER_SECRET", SECRET)
-    ctl = ControllerCluster(tmp / "ctl", 3)
+    # the controllers' own heartbeat timeout is also their start-up grace before electing
+    ctl = ControllerCluster(tmp / "ctl", 3, extra=["--heartbeat-timeout-ms", CONTROLLER_MODE[
+        "controllerHeartBeatTimeoutMills"]])
     (tmp / "ctl").mkdir(exist_ok=True)
     ctl.start_all()
     try:

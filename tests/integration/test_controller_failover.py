@@ -6,12 +6,19 @@ every acknowledged id is on it (see ``failover_support``)."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
-from rocket.remoting import RemotingClient
-from tests.integration.failover_support import controller_group, kill_master_once
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, ResponseCode
+from tests.integration.broker_harness import RawBroker
+from tests.integration.controller_support import wait_leader
+from tests.integration.failover_support import CONTROLLER_MODE, controller_group, kill_master_once, wait_group_ready
+from tests.integration.replication_support import TRANSIENT
+from tests.support import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -25,5 +32,58 @@ async def test_master_killed_controllers_elect_no_acknowledged_message_lost(tmp_
                   f"duplicates {r.duplicates}, not ok {r.not_ok}")
             assert r.lost == 0, r
             assert r.rto < 15, r
+    finally:
+        await client.close()
+
+
+async def test_master_cut_off_from_the_controller_majority_stops_acknowledging(tmp_path: Path) -> None:
+    """SIGSTOP 2 of the 3 controllers: the master gets no confirmation from a controller leader and
+    must refuse sends within ``controllerHeartBeatTimeoutMills / 2`` (its lease) + the Raft leader
+    fallback (2 s) + the poll period; it serves again once the controllers are back."""
+    client = RemotingClient()
+    try:
+        with controller_group(tmp_path) as g:
+            m = await wait_group_ready(g, "FenceT", client)
+            raw = RawBroker(client, g.brokers[m].addr)
+            assert (await raw.send("FenceT", b"before")).code == ResponseCode.SUCCESS
+            leader, _ = await wait_leader(client, g.controllers.addrs)
+            li = g.controllers.addrs.index(leader)
+            paused = [li, (li + 1) % 3]  # the leader and one more: no majority is left
+            stopped_at = time.monotonic()
+            for i in paused:
+                g.controllers.procs[i].send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+            try:
+                last_ok = stopped_at
+                refused: RemotingCommand | None = None
+                while time.monotonic() - stopped_at < 15:
+                    try:
+                        resp = await asyncio.wait_for(raw.send("FenceT", b"during"), 4.0)
+                    except (RemotingError, TimeoutError):
+                        await asyncio.sleep(0.05)
+                        continue
+                    if resp.code == ResponseCode.SUCCESS:
+                        last_ok = time.monotonic()
+                    else:
+                        refused = resp
+                        if time.monotonic() - last_ok > 3.0:
+                            break
+                    await asyncio.sleep(0.05)
+                bound = int(CONTROLLER_MODE["controllerHeartBeatTimeoutMills"]) / 2000 + 2.0 + 1.0
+                fenced_after = last_ok - stopped_at
+                print(f"last acknowledged send {fenced_after:.2f} s after the majority stopped (bound {bound} s)")
+                assert refused is not None and refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, refused
+                assert "fenced" in (refused.remark or ""), refused.remark
+                assert fenced_after <= bound
+            finally:
+                for i in paused:
+                    g.controllers.procs[i].send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+
+            async def serving_again() -> bool:
+                i = await g.master()
+                if i is None:
+                    return False
+                return (await RawBroker(client, g.brokers[i].addr).send("FenceT", b"after")).code == 0
+
+            await eventually(serving_again, 30, what="the group to accept sends again", retry_on=TRANSIENT)
     finally:
         await client.close()

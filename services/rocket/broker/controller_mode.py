@@ -413,6 +413,8 @@ class ControllerReplicas:
         """The CommitLog offset up to which a send is acknowledged (``ALL``: no replica needed;
         -1: none yet). For :attr:`~rocket.store.ha.master.HAService.quorum`."""
         cfg = self.ha.config
+        if not self.lease_valid:
+            return -1  # fenced: nothing more is acknowledged
         acks: dict[int, int] = {}
         for c in self.ha.service.connections:
             acks[c.slave_id] = max(acks.get(c.slave_id, -1), c.ack_offset)
