@@ -82,6 +82,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocket.broker.replicas")
 
 HA_STATE_FILE = "haState.json"
+#: Java's ``Long.MAX_VALUE``: RocketMQ's ``EpochEntry.endOffset`` of the newest epoch.
+JAVA_LONG_MAX = (1 << 63) - 1
 
 
 class RoleChangeError(Exception):
@@ -627,9 +629,19 @@ class ReplicationManager:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.status()))
 
     def process_epoch_cache(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``."""
-        body = {"epochs": self.epoch_file.to_json(), "maxOffset": self.store.max_phy_offset,
-                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id}
+        """GET_BROKER_EPOCH_CACHE (1007, ``mqadmin getBrokerEpoch``): RocketMQ's ``EpochEntryCache``
+        body ``{"clusterName", "brokerName", "brokerId", "epochList": [{"epoch", "startOffset",
+        "endOffset"}], "maxOffset"}`` (each entry ends where the next starts, the last at
+        ``Long.MAX_VALUE`` as RocketMQ's ``EpochEntry``), plus ``"epochs": [[epoch, start], ...]``.
+        Served in both modes (RocketMQ answers only in controller mode)."""
+        entries = list(self.epoch_file.entries)
+        epoch_list = [{"epoch": e.epoch, "startOffset": e.start,
+                       "endOffset": entries[i + 1].start if i + 1 < len(entries) else JAVA_LONG_MAX}
+                      for i, e in enumerate(entries)]
+        cfg = self.config
+        body = {"clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name, "brokerId": cfg.broker_id,
+                "epochList": epoch_list, "maxOffset": self.store.max_phy_offset,
+                "epochs": self.epoch_file.to_json()}
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # -- status ---------------------------------------------------------------------------------------
