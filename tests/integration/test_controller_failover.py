@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.integration.broker_harness import RawBroker
 from tests.integration.controller_support import wait_leader
 from tests.integration.failover_support import CONTROLLER_MODE, controller_group, kill_master_once, wait_group_ready
 from tests.integration.replication_support import TRANSIENT
-from tests.support import eventually
+from tests.support import eventually, rocket_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -85,5 +86,19 @@ async def test_master_cut_off_from_the_controller_majority_stops_acknowledging(t
                 return (await RawBroker(client, g.brokers[i].addr).send("FenceT", b"after")).code == 0
 
             await eventually(serving_again, 30, what="the group to accept sends again", retry_on=TRANSIENT)
+
+            # manual failover goes through the controllers (ELECT_MASTER, designateElect=true)
+            (old,) = await eventually(lambda: g.master_box(full_set=2), 30, what="a master with a slave in sync",
+                                      retry_on=TRANSIENT)
+            done = await asyncio.to_thread(subprocess.run, rocket_command(
+                "cluster", "failover", "-b", "fo-a", "-n", g.namesrv),
+                capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stdout + done.stderr
+            (new,) = await eventually(lambda: g.master_box(not_index=old), 20, what="the elected master",
+                                      retry_on=TRANSIENT)
+            st = (await g.statuses())[old]
+            assert st["brokerRole"] == "SLAVE", st
+            assert (await g.statuses())[new]["controllerMode"]["masterEpoch"] > st["epochs"][0][0]
+            assert (await RawBroker(client, g.brokers[new].addr).send("FenceT", b"switched")).code == 0
     finally:
         await client.close()

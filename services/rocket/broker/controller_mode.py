@@ -56,7 +56,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -68,8 +68,13 @@ from rocket.remoting import RemotingCommand, RemotingCommandError, RemotingConne
 from rocket.store.api import BrokerRole
 
 if TYPE_CHECKING:
-    from rocket.broker.replicas import ReplicationManager
-    from rocket.store.ha.master import HAConnection
+    from rocket.broker.config import BrokerConfig
+    from rocket.broker.slave_sync import SlaveSynchronize
+    from rocket.store import DefaultMessageStore
+    from rocket.store.ha.epoch import EpochFile
+    from rocket.store.ha.master import HAConnection, HAService
+    from rocket.store.ha.metrics import HAMetrics
+    from rocket.store.ha.slave import HAClient
 
 log = logging.getLogger("rocket.broker.controller_mode")
 
@@ -83,11 +88,53 @@ JOIN_LAG_BYTES = 4 * 1024 * 1024
 JOIN_TIMEOUT_S = 2.0
 
 
+class ReplicasHost(Protocol):
+    """What :class:`ControllerReplicas` drives: the broker's
+    :class:`~rocket.broker.replicas.ReplicationManager` (its HA service and client, epoch file,
+    promotion and demotion)."""
+
+    broker: Any
+    service: HAService
+    client: HAClient
+    sync: SlaveSynchronize
+    epoch_file: EpochFile
+    metrics: HAMetrics
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's configuration."""
+        ...
+
+    @property
+    def store(self) -> DefaultMessageStore:
+        """The broker's message store."""
+        ...
+
+    @property
+    def is_master(self) -> bool:
+        """This broker is master now."""
+        ...
+
+    async def promote(self, broker_role: BrokerRole | str | None = None, *, force: bool = False,
+                      epoch: int | None = None) -> dict[str, Any]:
+        """Become master at ``epoch``."""
+        ...
+
+    async def demote(self, master_addr: str, ha_addr: str | None, master_epoch: int = 0, *,
+                     broker_id: int | None = None) -> dict[str, Any]:
+        """Become a slave of ``master_addr``."""
+        ...
+
+    def epoch_file_bump(self, epoch: int) -> None:
+        """Start ``epoch`` at the log's end (a master kept by a new election)."""
+        ...
+
+
 class ControllerReplicas:
     """A controller-mode broker's replicas manager (see the module doc). Built and driven by
     :class:`~rocket.broker.replicas.ReplicationManager` when ``enableControllerMode`` is set."""
 
-    def __init__(self, ha: ReplicationManager) -> None:
+    def __init__(self, ha: ReplicasHost) -> None:
         self.ha = ha
         cfg = ha.config
         self.client = ControllerClient.from_controller_addr(cfg.controller_addr, timeout=2.0, redirect_timeout=5.0)

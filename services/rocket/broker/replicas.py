@@ -665,6 +665,7 @@ class ReplicationManager:
             "connectedSeconds": round(time.monotonic() - c.connected_at, 1),
         } for c in svc.connections]
         return {
+            "clusterName": cfg.broker_cluster_name,
             "brokerName": cfg.broker_name,
             "brokerId": cfg.broker_id,
             "brokerRole": str(cfg.broker_role),
