@@ -494,13 +494,16 @@ class ReplicationManager:
                     cut = await store.truncate(whole)
                     log.warning("promotion: dropped %d bytes of an incomplete replicated record at %d", cut, whole)
                 known = max(self.epoch_file.last_epoch, self.client.master_epoch)
-                if epoch is None or epoch <= known:
-                    if epoch is not None:
-                        log.warning("controller epoch %d is not above the known epoch %d: using %d", epoch, known,
-                                    known + 1)
-                    epoch = known + 1
                 start = store.max_phy_offset
-                await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, epoch, start)
+                if epoch is not None and epoch == self.epoch_file.last_epoch >= self.client.master_epoch:
+                    pass  # master again in the epoch it led before a restart: its log continues it
+                else:
+                    if epoch is None or epoch <= known:
+                        if epoch is not None:
+                            log.warning("controller epoch %d is not above the known epoch %d: using %d", epoch,
+                                        known, known + 1)
+                        epoch = known + 1
+                    await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, epoch, start)
                 old_id = cfg.broker_id
                 cfg.broker_role = role
                 cfg.broker_id = 0
