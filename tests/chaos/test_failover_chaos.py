@@ -1,0 +1,112 @@
+"""``make chaos``: repeated nemeses against a controller-mode group (3 controllers, a NameServer,
+1 master + 2 slaves, ``allAckInSyncStateSet``, SYNC_FLUSH), with real processes on loopback. Not
+part of ``make test`` (marker ``chaos``); ``CHAOS_RUNS`` sets the number of runs (default 20).
+
+* kill -9 the master while a producer records every acknowledged id; the controllers elect a new
+  master; every acknowledged id must be on it (0 lost; duplicates counted); the killed broker is
+  started again and must rejoin the SyncStateSet before the next run. Reports the time until the
+  group acknowledged sends again (RTO) as p50/p99 and the election time.
+* SIGSTOP the master longer than ``controllerHeartBeatTimeoutMills``, then SIGCONT: a new master
+  is elected meanwhile; the old one, resumed, must not acknowledge anything (it is fenced, then
+  becomes a slave); 0 acknowledged lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rocket.client import Producer
+from rocket.percentiles import percentile
+from rocket.remoting import RemotingClient
+from tests.integration.failover_support import (
+    CONTROLLER_MODE,
+    AckLog,
+    all_bodies,
+    controller_group,
+    kill_master_once,
+    wait_group_ready,
+)
+from tests.integration.replication_support import TRANSIENT
+from tests.support import eventually
+
+RUNS = int(os.environ.get("CHAOS_RUNS", "20"))
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(120 + 60 * RUNS)]
+
+
+async def test_kill_9_master_repeatedly(tmp_path: Path) -> None:
+    client = RemotingClient()
+    rtos: list[float] = []
+    elections: list[float] = []
+    lost = dups = acked = 0
+    try:
+        with controller_group(tmp_path) as g:
+            for run in range(RUNS):
+                before = {i for i, b in enumerate(g.brokers) if b.proc.poll() is None}
+                r = await kill_master_once(g, f"Chaos{run}", client, load_seconds=2.0)
+                killed = next(i for i in before if g.brokers[i].proc.poll() is not None)
+                print(f"run {run + 1}/{RUNS}: RTO {r.rto:.2f} s, elected {r.elected:.2f} s, acked {r.acked}, "
+                      f"lost {r.lost}, duplicates {r.duplicates}, not ok {r.not_ok}", flush=True)
+                rtos.append(r.rto)
+                elections.append(r.elected)
+                lost += r.lost
+                dups += r.duplicates
+                acked += r.acked
+                g.restart(killed)
+    finally:
+        await client.close()
+    print(f"\n{len(rtos)} kill -9 failovers: RTO p50 {percentile(rtos, 50):.2f} s, p99 {percentile(rtos, 99):.2f} s, "
+          f"max {max(rtos):.2f} s; election p50 {percentile(elections, 50):.2f} s, p99 "
+          f"{percentile(elections, 99):.2f} s; {acked} acknowledged, {lost} lost, {dups} duplicates")
+    assert lost == 0
+    assert percentile(rtos, 99) <= 10.0
+
+
+async def test_pause_master_longer_than_the_heartbeat_timeout(tmp_path: Path) -> None:
+    client = RemotingClient()
+    timeout_s = int(CONTROLLER_MODE["controllerHeartBeatTimeoutMills"]) / 1000
+    try:
+        with controller_group(tmp_path) as g:
+            for run in range(max(1, RUNS // 4)):
+                topic = f"Pause{run}"
+                m = await wait_group_ready(g, topic, client)
+                producer = Producer(f"PG_{topic}", g.namesrv, poll_namesrv_interval=0.5, fault_avoid_seconds=1.0,
+                                    send_timeout=3.0)
+                await producer.start()
+                load = AckLog(producer, topic)
+                try:
+                    load.start()
+                    await asyncio.sleep(2.0)
+                    g.brokers[m].proc.send_signal(signal.SIGSTOP)
+                    paused = time.monotonic()
+                    await asyncio.sleep(timeout_s + 3.0)
+                    g.brokers[m].proc.send_signal(signal.SIGCONT)
+                    resumed = time.monotonic()
+                    (new,) = await eventually(lambda m=m: g.master_box(not_index=m), 30, what="a new master",
+                                              retry_on=TRANSIENT)
+
+                    async def demoted(m: int = m) -> bool:
+                        st = (await g.statuses()).get(m)
+                        return st is not None and st["brokerRole"] == "SLAVE"
+
+                    await eventually(demoted, 30, what="the resumed old master to become a slave",
+                                     retry_on=TRANSIENT)
+                    await asyncio.sleep(1.0)
+                finally:
+                    await load.stop()
+                    await producer.shutdown()
+                on_new = await all_bodies(client, g.brokers[new].addr, topic, 4)
+                missing = set(load.acked) - set(on_new)
+                first = load.first_ack_after(paused, g.brokers[m].port)
+                rto = f"{first - paused:.2f} s" if first else "none"
+                print(f"pause run {run + 1}: paused {resumed - paused:.1f} s, sends acknowledged by the new master "
+                      f"{rto} after the pause, acked {len(load.acked)}, "
+                      f"lost {len(missing)}, duplicates {sum(n - 1 for n in on_new.values() if n > 1)}", flush=True)
+                assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    finally:
+        await client.close()
