@@ -15,9 +15,15 @@ from pathlib import Path
 import pytest
 
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, ResponseCode
-from tests.integration.broker_harness import RawBroker
+from tests.integration.broker_harness import RawBroker, route
 from tests.integration.controller_support import wait_leader
-from tests.integration.failover_support import CONTROLLER_MODE, controller_group, kill_master_once, wait_group_ready
+from tests.integration.failover_support import (
+    CONTROLLER_MODE,
+    all_bodies,
+    controller_group,
+    kill_master_once,
+    wait_group_ready,
+)
 from tests.integration.replication_support import TRANSIENT
 from tests.support import eventually, rocket_command
 
@@ -100,5 +106,39 @@ async def test_master_cut_off_from_the_controller_majority_stops_acknowledging(t
             assert st["brokerRole"] == "SLAVE", st
             assert (await g.statuses())[new]["controllerMode"]["masterEpoch"] > st["epochs"][0][0]
             assert (await RawBroker(client, g.brokers[new].addr).send("FenceT", b"switched")).code == 0
+    finally:
+        await client.close()
+
+
+async def test_a_topic_created_just_before_the_master_dies_is_served_by_the_new_master(tmp_path: Path) -> None:
+    """The worst case for metadata: create a topic, send to it (acknowledged by every SyncStateSet
+    member), kill -9 the master at once, before any metadata copy can reach the slaves. The new
+    master gives the topic a config from its replicated data, registers its route, and serves
+    every acknowledged message."""
+    client = RemotingClient()
+    try:
+        with controller_group(tmp_path, extra={"slaveSyncInterval": "60000"}) as g:
+            m = await wait_group_ready(g, "Warmup", client)
+            raw = RawBroker(client, g.brokers[m].addr)
+            assert (await raw.create_topic("Fresh", queues=2)).code == ResponseCode.SUCCESS
+            acked = []
+            for i in range(20):
+                resp = await raw.send("Fresh", f"fresh-{i}".encode(), queue_id=i % 2)
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+                acked.append(f"fresh-{i}".encode())
+            g.brokers[m].proc.send_signal(signal.SIGKILL)
+            g.brokers[m].proc.wait(10)
+            (new,) = await eventually(lambda: g.master_box(not_index=m), 30, what="a new master",
+                                      retry_on=TRANSIENT)
+
+            async def routed() -> bool:
+                rt = await route(client, g.namesrv, "Fresh")
+                return bool(rt) and any(bd["brokerAddrs"].get("0") == g.brokers[new].addr
+                                        for bd in rt["brokerDatas"])
+
+            await eventually(routed, 20, what="the topic's route to the new master", retry_on=TRANSIENT)
+            on_new = await all_bodies(client, g.brokers[new].addr, "Fresh", 2)
+            assert set(acked) <= set(on_new), sorted(set(acked) - set(on_new))
+            assert (await RawBroker(client, g.brokers[new].addr).send("Fresh", b"after")).code == 0
     finally:
         await client.close()
