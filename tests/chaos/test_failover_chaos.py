@@ -60,6 +60,8 @@ async def test_kill_9_master_repeatedly(tmp_path: Path) -> None:
                 g.restart(killed)
     finally:
         await client.close()
+    rtos.sort()
+    elections.sort()
     print(f"\n{len(rtos)} kill -9 failovers: RTO p50 {percentile(rtos, 50):.2f} s, p99 {percentile(rtos, 99):.2f} s, "
           f"max {max(rtos):.2f} s; election p50 {percentile(elections, 50):.2f} s, p99 "
           f"{percentile(elections, 99):.2f} s; {acked} acknowledged, {lost} lost, {dups} duplicates")

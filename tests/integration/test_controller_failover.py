@@ -53,6 +53,24 @@ async def test_master_cut_off_from_the_controller_majority_stops_acknowledging(t
             m = await wait_group_ready(g, "FenceT", client)
             raw = RawBroker(client, g.brokers[m].addr)
             assert (await raw.send("FenceT", b"before")).code == ResponseCode.SUCCESS
+            # the controller leader alone stops: the other two elect a leader, the master finds it
+            # (it asks every controller at once) and keeps its role; no broker failover happens
+            leader, _ = await wait_leader(client, g.controllers.addrs)
+            li = g.controllers.addrs.index(leader)
+            g.controllers.procs[li].send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+            try:
+                await wait_leader(client, [a for a in g.controllers.addrs if a != leader], not_addr=leader)
+
+                async def master_serves() -> bool:
+                    return (await raw.send("FenceT", b"leader-paused")).code == ResponseCode.SUCCESS
+
+                await eventually(master_serves, 10, what="the master to serve under the new controller leader",
+                                 retry_on=TRANSIENT)
+                assert await g.master() == m
+            finally:
+                g.controllers.procs[li].send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+            await asyncio.sleep(1.0)
+
             leader, _ = await wait_leader(client, g.controllers.addrs)
             li = g.controllers.addrs.index(leader)
             paused = [li, (li + 1) % 3]  # the leader and one more: no majority is left

@@ -298,20 +298,33 @@ class ControllerReplicas:
             period = cfg.broker_heartbeat_interval if self.ha.is_master else cfg.sync_broker_metadata_period
             await asyncio.sleep(min(period, cfg.broker_heartbeat_interval * 5) / 1000.0 if registered else 1.0)
 
-    async def poll_once(self) -> None:
-        """Ask the leader (checked with GET_METADATA_INFO) for the group's replica info and apply
-        it; an answer naming this broker master at its epoch renews the lease."""
-        sent = time.monotonic()
-        leader = self.client.leader_addr or await self.client.find_leader()
-        meta = await self.client.metadata(leader)
-        if str(meta.get("isLeader")).lower() != "true":
+    async def _metadata_or_none(self, addr: str) -> dict[str, str] | None:
+        try:
+            return await asyncio.wait_for(self.client.metadata(addr), 1.0)
+        except (RemotingError, OSError, TimeoutError):
+            return None
+
+    async def confirmed_leader(self) -> str:
+        """Ask every controller at once (GET_METADATA_INFO, 1 s each) and return one that says it
+        leads; a stopped or cut-off controller costs no more than that second. Raises
+        :class:`RemotingError` when none does."""
+        addrs = list(self.client.addrs)
+        metas = await asyncio.gather(*(self._metadata_or_none(a) for a in addrs))
+        leaders = [a for a, m in zip(addrs, metas, strict=True)
+                   if m is not None and str(m.get("isLeader")).lower() == "true"]
+        if not leaders:
             self.client.leader_addr = None
-            leader = await self.client.find_leader()
-            sent = time.monotonic()
-            meta = await self.client.metadata(leader)
-            if str(meta.get("isLeader")).lower() != "true":
-                raise RemotingError(f"controller {leader} does not lead")
-        info = await self.client.get_replica_info(self.ha.config.broker_name)
+            raise RemotingError(f"no controller of {addrs} says it leads")
+        self.client.leader_addr = leaders[0]
+        return leaders[0]
+
+    async def poll_once(self) -> None:
+        """Ask the leader (a controller that says it leads, GET_METADATA_INFO) for the group's
+        replica info (GET_REPLICA_INFO) and apply it; an answer naming this broker master at
+        its epoch renews the lease from the moment the question was sent."""
+        sent = time.monotonic()
+        leader = await self.confirmed_leader()
+        info = await self.client.get_replica_info_at(leader, self.ha.config.broker_name)
         await self.apply(info, lease_from=sent)
 
     def check_lease(self) -> None:

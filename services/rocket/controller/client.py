@@ -173,6 +173,15 @@ class ControllerClient:
         return self._replica_info(await self.call_leader(RequestCode.CONTROLLER_GET_REPLICA_INFO,
                                                          {"brokerName": broker_name}))
 
+    async def get_replica_info_at(self, addr: str, broker_name: str) -> ReplicaInfo:
+        """CONTROLLER_GET_REPLICA_INFO from the controller at ``addr`` (no redirect): for a
+        broker that has just checked that ``addr`` leads. Raises :class:`RemotingCommandError`
+        for an answer other than SUCCESS."""
+        resp = await self._invoke(addr, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": broker_name})
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingCommandError(resp.code, resp.remark, "controller GET_REPLICA_INFO")
+        return self._replica_info(resp)
+
     async def heartbeat(self, cluster: str, broker_name: str, broker_addr: str, broker_id: int, *, epoch: int,
                         max_offset: int, confirm_offset: int, timeout_ms: int = 10_000,
                         election_priority: int | None = None) -> None:
