@@ -155,6 +155,17 @@ async def test_a_topic_created_just_before_the_master_dies_is_served_by_the_new_
                                         for bd in rt["brokerDatas"])
 
             await eventually(routed, 20, what="the topic's route to the new master", retry_on=TRANSIENT)
+            # the NameServer lists the master as brokerId 0 and the slave under its controller id
+            slave = next(i for i in range(3) if i not in (m, new))
+            slave_id = (await g.statuses())[slave]["controllerMode"]["controllerBrokerId"]
+
+            async def slave_listed() -> bool:
+                rt = await route(client, g.namesrv, "Fresh")
+                addrs = next(bd["brokerAddrs"] for bd in (rt or {}).get("brokerDatas", []))
+                return addrs == {"0": g.brokers[new].addr, str(slave_id): g.brokers[slave].addr}
+
+            await eventually(slave_listed, 20, what="master as id 0, slave under its controller id",
+                             retry_on=TRANSIENT)
             on_new = await all_bodies(client, g.brokers[new].addr, "Fresh", 2)
             assert set(acked) <= set(on_new), sorted(set(acked) - set(on_new))
             assert (await RawBroker(client, g.brokers[new].addr).send("Fresh", b"after")).code == 0
