@@ -6,6 +6,8 @@ part of ``make test`` (marker ``chaos``); ``CHAOS_RUNS`` sets the number of runs
   master; every acknowledged id must be on it (0 lost; duplicates counted); the killed broker is
   started again and must rejoin the SyncStateSet before the next run. Reports the time until the
   group acknowledged sends again (RTO) as p50/p99 and the election time.
+* kill -9 the master and the controller leader together: the other controllers elect a leader
+  and it a new master; 0 acknowledged lost.
 * SIGSTOP the master longer than ``controllerHeartBeatTimeoutMills``, then SIGCONT: a new master
   is elected meanwhile; the old one, resumed, must not acknowledge anything (it is fenced, then
   becomes a slave); 0 acknowledged lost.
@@ -24,6 +26,7 @@ import pytest
 from rocket.client import Producer
 from rocket.percentiles import percentile
 from rocket.remoting import RemotingClient
+from tests.integration.controller_support import wait_leader
 from tests.integration.failover_support import (
     CONTROLLER_MODE,
     AckLog,
@@ -112,3 +115,52 @@ async def test_pause_master_longer_than_the_heartbeat_timeout(tmp_path: Path) ->
                 assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     finally:
         await client.close()
+
+
+async def test_kill_master_and_controller_leader_together(tmp_path: Path) -> None:
+    """kill -9 the master and the controller leader at the same moment: the other two controllers
+    elect a leader, which elects a new master; 0 acknowledged lost. Both are started again."""
+    client = RemotingClient()
+    rtos: list[float] = []
+    try:
+        with controller_group(tmp_path) as g:
+            for run in range(max(1, RUNS // 4)):
+                topic = f"Both{run}"
+                m = await wait_group_ready(g, topic, client)
+                leader, _ = await wait_leader(client, g.controllers.addrs)
+                li = g.controllers.addrs.index(leader)
+                producer = Producer(f"PG_{topic}", g.namesrv, poll_namesrv_interval=0.5, fault_avoid_seconds=1.0,
+                                    send_timeout=3.0)
+                await producer.start()
+                load = AckLog(producer, topic)
+                try:
+                    load.start()
+                    await asyncio.sleep(2.0)
+                    killed = time.monotonic()
+                    g.controllers.kill(li)
+                    g.brokers[m].proc.send_signal(signal.SIGKILL)
+                    g.brokers[m].proc.wait(10)
+                    (new,) = await eventually(lambda m=m: g.master_box(not_index=m), 60, what="a new master",
+                                              retry_on=TRANSIENT, interval=0.05)
+                    port = g.brokers[m].port
+                    await eventually(lambda port=port, load=load, killed=killed: load.first_ack_after(killed, port)
+                                     is not None, 30,
+                                     what="sends acknowledged by the new master", interval=0.05)
+                    rto = float(load.first_ack_after(killed, port) or 0.0) - killed
+                    await asyncio.sleep(1.0)
+                finally:
+                    await load.stop()
+                    await producer.shutdown()
+                on_new = await all_bodies(client, g.brokers[new].addr, topic, 4)
+                missing = set(load.acked) - set(on_new)
+                rtos.append(rto)
+                print(f"master + controller leader run {run + 1}: RTO {rto:.2f} s, acked {len(load.acked)}, "
+                      f"lost {len(missing)}, duplicates {sum(n - 1 for n in on_new.values() if n > 1)}", flush=True)
+                assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+                g.controllers.start(li)
+                g.restart(m)
+    finally:
+        await client.close()
+    rtos.sort()
+    print(f"\nmaster + controller leader killed, {len(rtos)} runs: RTO p50 {percentile(rtos, 50):.2f} s, "
+          f"max {max(rtos):.2f} s")
