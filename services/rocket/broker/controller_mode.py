@@ -370,8 +370,10 @@ class ControllerReplicas:
             if (lease_from is not None and info.master_broker_id == me and info.master_epoch == self.master_epoch
                     and self.ha.is_master):
                 self.lease_until = max(self.lease_until, lease_from + self.fence_timeout)
-                if self.fenced_reason and self.fenced_reason.startswith("no confirmation"):
-                    log.warning("the controller confirmed this master again (epoch %d): unfenced", self.master_epoch)
+                if self.fenced_reason is not None:
+                    # the leader names this broker master at its epoch: whatever fenced it has passed
+                    log.warning("the controller leader confirmed this master again (epoch %d): unfenced (was: %s)",
+                                self.master_epoch, self.fenced_reason)
                     self.fenced_reason = None
 
     async def _elect(self) -> None:
