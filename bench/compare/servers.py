@@ -242,19 +242,20 @@ def _broker_settings(root: Path, name: str, broker_id: int, port: int, namesrv: 
 
 
 def start(system: str, root: Path, *, flush: str, role: str = "ASYNC_MASTER", slave: bool = False,
-          lib: Path | None = None, ours_path: Path | None = None) -> Cluster:
+          lib: Path | None = None, ours_path: Path | None = None, extra: dict[str, str] | None = None) -> Cluster:
     """Start ``system`` ("ours" or "apache") under ``root`` and wait until it is registered.
 
     ``role`` is the master's brokerRole; ``slave`` adds a SLAVE (brokerId 1) of the same group.
     ``lib``: Apache's jars; ``ours_path``: a folder holding the ``rocket`` package to run instead
-    of the installed one (e.g. an export of a commit). A start that fails because someone took
+    of the installed one (e.g. an export of a commit); ``extra``: more broker settings (both systems'
+    config files, e.g. ``timerPrecisionMs``). A start that fails because someone took
     a port meanwhile is retried twice on new ports. Raises :class:`ClusterStartError`
     (everything started is stopped again).
     """
     for attempt in range(3):
         try:
             return _start_once(system, root / f"try{attempt}" if attempt else root, flush=flush, role=role,
-                               slave=slave, lib=lib, ours_path=ours_path)
+                               slave=slave, lib=lib, ours_path=ours_path, extra=extra or {})
         except ClusterStartError as exc:
             text = str(exc)
             if attempt == 2 or not ("Address already in use" in text or "address already in use" in text):
@@ -263,7 +264,7 @@ def start(system: str, root: Path, *, flush: str, role: str = "ASYNC_MASTER", sl
 
 
 def _start_once(system: str, root: Path, *, flush: str, role: str, slave: bool, lib: Path | None,
-                ours_path: Path | None) -> Cluster:
+                ours_path: Path | None, extra: dict[str, str]) -> Cluster:
     root.mkdir(parents=True, exist_ok=True)
     taken: set[int] = set()
     ns_port = free_block(2, taken)
@@ -290,7 +291,7 @@ def _start_once(system: str, root: Path, *, flush: str, role: str, slave: bool, 
         for kind, broker_id, broker_role in members:
             port = free_block(4, taken) + 2  # port-2 (VIP), port, port+1 (HA)
             name = f"broker-{kind}"
-            settings = _broker_settings(root, name, broker_id, port, namesrv, flush, broker_role)
+            settings = {**_broker_settings(root, name, broker_id, port, namesrv, flush, broker_role), **extra}
             conf = root / f"{name}.conf"
             conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
             procs.append(Proc(name, kind,
@@ -309,7 +310,7 @@ def _start_once(system: str, root: Path, *, flush: str, role: str, slave: bool, 
         for kind, broker_id, broker_role in members:
             port = free_block(4, taken) + 2
             name = f"broker-{kind}"
-            settings = _broker_settings(root, name, broker_id, port, namesrv, flush, broker_role)
+            settings = {**_broker_settings(root, name, broker_id, port, namesrv, flush, broker_role), **extra}
             conf = root / f"{name}.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
             procs.append(Proc(name, kind,

@@ -2,8 +2,8 @@
 
 :class:`ClusterAdmin` is the interface the reconciler uses (tests may pass a
 fake); :class:`RemotingClusterAdmin` implements it with
-:class:`rocket.remoting.client.RemotingClient` and the request codes of
-``shared/reference/rocketmq-protocol.md``:
+:class:`rocket.remoting.client.RemotingClient` and RocketMQ's request codes
+(``RequestCode``; what mqadmin sends through ``MQAdminExt``):
 
 ========================================  ===============================================
 registration check                        106 GET_BROKER_CLUSTER_INFO on every NameServer

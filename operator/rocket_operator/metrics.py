@@ -16,7 +16,6 @@ Plus prometheus-client's ``process_*``, ``python_info`` and ``python_gc_*``.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -60,8 +59,10 @@ def forget_cluster(namespace: str, cluster: str) -> None:
             metric.remove(namespace, cluster)
         except KeyError:
             pass
-    for labels in [k for k in DRAIN_PENDING._metrics if k[:2] == (namespace, cluster)]:
-        DRAIN_PENDING.remove(*labels)
+    brokers = {sample.labels["broker"] for family in DRAIN_PENDING.collect() for sample in family.samples
+               if sample.labels["namespace"] == namespace and sample.labels["cluster"] == cluster}
+    for broker in brokers:
+        DRAIN_PENDING.remove(namespace, cluster, broker)
 
 
 def remove_drain_series(namespace: str, cluster: str, broker: str) -> None:
@@ -109,9 +110,9 @@ class HttpServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        server: Any = site._server
-        if server is not None and server.sockets:
-            self.port = int(server.sockets[0].getsockname()[1])
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
         return self.port
 
     async def stop(self) -> None:

@@ -51,7 +51,7 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
         return False
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return str(cond.get("status")) == "True"
     return False
 
 

@@ -13,8 +13,29 @@ app = typer.Typer(no_args_is_help=True, help="RocketCluster: a RocketMQ-style me
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    access_key: str | None = typer.Option(None, "--access-key", envvar="ROCKET_ACCESS_KEY", show_envvar=True,
+                                          help="Sign requests with this AccessKey (ACL)."),
+    secret_key: str | None = typer.Option(None, "--secret-key", envvar="ROCKET_SECRET_KEY", show_envvar=True,
+                                          help="SecretKey of --access-key (prefer the environment variable)."),
+    credentials_file: Path | None = typer.Option(None, "--credentials-file", envvar="ROCKET_CREDENTIALS_FILE",
+                                                 show_envvar=True,
+                                                 help="File with AccessKey=... and SecretKey=... lines."),
+) -> None:
     """RocketCluster command line."""
+    import os
+
+    from rocket.auth.signature import CredentialsError, resolve_credentials
+
+    try:
+        creds = resolve_credentials(access_key, secret_key, str(credentials_file) if credentials_file else None,
+                                    environ={})
+    except CredentialsError as exc:
+        typer.echo(f"rocket: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if creds is not None:  # clients (MQClient) sign with these
+        os.environ["ROCKET_ACCESS_KEY"] = creds.access_key
+        os.environ["ROCKET_SECRET_KEY"] = creds.secret_key
 
 
 def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
@@ -223,13 +244,15 @@ def local_up(
                                  "master (RocketMQ 5 controller mode); manual: fixed roles, rocket cluster failover."),
     foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
+    secure: bool = typer.Option(False, "--secure", help="ACL on (an admin user whose keys are written to "
+                                                        "<dir>/secrets/admin.credentials) and a locked HTTP API."),
 ) -> None:
     """Start 2 NameServers, 3 controllers and broker-a/broker-b (master + slave each) as local processes."""
     from rocket.local import LocalCluster, LocalClusterError, print_state
 
     try:
         cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves,
-                               failover=failover.lower())
+                               secure=secure, failover=failover.lower())
         state = cluster.start(detach=not foreground, timeout=timeout)
     except LocalClusterError as exc:
         raise _fail(str(exc)) from None
@@ -355,6 +378,11 @@ def local_status(
 
 
 app.add_typer(local_app, name="local")
+
+# user and acl (rocket/client/auth_cli.py)
+from rocket.client.auth_cli import register as _register_auth_commands  # noqa: E402
+
+_register_auth_commands(app)
 
 # rocket analytics logs|traffic|accuracy (rocket/analytics/cli.py)
 from rocket.analytics.cli import analytics_app  # noqa: E402

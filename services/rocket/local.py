@@ -120,6 +120,9 @@ class ClusterState:
     namesrv: str
     processes: list[ProcessInfo] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    #: With ``--secure``: the admin (Super user) credentials file and the HTTP bearer token file.
+    credentials_file: str = ""
+    http_token_file: str = ""
 
     def save(self) -> None:
         """Write ``state.json`` atomically."""
@@ -260,12 +263,14 @@ def _ready(info: ProcessInfo) -> bool:
     return _tcp_ok(info.port) and (_http_ok(info.http_port, "/readyz") or _http_ok(info.http_port, "/healthz"))
 
 
-async def _registered(namesrv: Sequence[str], brokers: Sequence[str]) -> bool:
+async def _registered(namesrv: Sequence[str], brokers: Sequence[str], credentials_file: str = "") -> bool:
+    from rocket.auth.signature import parse_credentials_file
     from rocket.client.base import MQClient
     from rocket.protocol import ClusterInfo
     from rocket.remoting import RequestCode
 
-    client = MQClient(";".join(namesrv), timeout=1.0)
+    creds = parse_credentials_file(credentials_file) if credentials_file else None
+    client = MQClient(";".join(namesrv), timeout=1.0, credentials=creds)
     try:
         for addr in namesrv:
             response = await client.invoke(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
@@ -288,17 +293,23 @@ class LocalCluster:
     (brokerId 1, ``slaveReadEnable``); ``flush``: ``ASYNC_FLUSH`` or
     ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags; ``failover``:
     ``"controller"`` (3 controllers elect the masters; the default with slaves) or ``"manual"``
-    (fixed roles; always so without slaves).
+    (fixed roles; always so without slaves, and with ``secure``).
+    ``secure``: ACL on every NameServer and broker (``aclEnable``), an admin Super user whose
+    keys are written to ``<data_dir>/secrets/admin.credentials`` (mode 0600, kept across runs) and
+    a bearer token for the HTTP API in ``<data_dir>/secrets/http.token``.
     """
 
     def __init__(self, data_dir: Path | str = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, *,
                  brokers: int = 2, nameservers: int = 2, flush: str = "ASYNC_FLUSH",
-                 extra_broker_args: Sequence[str] = (), slaves: bool = True,
+                 extra_broker_args: Sequence[str] = (), slaves: bool = True, secure: bool = False,
                  failover: str = "controller") -> None:
         if failover not in ("controller", "manual"):
             raise LocalClusterError(f"failover must be 'controller' or 'manual', not {failover!r}")
-        self.controllers = failover == "controller" and slaves
+        # ACL (``secure``) runs without controllers for now: the standalone controllers do not
+        # sign their requests to brokers (only a NameServer-embedded one does)
+        self.controllers = failover == "controller" and slaves and not secure
         self.data_dir = Path(data_dir).resolve()
+        self.secure = secure
         self.base_port = base_port
         self.brokers = max(1, min(brokers, len(BROKER_NAMES)))
         self.nameservers = max(1, min(nameservers, 2))
@@ -329,17 +340,61 @@ class LocalCluster:
                         return entry.stat().st_size
         return LOCAL_COMMITLOG_FILE_SIZE
 
+    @property
+    def secrets_dir(self) -> Path:
+        """Where ``--secure`` keeps the admin credentials and the HTTP token."""
+        return self.data_dir / "secrets"
+
+    def ensure_secrets(self) -> tuple[Path, Path, Path]:
+        """Create (once) the admin credentials, the matching ``initAuthenticationUser`` JSON and the
+        HTTP token, all mode 0600; returns (credentials file, init-user file, token file)."""
+        import secrets as _secrets
+
+        folder = self.secrets_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+        creds, init_user, token = folder / "admin.credentials", folder / "admin-user.json", folder / "http.token"
+
+        def write(path: Path, text: str) -> None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+
+        if not creds.exists():
+            write(creds, f"AccessKey=rocket-admin\nSecretKey={_secrets.token_urlsafe(24)}\n")
+        from rocket.auth.signature import parse_credentials_file
+
+        admin = parse_credentials_file(creds)
+        write(init_user, json.dumps({"username": admin.access_key, "password": admin.secret_key}))
+        if not token.exists():
+            write(token, _secrets.token_urlsafe(32) + "\n")
+        return creds, init_user, token
+
+    def _secure_args(self) -> tuple[list[str], list[str]]:
+        """(NameServer flags, broker flags) turning ACL on."""
+        if not self.secure:
+            return [], []
+        _, init_user, token = self.ensure_secrets()
+        ns_config = self.secrets_dir / "namesrv-acl.json"
+        ns_config.write_text(json.dumps({"acl_enable": True, "init_authentication_user": str(init_user),
+                                         "auth_sync_interval": 2.0, "http_auth_token_file": str(token)}))
+        broker = ["--set", "aclEnable=true", "--set", f"initAuthenticationUser={init_user}",
+                  "--set", f"httpAuthTokenFile={token}"]
+        return ["--config", str(ns_config)], broker
+
     def plan(self) -> list[ProcessInfo]:
         """The processes :meth:`start` runs, NameServers first."""
         layout = ports_for(self.base_port, self.brokers, self.slaves, self.controllers)
         exe = [sys.executable, "-m", "rocket.cli"]
+        ns_secure, broker_secure = self._secure_args()
         logs = self.data_dir / "logs"
         plan: list[ProcessInfo] = []
         for i in range(self.nameservers):
             name = f"namesrv-{i + 1}"
             port, http = layout[name]
             plan.append(ProcessInfo(name, "nameserver", port, http, str(logs / f"{name}.log"),
-                                    [*exe, "nameserver", "--port", str(port), "--http-port", str(http)]))
+                                    [*exe, "nameserver", "--port", str(port), "--http-port", str(http),
+                                     *ns_secure]))
         controller_args: list[str] = []
         if self.controllers:
             peers = ",".join(f"127.0.0.1:{layout[n][0]}/{layout[n][0] + 2}" for n in CONTROLLER_NAMES)
@@ -357,7 +412,7 @@ class LocalCluster:
             argv = [*exe, "broker", "--name", name, "--cluster", CLUSTER_NAME, "--broker-id", "0",
                     "--port", str(port), "--http-port", str(http), "--namesrv", self.namesrv,
                     "--store-dir", str(self.data_dir / name), "--flush", self.flush,
-                    *self._store_args(name), *controller_args, *self.extra_broker_args]
+                    *self._store_args(name), *broker_secure, *controller_args, *self.extra_broker_args]
             if self.slaves:
                 argv += ["--set", "slaveReadEnable=true"]
             plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
@@ -368,8 +423,8 @@ class LocalCluster:
                 argv = [*exe, "broker", "--name", group, "--cluster", CLUSTER_NAME, "--broker-id", "1",
                         "--role", "SLAVE", "--port", str(port), "--http-port", str(http), "--namesrv",
                         self.namesrv, "--store-dir", str(self.data_dir / name), "--flush", self.flush,
-                        *self._store_args(group), "--set", "slaveReadEnable=true", *controller_args,
-                        *self.extra_broker_args]
+                        *self._store_args(group), "--set", "slaveReadEnable=true", *broker_secure,
+                        *controller_args, *self.extra_broker_args]
                 plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
         return plan
 
@@ -394,6 +449,9 @@ class LocalCluster:
         self.state = ClusterState(str(self.data_dir), self.base_port, self.namesrv, plan)
         if self.controllers:
             _ensure_secret(self.data_dir / CONTROLLER_SECRET_FILE)
+        if self.secure:
+            self.state.credentials_file = str(self.secrets_dir / "admin.credentials")
+            self.state.http_token_file = str(self.secrets_dir / "http.token")
         try:
             for info in plan:
                 self.procs[info.name] = _spawn(info, detach=detach)
@@ -404,7 +462,7 @@ class LocalCluster:
             self._wait_ready(plan, timeout)
             deadline = time.monotonic() + timeout
             nss = self.namesrv.split(";")
-            while not asyncio.run(_registered(nss, BROKER_NAMES[: self.brokers])):
+            while not asyncio.run(_registered(nss, BROKER_NAMES[: self.brokers], self.state.credentials_file)):
                 if time.monotonic() > deadline:
                     raise LocalClusterError("brokers did not register with the NameServers in time")
                 time.sleep(0.2)
@@ -592,6 +650,11 @@ def print_state(state: ClusterState) -> None:
     console.print(table)
     console.print(f"data and logs: {state.data_dir} (logs/<process>.log)")
     console.print(f"NameServers: [bold]{state.namesrv}[/bold]   (export ROCKET_NAMESRV='{state.namesrv}')")
+    if state.credentials_file:
+        console.print(f"ACL is on. Admin credentials: [bold]{state.credentials_file}[/bold]   "
+                      f"(export ROCKET_CREDENTIALS_FILE='{state.credentials_file}')", highlight=False)
+        console.print(f"HTTP API bearer token: {state.http_token_file}   "
+                      f"(curl -H \"Authorization: Bearer $(cat {state.http_token_file})\" ...)", highlight=False)
 
 
 # -- the LogHub demo ---------------------------------------------------------------------
@@ -741,10 +804,12 @@ DEFAULT_REPORT_DIR = Path("data/analytics")
 
 
 def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool = False,
-         report_dir: Path | None = DEFAULT_REPORT_DIR) -> int:
+         report_dir: Path | None = DEFAULT_REPORT_DIR, secure: bool = False) -> int:
     """``make run``: start a cluster, publish and consume LogHub, print a summary, run the
     Spark logs job on the published topics (unless ``report_dir`` is None), print its
-    summary, stop. Returns the process exit code (0 when every message came back)."""
+    summary, stop. ``secure``: ACL on (as ``rocket local up --secure``); the demo's clients
+    sign with the admin credentials (``ROCKET_CREDENTIALS_FILE``). Returns the process exit
+    code (0 when every message came back)."""
     from rich.console import Console
 
     console = Console()
@@ -759,10 +824,12 @@ def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool 
     if not logs:
         console.print(f"[red]no LogHub logs found in {source}[/red]")
         return 1
-    cluster = LocalCluster(data_dir, base)
+    cluster = LocalCluster(data_dir, base, secure=secure)
     console.print(f"starting a local cluster in {data_dir} (base port {base}) ...")
     try:
         state = cluster.start(detach=False)
+        if state.credentials_file:  # the demo's clients (and the Spark job's) sign with the admin keys
+            os.environ["ROCKET_CREDENTIALS_FILE"] = state.credentials_file
         print_state(state)
         console.print(f"publishing {sum(len(v) for v in logs.values())} lines of {len(logs)} systems "
                       f"from {source} ...")
@@ -815,9 +882,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_demo.add_argument("--report-dir", type=Path, default=DEFAULT_REPORT_DIR,
                         help=f"where the logs job writes its report (default: {DEFAULT_REPORT_DIR})")
     p_demo.add_argument("--no-analytics", action="store_true", help="skip the Spark logs job")
+    p_demo.add_argument("--secure", action="store_true", help="ACL on (rocket local up --secure)")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo(args.dir, args.base_port, args.keep, None if args.no_analytics else args.report_dir)
+        return demo(args.dir, args.base_port, args.keep, None if args.no_analytics else args.report_dir,
+                    secure=args.secure)
     return 2
 
 

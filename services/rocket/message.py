@@ -1,7 +1,7 @@
 """Messages: the model, the properties string, the stored record, ids and batches.
 
-Formats (``shared/reference/rocketmq-protocol.md`` A9, restated from Apache
-RocketMQ 4.9.8 ``MessageDecoder``/``CommitLog``):
+Formats as in Apache RocketMQ 4.9.8 (``MessageDecoder``, ``CommitLog``,
+``MessageSysFlag``, ``MessageClientIDSetter``), restated, not copied:
 
 Stored record (big-endian; host fields 8 bytes for IPv4, 20 for IPv6)::
 
@@ -47,7 +47,7 @@ MAX_TOPIC_LENGTH = 127
 #: Bodies larger than this are compressed by clients (4 KiB, Java and C++ default).
 COMPRESS_OVER = 4 * 1024
 
-# Message sysFlag bits (A9.2).
+# Message sysFlag bits (RocketMQ's ``MessageSysFlag``).
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_MULTI_TAGS = 0x2
 SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
@@ -110,7 +110,8 @@ class MessageFormatError(ValueError):
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode``: signed 32-bit, over UTF-16 code units.
 
-    Used for tag codes in the ConsumeQueue and key hashes in the IndexFile (B2, B4).
+    Used for tag codes in the ConsumeQueue and key hashes in the IndexFile (RocketMQ's
+    ``ConsumeQueue`` and ``IndexService``).
     """
     h = 0
     data = text.encode("utf-16-be")
@@ -120,14 +121,14 @@ def java_string_hash(text: str) -> int:
 
 
 def tags_hash_code(tags: str | None) -> int:
-    """The ConsumeQueue tag code of ``tags``: its Java hash, 0 when empty (B2)."""
+    """The ConsumeQueue tag code of ``tags``: its Java hash, 0 when empty."""
     if not tags:
         return 0
     return java_string_hash(tags)
 
 
 def body_crc(body: bytes) -> int:
-    """CRC32 of ``body`` masked with 0x7FFFFFFF, as stored in BODYCRC (quirk Q14)."""
+    """CRC32 of ``body`` masked with 0x7FFFFFFF, as stored in BODYCRC (RocketMQ's ``UtilAll.crc32``)."""
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
@@ -181,7 +182,7 @@ def _host_is_v6(addr: str) -> bool:
     return ":" in addr.rpartition(":")[0]
 
 
-# -- message ids (A9.4) -------------------------------------------------------------
+# -- message ids (MessageClientIDSetter, MessageDecoder.createMessageId) ------------
 
 
 def create_offset_msg_id(store_host: str, physical_offset: int) -> str:
@@ -286,7 +287,7 @@ class Message:
 
 @dataclass(slots=True)
 class MessageExt:
-    """A stored message as read back from the CommitLog (all fields of A9.1).
+    """A stored message as read back from the CommitLog (every field of the stored record).
 
     ``body`` is as stored (possibly compressed, see ``sys_flag``); use
     :meth:`payload` for the decompressed bytes. Timestamps are ms since the epoch.
@@ -326,7 +327,7 @@ class MessageExt:
 
     @property
     def msg_id(self) -> str:
-        """The id users see: UNIQ_KEY when present, else the offsetMsgId (A9.4)."""
+        """The id users see: UNIQ_KEY when present, else the offsetMsgId (``MessageClientExt.getMsgId``)."""
         return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
 
     def payload(self) -> bytes:
@@ -364,7 +365,7 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
         raise MessageFormatError(f"corrupt compressed body: {exc}") from None
 
 
-# -- stored records (A9.1) ------------------------------------------------------------
+# -- stored records (CommitLog.DefaultAppendMessageCallback) ------------------------
 
 
 def encode_record(
@@ -543,7 +544,7 @@ def decode_records(data: bytes | bytearray | memoryview) -> Iterator[MessageExt]
         yield msg
 
 
-# -- batches (A9.5) -----------------------------------------------------------------
+# -- batches (MessageDecoder.encodeMessages) ----------------------------------------
 
 _BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, bodylen
 
@@ -558,7 +559,7 @@ class BatchItem:
 
 
 def encode_batch(messages: list[Message]) -> bytes:
-    """Encode messages as a SEND_BATCH_MESSAGE body (A9.5).
+    """Encode messages as a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``).
 
     Raises ``MessageFormatError`` if a properties string exceeds 32767 bytes.
     """

@@ -101,12 +101,21 @@ def build_message(args: argparse.Namespace, i: int):  # type: ignore[no-untyped-
     return msg, body
 
 
+def sign_with_env_credentials(client) -> None:  # type: ignore[no-untyped-def]
+    """``set_session_credentials`` from ROCKET_ACCESS_KEY/ROCKET_SECRET_KEY when both are set
+    (environment, so keys never show on a command line)."""
+    ak, sk = os.environ.get("ROCKET_ACCESS_KEY"), os.environ.get("ROCKET_SECRET_KEY")
+    if ak and sk:
+        client.set_session_credentials(ak, sk, "")
+
+
 def new_producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from rocketmq.client import Producer
     from rocketmq.ffi import dll
 
     producer = Producer(args.group, timeout=args.send_timeout_ms)
     producer.set_namesrv_addr(args.namesrv)
+    sign_with_env_credentials(producer)
     dll.SetProducerLogLevel(producer._handle, _log_level(args.log_level))
     if args.instance:
         dll.SetProducerInstanceName(producer._handle, args.instance.encode())
@@ -217,6 +226,7 @@ def cmd_push_consume(args: argparse.Namespace) -> int:
 
     consumer = PushConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
+    sign_with_env_credentials(consumer)
     dll.SetPushConsumerLogLevel(consumer._handle, _log_level(args.log_level))
     if args.instance:
         consumer.set_instance_name(args.instance)
@@ -296,6 +306,7 @@ def cmd_pull_consume(args: argparse.Namespace) -> int:
 
     consumer = PullConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
+    sign_with_env_credentials(consumer)
     dll.SetPullConsumerLogLevel(consumer._handle, _log_level(args.log_level))
     consumer.start()
     emit("started", role="pull-consumer", group=args.group, elapsed_ms=since_start_ms())

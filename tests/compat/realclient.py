@@ -153,13 +153,15 @@ class Driver:
         self.namesrv = namesrv
         self.home = home
         self.log_level = log_level
+        #: More environment for the driver (e.g. ROCKET_ACCESS_KEY/ROCKET_SECRET_KEY to sign).
+        self.extra_env: dict[str, str] = {}
         home.mkdir(parents=True, exist_ok=True)
 
     def argv(self, *args: str) -> list[str]:
         return [str(self.python), str(DRIVER), "--namesrv", self.namesrv, "--log-level", self.log_level, *args]
 
     def env(self) -> dict[str, str]:
-        return _clean_env(HOME=str(self.home), PYTHONUNBUFFERED="1")
+        return _clean_env(HOME=str(self.home), PYTHONUNBUFFERED="1", **self.extra_env)
 
     def run(self, *args: str, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Run one driver command to completion; return its events.

@@ -189,7 +189,12 @@ async def test_slave_refuses_sends(tmp_path: Path, client: RemotingClient, ns: N
         created = await rb.create_topic("SlaveT")
         assert created.code == ResponseCode.SERVICE_NOT_AVAILABLE
         pulled = await rb.pull("G", "SELF_TEST_TOPIC")
-        assert pulled.code == ResponseCode.PULL_RETRY_IMMEDIATELY and pulled.ext_fields["suggestWhichBrokerId"] == "0"
+        # an empty queue on a slave: PULL_NOT_FOUND at the requested offset, the master suggested
+        assert pulled.code == ResponseCode.PULL_NOT_FOUND and pulled.ext_fields["suggestWhichBrokerId"] == "0"
+        assert pulled.ext_fields["nextBeginOffset"] == "0"
+        moved = await rb.pull("G", "SELF_TEST_TOPIC", offset=7)
+        # on a master this is PULL_OFFSET_MOVED to 0; a slave never moves a consumer (offsetCheckInSlave)
+        assert moved.code == ResponseCode.PULL_RETRY_IMMEDIATELY and moved.ext_fields["nextBeginOffset"] == "7"
 
 
 async def test_nameserver_started_after_the_broker(tmp_path: Path, client: RemotingClient) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rocket.client.admin import parse_consume_stats
+from rocket.client.admin import loads_object_keys, parse_consume_stats
 from rocket.message import decode_offset_msg_id, decode_records, encode_properties
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingConnectError, RequestCode, ResponseCode
 from tests.integration.broker_harness import (
@@ -240,7 +240,7 @@ async def test_consumer_offsets_and_q9(rb: RawBroker) -> None:
     topic = await new_topic(rb)
     group = unique("G_off")
     fresh = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 0})
-    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # quirk Q9
+    assert fresh.code == 0 and fresh.ext_fields["offset"] == "0"  # ConsumerManageProcessor.queryConsumerOffset
     upd = await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
                         {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 7})
     assert upd.code == 0
@@ -463,9 +463,9 @@ async def test_runtime_info_and_consume_stats(rb: RawBroker) -> None:
     by_queue = {q.queue.queue_id: q for q in queues}
     assert by_queue[1].broker_offset == 5 and by_queue[1].consumer_offset == 2 and by_queue[1].lag == 3
     assert by_queue[0].lag == 0 and tps > 0
-    listing = orjson.loads(stats.body)["offsetList"]
+    listing = loads_object_keys(stats.body)["offsetList"]  # fastjson's object keys in offsetTable
     assert {e["messageQueue"]["queueId"] for e in listing} == {0, 1}
-    topic_stats = orjson.loads((await rb.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body)
+    topic_stats = loads_object_keys((await rb.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})).body)
     assert {e["messageQueue"]["queueId"]: e["maxOffset"] for e in topic_stats["offsetList"]} == {0: 0, 1: 5}
 
 
@@ -617,3 +617,49 @@ async def test_delete_subscription_group_and_check_client_config(rb: RawBroker) 
     sql = orjson.dumps({"group": group, "subscriptionData": {"topic": "T", "subString": "a>1",
                                                              "expressionType": "SQL92"}})
     assert (await rb.call(RequestCode.CHECK_CLIENT_CONFIG, body=sql)).code == ResponseCode.SYSTEM_ERROR
+
+
+# -- the requests of mqadmin's operational commands (the tools themselves: tests/compat/test_mqadmin.py) --
+
+
+async def test_admin_tool_requests_refuse_clearly(rb: RawBroker) -> None:
+    """Error paths of the mqadmin requests: each answers a code and a remark naming what is missing."""
+    topic = await new_topic(rb, 2)
+    running = await rb.call(RequestCode.GET_CONSUMER_RUNNING_INFO,
+                            {"consumerGroup": "G_none", "clientId": "10.0.0.1@x", "jstackEnable": "false"})
+    assert running.code == ResponseCode.SYSTEM_ERROR and "not online" in (running.remark or "")
+    direct = await rb.call(RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                           {"consumerGroup": "G_none", "clientId": "c", "msgId": "not-hex"})
+    assert direct.code == ResponseCode.SYSTEM_ERROR and "msgId" in (direct.remark or "")
+    cq = await rb.call(RequestCode.QUERY_CONSUME_QUEUE, {"topic": topic, "queueId": 7, "index": 0, "count": 5})
+    assert cq.code == ResponseCode.SYSTEM_ERROR and f"7@{topic}" in (cq.remark or "")
+    no_topic = await rb.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                             {"topic": unique("nope"), "group": "G", "timestamp": 0, "isForce": "true"})
+    assert no_topic.code == ResponseCode.SYSTEM_ERROR and "no topic in this broker" in (no_topic.remark or "")
+    no_group = await rb.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                             {"topic": topic, "group": unique("G"), "timestamp": 0, "isForce": "true"})
+    assert no_group.code == ResponseCode.SYSTEM_ERROR and "not exist" in (no_group.remark or "")
+    group = unique("G")
+    for q in range(2):
+        ok = await rb.call(RequestCode.UPDATE_CONSUMER_OFFSET,
+                           {"consumerGroup": group, "topic": topic, "queueId": q, "commitOffset": 0})
+        assert ok.code == 0
+    offline = await rb.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                            {"topic": topic, "group": group, "timestamp": -1, "isForce": "true"})
+    assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE, offline.remark
+    producers = await rb.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": unique("PG")})
+    assert producers.code == ResponseCode.SYSTEM_ERROR and "not exist" in (producers.remark or "")
+    missing = await rb.call(RequestCode.GET_TOPIC_CONFIG, {"topic": unique("nope")})
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+    found = orjson.loads((await rb.call(RequestCode.GET_TOPIC_CONFIG, {"topic": topic})).body)
+    assert found["topicName"] == topic and found["readQueueNums"] == 2
+    who = orjson.loads((await rb.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})).body)
+    assert who == {"groupList": [group]}
+    first = unique("ok")
+    bad_list = await rb.call(RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=orjson.dumps(
+        {"topicConfigList": [{"topicName": first}, {"topicName": "bad name"}]}))
+    assert bad_list.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in (bad_list.remark or "")
+    none_made = await rb.call(RequestCode.GET_TOPIC_CONFIG, {"topic": first})
+    assert none_made.code == ResponseCode.TOPIC_NOT_EXIST  # all or nothing
+    stats = await rb.call(RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": topic})
+    assert stats.code == ResponseCode.SYSTEM_ERROR and "not exist" in (stats.remark or "")

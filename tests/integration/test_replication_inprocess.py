@@ -1,5 +1,5 @@
 """Replication protocol details with brokers on one event loop (fast, no subprocesses):
-a fresh slave starts at the master's last CommitLog file (B7), a plain 4.x-style slave
+a fresh slave starts at the master's last CommitLog file (HAConnection), a plain 4.x-style slave
 (no epoch handshake) is served, a slave of another group is refused, SYNC_MASTER answers
 SLAVE_NOT_AVAILABLE without a slave and waits for one otherwise."""
 

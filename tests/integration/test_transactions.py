@@ -17,7 +17,7 @@ import pytest
 from rocket.client import LocalTransactionState, PullConsumer, TransactionProducer, build_message
 from rocket.client.consumer import PullStatus
 from rocket.message import MessageExt, decode_offset_msg_id
-from rocket.remoting import RemotingClient, RequestCode
+from rocket.remoting import RemotingClient, RemotingTimeoutError, RequestCode
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_process, nameserver_process
 from tests.support import eventually, unique
 
@@ -166,7 +166,8 @@ async def test_end_transaction_answers(cluster: tuple[str, BrokerProc]) -> None:
         assert (reply.code, reply.remark) == (1, "The producer group wrong")
         reply = await raw.call(RequestCode.END_TRANSACTION, header(tranStateTableOffset=10**9))
         assert (reply.code, reply.remark) == (1, "The transaction state table offset wrong")
-        with pytest.raises(Exception):  # noqa: B017 - state 0 (unknown) gets no answer at all, as Apache's
+        # State 0 (unknown) gets no answer at all, as Apache's: the call times out.
+        with pytest.raises(RemotingTimeoutError, match="timed out"):
             await raw.call(RequestCode.END_TRANSACTION, header(commitOrRollback=0), timeout=1.0)
         assert (await raw.call(RequestCode.END_TRANSACTION, header())).code == 0
         again = await raw.call(RequestCode.END_TRANSACTION, header())

@@ -151,7 +151,7 @@ def test_delay_levels_default_and_custom() -> None:
     assert levels[0] == 1000 and levels[4] == 60_000 and levels[-1] == 7_200_000
     assert parse_delay_levels("200ms 1d") == [200, 86_400_000]
     for bad in ("", "1x", "s", "1.5s"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"no delay levels|bad delay level"):
             parse_delay_levels(bad)
 
 
@@ -308,7 +308,7 @@ async def test_resolve_namesrv_list_and_dns_names() -> None:
     addrs = await resolve_namesrv_addrs("127.0.0.1:9876;ns.svc:9876;gone:1;[::1]:9", resolver)
     assert addrs == ["127.0.0.1:9876", "10.0.0.1:9876", "10.0.0.2:9876", "[::1]:9"]
     assert calls == [("ns.svc", 9876), ("gone", 1)]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad address 'nocolon'"):
         await resolve_namesrv_addrs("nocolon", resolver)
 
 

@@ -78,7 +78,7 @@ def test_committed_message_keeps_ids_keys_and_transaction_properties() -> None:
 def test_committed_message_needs_a_real_topic() -> None:
     with pytest.raises(ValueError, match="REAL_TOPIC"):
         committed_message(stored({"TRAN_MSG": "true"}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="lacks REAL_TOPIC/REAL_QID"):
         committed_message(stored({"REAL_TOPIC": "T", "REAL_QID": "x"}))
 
 

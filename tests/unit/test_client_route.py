@@ -15,7 +15,7 @@ STANDARD = b"""{"queueDatas":[
   {"cluster":"DefaultCluster","brokerName":"broker-b","brokerAddrs":{"0":"10.0.0.7:10911"}}],
  "filterServerTable":{}}"""
 
-# fastjson's native form: bare integer keys, numbers as strings in places (quirk Q1)
+# fastjson's native form: bare integer keys, numbers as strings in places
 FASTJSON = b"""{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.5:10911",1:"10.0.0.6:10911"},"brokerName":"broker-a",
  "cluster":"C"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":"6","readQueueNums":"2",
  "topicSynFlag":0,"writeQueueNums":2}]}"""

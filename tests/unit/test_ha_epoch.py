@@ -63,12 +63,12 @@ def test_common_epoch() -> None:
 def test_entries_must_be_ordered() -> None:
     check_entries(E((1, 0), (2, 0), (5, 10)))  # an epoch without data is fine
     for bad in (E((2, 0), (1, 10)), E((1, 10), (2, 5)), E((0, 0)), E((1, -1)), E((1, 0), (1, 5))):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"does not follow|epoch must be >= 1"):
             check_entries(bad)
     assert entries_from_json([[1, 0], {"epoch": 2, "startOffset": 7}]) == E((1, 0), (2, 7))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not an epoch entry"):
         entries_from_json([[1, "x"]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be a JSON array"):
         entries_from_json({"1": 0})
 
 
@@ -79,9 +79,9 @@ def test_epoch_file_persists_and_edits(tmp_path: Path) -> None:
     assert ef.entries == [] and ef.last_epoch == 0 and ef.last is None
     ef.append(1, 0)
     ef.append(2, 300)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\[2, 400\] does not follow"):
         ef.append(2, 400)  # not newer
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\[3, 100\] does not follow"):
         ef.append(3, 100)  # starts before the previous term
     again = EpochFile(path)
     again.load()

@@ -168,11 +168,13 @@ def test_no_import_cycles() -> None:
         ("rocket.remoting", ("rocket.remoting", "rocket.protocol")),
         # the client library runs without the servers and without the embedded cluster (rocket.local)
         ("rocket.client", ("rocket.client", "rocket.protocol", "rocket.remoting", "rocket.message", "rocket.runtime",
-                           "rocket.percentiles")),
+                           "rocket.percentiles", "rocket.auth")),
         # the NameServer knows nothing of brokers' code; it may host a controller (RocketMQ's namesrv
         # module depends on its controller module for enableControllerInNamesrv)
         ("rocket.nameserver", ("rocket.nameserver", "rocket.protocol", "rocket.remoting", "rocket.runtime",
-                               "rocket.controller")),
+                               "rocket.controller", "rocket.auth")),
+        # users, policies and signatures (ACL) are shared by clients, NameServers, brokers and controllers
+        ("rocket.auth", ("rocket.auth", "rocket.protocol", "rocket.remoting")),
         # the controller knows nothing of brokers', NameServers' or clients' code
         ("rocket.controller", ("rocket.controller", "rocket.protocol", "rocket.remoting", "rocket.runtime")),
     ],

@@ -130,7 +130,7 @@ def test_broker_name_from_ordinal_matches_names_module() -> None:
         assert pod == f"rc-broker-slave-1-{group}"
         assert f"rc-broker-{pod.rsplit('-', 1)[1]}" == names.broker_name("rc", group)
     assert names.ordinal("rc-broker-master-12") == 12
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no ordinal in pod name"):
         names.ordinal("rc-nameserver")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -223,3 +224,39 @@ def test_checkpoint_without_valid_extension(tmp_path: Path) -> None:
     sc.close()
     assert (tmp_path / "checkpoint").stat().st_size == CHECKPOINT_SIZE
     assert StoreCheckpoint(tmp_path / "checkpoint").load() == Checkpoint(7, 8, 9, 10, 11)
+
+
+def test_a_write_finished_before_its_callback_is_registered_does_not_deadlock(tmp_path: Path) -> None:
+    """The writer may finish a batch before ``add_done_callback`` runs; the callback then runs at
+    once in the staging thread, which still holds the table's lock (seen as a hang of
+    ``put`` under load)."""
+    from concurrent.futures import Future
+
+    m = TopicConfigManager(tmp_path / "topics.db")
+    m.load()
+    table = m.store
+    real_submit = table._executor.submit
+
+    def finished_submit(fn, *args):  # type: ignore[no-untyped-def]
+        fut: Future[None] = Future()
+        real_submit(fn, *args).result()  # the write is done before the caller sees the future
+        fut.set_result(None)
+        return fut
+
+    table._executor.submit = finished_submit  # type: ignore[method-assign]
+    done = threading.Event()
+
+    def put() -> None:
+        m.put(TopicConfig("A", 4, 4))
+        m.put(TopicConfig("B", 4, 4))
+        done.set()
+
+    threading.Thread(target=put, daemon=True).start()
+    assert done.wait(10), "put() deadlocked on the table's lock"
+    table._executor.submit = real_submit  # type: ignore[method-assign]
+    m.flush()
+    again = TopicConfigManager(tmp_path / "topics.db")
+    m.store.close()
+    again.load()
+    assert sorted(again.all()) == ["A", "B"]
+    again.store.close()

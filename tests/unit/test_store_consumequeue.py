@@ -1,4 +1,4 @@
-"""ConsumeQueue files and the get_message status table (A7 PULL_MESSAGE)."""
+"""ConsumeQueue files and the get_message status table (PullMessageProcessor)."""
 
 from __future__ import annotations
 

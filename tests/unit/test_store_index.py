@@ -1,4 +1,4 @@
-"""IndexFile (B4): layout, lookups with hash collisions and time ranges, rolling, repair."""
+"""IndexFile: layout, lookups with hash collisions and time ranges, rolling, repair."""
 
 from __future__ import annotations
 

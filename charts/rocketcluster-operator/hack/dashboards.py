@@ -314,6 +314,29 @@ def broker() -> dict[str, Any]:
             f"sum by (broker) (rocketmq_broker_ha_slave_in_sync{{{BRJOB}}})", "{{broker}}")],
             description="Slaves within haSlaveFallbehindMax of their master (counted for sync replication)."),
     ]
+    timer = [
+        Panel("Timer delivery lag", [
+            (f"histogram_quantile(0.5, sum by (le) (rate(rocketmq_broker_timer_delivery_lag_seconds_bucket{{{BRJOB}}}"
+             f"[{RATE}])))", "p50"),
+            (f"histogram_quantile(0.99, sum by (le) (rate(rocketmq_broker_timer_delivery_lag_seconds_bucket"
+             f"{{{BRJOB}}}[{RATE}])))", "p99"),
+        ], unit="s", width=8, thresholds=[(5, "orange"), (30, "red")],
+            description="Delivery time of timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC) minus the end of "
+                        "their timer-wheel slot: how late the wheel delivers."),
+        Panel("Pending and due timers", [
+            (f"rocketmq_broker_timer_pending{{{BRJOB}}}", "pending {{instance}}"),
+            (f"rocketmq_broker_timer_due_undelivered{{{BRJOB}}}", "due, not delivered {{instance}}"),
+        ], width=8, description="Timer messages waiting in the wheel (or not yet enqueued), and those whose "
+                                "time has come that the master has not delivered yet."),
+        Panel("Timer deliveries and refusals", [
+            (f"sum by (broker) (rate(rocketmq_broker_timer_delivered_total{{{BRJOB}}}[{RATE}]))",
+             "delivered {{broker}}"),
+            (f"sum by (broker) (rate(rocketmq_broker_timer_past_due_total{{{BRJOB}}}[{RATE}]))",
+             "past due at send {{broker}}"),
+            (f"sum by (broker, reason) (rate(rocketmq_broker_timer_refused_total{{{BRJOB}}}[{RATE}]))",
+             "refused {{reason}} {{broker}}"),
+        ], unit="ops", width=8),
+    ]
     process = [
         Panel("Broker CPU", [(f"rate(process_cpu_seconds_total{{{BRJOB}}}[{RATE}])", "{{broker}} {{instance}}")],
               unit="short", width=8, description="CPU cores used by each broker process (process_cpu_seconds_total)."),
@@ -329,7 +352,7 @@ def broker() -> dict[str, Any]:
         "rocketcluster-broker", "RocketCluster / Broker",
         "Throughput, latency, store, replication and process figures of RocketCluster brokers.",
         [("Throughput", throughput), ("Latency and errors", latency), ("Store", store),
-         ("Replication", replication), ("Process", process)],
+         ("Replication", replication), ("Timer messages", timer), ("Process", process)],
         broker_vars(), ["broker"],
     )
 

@@ -9,8 +9,8 @@ Options:
 * ``checkCrc``: ``true`` to verify each body's CRC32 (default ``false``).
 
 One input partition per segment file (files named by their 20-digit start
-offset, B1). Each file is memory-mapped and decoded record by record with
-:func:`rocket.message.decode_record` (A9.1). A file's records end at the first
+offset, ``MappedFileQueue``). Each file is memory-mapped and decoded record by record with
+:func:`rocket.message.decode_record`. A file's records end at the first
 of: the end-of-file blank marker (magic ``BLANK_MAGIC_CODE``), a zeroed tail
 (total size 0, the preallocated rest of the active segment), or a record that
 does not decode (a torn tail after a crash, logged as a warning with its

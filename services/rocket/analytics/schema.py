@@ -15,7 +15,7 @@ queue_id            int
 queue_offset        bigint              logical offset in (topic, broker, queue)
 keys                string              KEYS property (space-separated), null if unset
 tags                string              TAGS property, null if unset
-properties          map<string,string>  every property (A9.3)
+properties          map<string,string>  every property
 born_timestamp      timestamp (UTC)     producer clock
 store_timestamp     timestamp (UTC)     broker clock
 born_host           string              ``ip:port`` of the producer's connection

@@ -196,7 +196,7 @@ class RocketStreamReader(DataSourceStreamReader):
             self._puller = self.options.puller()
         return self._puller
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offsets:
         """Where a new query starts: ``startingOffsets`` resolved per queue."""
         o = self.options
         puller = self._client()
@@ -208,7 +208,7 @@ class RocketStreamReader(DataSourceStreamReader):
                 out[topic][f"{mq.broker_name}:{mq.queue_id}"] = puller.resolve(o.starting, mq, lo, hi)
         return out
 
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> Offsets:
         """Every queue's max offset, capped by ``maxOffsetsPerTrigger`` / Spark's ``ReadMaxRows``."""
         latest = self._client().latest(list(self.options.topics))
         max_rows = getattr(limit, "max_rows", None)
@@ -225,7 +225,7 @@ class RocketStreamReader(DataSourceStreamReader):
         n = self.options.max_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One partition per queue with new offsets in ``[start, end)``."""
         parts: list[InputPartition] = []
         for topic, queues in end.items():
@@ -242,7 +242,7 @@ class RocketStreamReader(DataSourceStreamReader):
         """The partition's messages as Arrow batches."""
         yield from read_partition(self.options, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint."""
 
     def stop(self) -> None:

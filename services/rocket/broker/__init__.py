@@ -14,7 +14,6 @@ broker``, :mod:`rocket.broker.main`). Modules, named after RocketMQ's classes:
 * ``headers``, ``filter``, ``heartbeat``: request headers, tag filter, heartbeat bodies;
 * ``metrics``, ``stats``, ``http``: Prometheus metrics, counters, the HTTP side.
 
-Reference: ``shared/reference/rocketmq-protocol.md`` A6-A11 and part C.
 """
 
 from rocket.broker.config import BrokerConfig, ConfigError, load_config

@@ -3,7 +3,7 @@ groups (:class:`ProducerManager`), keyed by the client's connection.
 
 Clients announce themselves with HEART_BEAT every 30 s; an entry not renewed
 for ``channelExpiredTimeout`` (120 s) is dropped, and every entry of a
-connection is dropped as soon as that connection closes (reference A7 "34").
+connection is dropped as soon as that connection closes (``ClientHousekeepingService``).
 When the members of a consumer group change, the group's remaining members are
 told with NOTIFY_CONSUMER_IDS_CHANGED (40) through the ``on_ids_changed``
 callback, so that they rebalance at once (RocketMQ 4.9.8 ``ConsumerManager``,

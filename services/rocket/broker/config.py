@@ -13,9 +13,43 @@ objects; a TOML ``[broker]`` table is also accepted).
 Keys of the message store (:class:`rocket.store.api.MessageStoreConfig`, e.g.
 ``mappedFileSizeCommitLog``, ``fileReservedTime``, ``diskMaxUsedSpaceRatio``)
 may appear in the same file; they go to :attr:`BrokerConfig.store_overrides`.
-Intervals the store keeps in seconds are written in milliseconds under their
-Java names (``flushIntervalCommitLog=500``) and in seconds under their Python
-names (``flush_interval_commit_log=0.5``).
+
+Units. A key has one unit, RocketMQ's, whatever its spelling (``flushIntervalCommitLog``,
+``flush_interval_commit_log`` and ``flush-interval-commit-log`` are one key). Sizes are
+bytes; durations are milliseconds unless the table says otherwise:
+
+==================================  =======  ===========================================
+key (RocketMQ name)                 unit     default
+==================================  =======  ===========================================
+registerNameServerPeriod            ms       30000 (clamped to 1000..60000)
+registerBrokerTimeoutMills          ms       6000
+channelExpiredTimeout               ms       120000
+clientChannelScanInterval           ms       10000 (ours)
+rebalanceLockMaxLiveTime            ms       60000
+shortPollingTimeMills               ms       1000
+haSendHeartbeatInterval             ms       5000
+haHousekeepingInterval              ms       20000
+slaveTimeout                        ms       3000
+slaveSyncInterval                   ms       10000 (ours; RocketMQ's fixed 10 s)
+transactionTimeOut                  ms       6000
+transactionCheckInterval            ms       60000
+messageDelayLevel                   text     ``1s 5s ... 2h`` (each level ``<n><ms|s|m|h|d>``)
+flushIntervalCommitLog              ms       500 (store)
+flushCommitLogThoroughInterval      ms       10000 (store)
+syncFlushTimeout                    ms       5000 (store)
+flushIntervalConsumeQueue           ms       1000 (store)
+flushConsumerOffsetInterval         ms       5000 (store)
+cleanResourceInterval               ms       10000 (store)
+fileReservedTime                    hours    72 (store; ``file_reserved_time_hours`` too)
+deleteWhen                          hour     ``04`` (store; hours of the day, ``;``-separated)
+==================================  =======  ===========================================
+
+A millisecond value must be an integer, as in Java (``flushIntervalCommitLog=0.5`` is an
+error, not half a millisecond). The store keeps its intervals in seconds
+(:class:`~rocket.store.api.MessageStoreConfig`); :meth:`BrokerConfig.store_config` converts.
+Deprecated: the six store intervals above spelled exactly in snake_case
+(``flush_interval_commit_log`` ...) used to be read in seconds; they still are, with a
+warning, so that an existing file keeps its meaning (:data:`LEGACY_SECONDS_KEYS`).
 """
 
 from __future__ import annotations
@@ -35,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
+from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
 from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
 
 log = logging.getLogger("rocket.broker")
@@ -75,7 +110,7 @@ class BrokerConfig:
     listen_port: int = 10911
     #: VIP ("fast") listener port; 0 = ``listen_port - 2``.
     fast_listen_port: int = 0
-    #: Serve the VIP listener (everything except PULL_MESSAGE, quirk Q8).
+    #: Serve the VIP listener (everything except PULL_MESSAGE, as in ``BrokerController``).
     vip_channel_enable: bool = True
     #: Replication listener port; 0 = ``listen_port + 1``.
     ha_listen_port: int = 0
@@ -114,7 +149,7 @@ class BrokerConfig:
     #: (``accessMessageInMemoryMaxRatio``).
     slave_read_lag_bytes: int = 0
     #: ``host:port`` of the master's replication listener; empty = the address a
-    #: NameServer returns on registration (B7).
+    #: NameServer returns on registration (``HAService``).
     ha_master_address: str = ""
     #: A slave reports its offset at least this often (ms); a master sends an empty
     #: transfer after this long without data.
@@ -165,6 +200,13 @@ class BrokerConfig:
     max_in_flight_sends: int = 10_000
     #: Body bytes of sends being processed above which new sends get SYSTEM_BUSY (2).
     max_in_flight_send_bytes: int = 512 * 1024 * 1024
+    #: Bytes of unsent replies at which a client connection stops being read, and below which it is
+    #: read again (NettyServerConfig; 0 = Netty's 64 KiB / 32 KiB). See ``rocket.remoting.connection``.
+    write_buffer_high_water_mark: int = 0
+    write_buffer_low_water_mark: int = 0
+    #: Requests of one connection being handled (not yet answered, long-polled pulls included) at which
+    #: it stops being read.
+    server_channel_max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     #: Delay levels, 1-based: ``<n><ms|s|m|h|d>`` separated by spaces.
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     #: Answer sends of transactional half messages with NO_PERMISSION (16).
@@ -181,6 +223,29 @@ class BrokerConfig:
     default_query_max_num: int = 32
     #: Upper bound on QUERY_MESSAGE's maxNum.
     max_msgs_num_batch: int = 64
+    #: RocketMQ 4.x switch: turns on both authentication and authorization (ACL 2.0 here).
+    acl_enable: bool = False
+    #: Requests must be signed by a known, enabled user (``authenticationEnabled``).
+    authentication_enabled: bool = False
+    #: Signed-in users need an ACL allowing each request (``authorizationEnabled``).
+    authorization_enabled: bool = False
+    #: The initial Super user: JSON ``{"username","password"}`` or a file with it
+    #: (``initAuthenticationUser``); also ``ROCKET_INIT_AUTH_USER``.
+    init_authentication_user: str = field(default="", metadata={"secret": "1"})
+    #: What the broker signs its own requests with: JSON ``{"accessKey","secretKey"}`` or a
+    #: file (``innerClientAuthenticationCredentials``); default the initial user.
+    inner_client_authentication_credentials: str = field(default="", metadata={"secret": "1"})
+    #: Request codes never checked, comma separated (``authenticationWhitelist``).
+    authentication_whitelist: str = ""
+    #: ``stateless`` (verify every signature) or ``stateful`` (verify once per connection and user,
+    #: then for ``statefulAuthenticationCacheExpiredSecond``; ``authenticationStrategy``).
+    authentication_strategy: str = "stateless"
+    stateful_authentication_cache_expired_second: int = 60
+    #: Bearer token file for the HTTP admin API (``/api/v1``); empty = the inner credentials'
+    #: SecretKey when authentication is on, else the API is open.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
     #: Store keys (see module doc), as given.
     store_overrides: dict[str, str] = field(default_factory=dict, metadata={"internal": "1"})
 
@@ -216,6 +281,11 @@ class BrokerConfig:
         """True when the role is SLAVE (or brokerId > 0)."""
         return self.broker_role is BrokerRole.SLAVE or self.broker_id > 0
 
+    def flow_control(self) -> FlowControl:
+        """The remoting connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
+        return FlowControl(self.write_buffer_high_water_mark, self.write_buffer_low_water_mark,
+                           self.server_channel_max_pending_requests)
+
     def namesrv_list(self) -> str:
         """The configured NameServer list, falling back to ``$NAMESRV_ADDR``."""
         return self.namesrv_addr or os.environ.get("NAMESRV_ADDR", "")
@@ -242,10 +312,7 @@ class BrokerConfig:
         hints = typing.get_type_hints(MessageStoreConfig)
         for key, raw in self.store_overrides.items():
             f = fields[_norm(key)]
-            value = _convert(hints[f.name], raw, key)
-            if "_" not in key and _norm(key) in _STORE_MS_KEYS and isinstance(value, (int, float)):
-                value = value / 1000.0
-            setattr(cfg, f.name, value)
+            setattr(cfg, f.name, _store_value(key, raw, hints[f.name]))
         return cfg
 
     # -- updates ----------------------------------------------------------------------
@@ -291,31 +358,20 @@ class BrokerConfig:
             port = getattr(self, name)
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{_java_name(name)} must be within 0..65535, got {port}")
-        if self.default_topic_queue_nums <= 0:
-            raise ConfigError("defaultTopicQueueNums must be > 0")
-        if self.max_in_flight_sends <= 0:
-            raise ConfigError("maxInFlightSends must be > 0")
-        if self.max_in_flight_send_bytes <= 0:
-            raise ConfigError("maxInFlightSendBytes must be > 0")
-        if self.max_message_size <= 0:
-            raise ConfigError("maxMessageSize must be > 0")
         if self.promoted_broker_role is BrokerRole.SLAVE:
             raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
-        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
-                     "transaction_check_interval", "transaction_check_max"):
+        for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
         if self.enable_controller_mode and not self.controller_addr.strip(" ;,"):
             raise ConfigError("enableControllerMode needs controllerAddr (host:port;host:port;...)")
-        for name in ("controller_heart_beat_timeout_mills", "broker_heartbeat_interval",
-                     "sync_broker_metadata_period", "ha_max_time_slave_not_catchup", "min_in_sync_replicas"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{_java_name(name)} must be > 0")
-        if self.slave_read_lag_bytes < 0:
-            raise ConfigError("slaveReadLagBytes must be >= 0")
-        if self.transaction_time_out < 0:
-            raise ConfigError("transactionTimeOut must be >= 0")
+        for name in ("slave_read_lag_bytes", "transaction_time_out"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_java_name(name)} must be >= 0")
+        try:
+            self.flow_control()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         from rocket.broker.schedule import parse_delay_levels
 
         try:
@@ -324,26 +380,74 @@ class BrokerConfig:
             raise ConfigError(f"messageDelayLevel: {exc}") from None
 
     def to_properties(self) -> dict[str, str]:
-        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence)."""
+        """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence). Secrets given
+        inline (JSON credentials rather than a file path) read ``******``."""
         out: dict[str, str] = {}
         for f in dataclasses.fields(self):
             if f.metadata.get("internal"):
                 continue
-            out[_java_name(f.name)] = _to_text(getattr(self, f.name))
+            text = _to_text(getattr(self, f.name))
+            if f.metadata.get("secret") and text.lstrip().startswith("{"):
+                text = "******"
+            out[_java_name(f.name)] = text
         out.update(self.store_overrides)
         return out
 
 
 # -- helpers ---------------------------------------------------------------------------
 
-_STORE_MS_KEYS = {
-    "flushintervalcommitlog",
-    "flushcommitlogthoroughinterval",
-    "syncflushtimeout",
-    "flushintervalconsumequeue",
-    "flushconsumeroffsetinterval",
-    "cleanresourceinterval",
+#: Settings that must be > 0 (:meth:`BrokerConfig.validate`).
+_POSITIVE_FIELDS = (
+    "controller_heart_beat_timeout_mills", "broker_heartbeat_interval", "sync_broker_metadata_period",
+    "ha_max_time_slave_not_catchup", "min_in_sync_replicas",
+    "default_topic_queue_nums", "max_in_flight_sends", "max_in_flight_send_bytes", "max_message_size",
+    "ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+    "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
+    "transaction_check_interval", "transaction_check_max",
+)
+
+#: Store intervals whose key is in milliseconds (RocketMQ's ``MessageStoreConfig``) while the
+#: store keeps seconds: normalised key -> RocketMQ's name.
+STORE_MILLISECOND_KEYS = {
+    "flushintervalcommitlog": "flushIntervalCommitLog",
+    "flushcommitlogthoroughinterval": "flushCommitLogThoroughInterval",
+    "syncflushtimeout": "syncFlushTimeout",
+    "flushintervalconsumequeue": "flushIntervalConsumeQueue",
+    "flushconsumeroffsetinterval": "flushConsumerOffsetInterval",
+    "cleanresourceinterval": "cleanResourceInterval",
 }
+
+#: Deprecated spellings read in seconds (their meaning before units were settled): exactly
+#: these snake_case names, compared without case.
+LEGACY_SECONDS_KEYS = frozenset({
+    "flush_interval_commit_log",
+    "flush_commit_log_thorough_interval",
+    "sync_flush_timeout",
+    "flush_interval_consume_queue",
+    "flush_consumer_offset_interval",
+    "clean_resource_interval",
+})
+
+
+def _store_value(key: str, raw: Any, kind: Any) -> Any:
+    """The store's value for ``key=raw``: milliseconds keys become seconds (see the module's table).
+
+    Raises :class:`ConfigError` for a value that does not parse, or a fractional millisecond count.
+    """
+    norm = _norm(key)
+    if norm not in STORE_MILLISECOND_KEYS:
+        return _convert(kind, raw, key)
+    if key.lower() in LEGACY_SECONDS_KEYS:
+        seconds = _convert(float, raw, key)
+        log.warning("%s=%s is read in seconds (deprecated spelling); write %s=%d (milliseconds)",
+                    key, raw, STORE_MILLISECOND_KEYS[norm], round(seconds * 1000))
+        return seconds
+    text = str(raw).strip()
+    try:
+        millis = int(text)
+    except ValueError:
+        raise ConfigError(f"{key} is in milliseconds and takes an integer, got {text!r}") from None
+    return millis / 1000.0
 
 
 #: Java names of store settings that differ from ours (beyond case and underscores).

@@ -6,7 +6,8 @@ Lifecycle (RocketMQ 4.9.8 ``BrokerController``):
 
 ``start()``: open and recover the store; create the system topics; load the
 delay offsets; listen on ``listenPort`` and (unless disabled) the VIP port
-``listenPort - 2``, which serves everything but PULL_MESSAGE (quirk Q8); start
+``listenPort - 2``, which serves everything but PULL_MESSAGE (RocketMQ's
+``BrokerController`` registers no pull processor on its fastRemotingServer); start
 delayed delivery (masters only), HTTP, the client-expiry scan; register with
 every NameServer, then again every ``registerNameServerPeriod`` and
 immediately after topic changes.
@@ -27,6 +28,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rocket.auth import AuthConfig, AuthMetadataStore, ServerAuth, inner_credentials
+from rocket.auth.http import HttpAuth, read_token
+from rocket.auth.processor import AuthAdminProcessor
 from rocket.broker.client_manager import ConsumerManager, ProducerManager
 from rocket.broker.config import (
     BrokerConfig,
@@ -45,11 +49,13 @@ from rocket.broker.processor.client_manage import ClientManageProcessor, Consume
 from rocket.broker.processor.pull import PullMessageProcessor
 from rocket.broker.processor.query import QueryMessageProcessor
 from rocket.broker.processor.send import SendMessageProcessor
+from rocket.broker.processor.tools import ToolsAdminProcessor
 from rocket.broker.registration import BrokerIdentity, BrokerOuterAPI, Resolver
 from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
+from rocket.broker.timer import TimerCollector, transform_timer_message
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
 from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
@@ -74,14 +80,28 @@ from rocket.remoting import (
     RemotingError,
     RemotingServer,
     RequestCode,
+    ResponseCode,
 )
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
+from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker")
 
 #: Consumer groups RocketMQ treats as its own (subscription groups auto-created for them).
 SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
+#: Subscription groups every broker has from its first start (``SubscriptionGroupManager.init``
+#: of RocketMQ 5.x; 4.9.8 has all but the last), with the default settings.
+INITIAL_SUBSCRIPTION_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+    "CID_SYS_RMQ_TRANS",
+)
 #: Lag rows are only computed this often for /metrics (seconds).
 _READY_WINDOW = 120.0
 
@@ -123,6 +143,8 @@ class BrokerController:
             parse_delay_levels(config.message_delay_level),
             Path(config.store_path_root_dir) / "config",
         )
+        #: Arbitrary-time delayed messages (``rocket.store.timer``): enqueues everywhere, delivers on masters.
+        self.timer = TimerMessageStore(self.store)
         self.topics = TopicManager(lambda: self.metadata.topic_configs, config, TopicConfig, self.trigger_register)
         self.outer_api = BrokerOuterAPI(
             config.namesrv_list, timeout=config.register_broker_timeout_mills / 1000.0, resolver=resolver
@@ -135,16 +157,40 @@ class BrokerController:
         self.consumer_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
+        self.tools_processor = ToolsAdminProcessor(self)
+        #: Users and ACLs (``<storePathRootDir>/config/auth.json``), served by the AUTH_* codes.
+        self.auth_config = auth_config(config)
+        self.auth_store = AuthMetadataStore(self.auth_config.metadata_path)
+        self.auth_processor = AuthAdminProcessor(self.auth_store, read_only=lambda: self.config.is_slave)
+        #: The request check on every remoting port (None when ACL is off).
+        self.auth: ServerAuth | None = (
+            ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
+        )
+        #: Credentials this broker signs its own requests with (registration, slave copies).
+        self.inner_credentials = inner_credentials(self.auth_config) if self.auth_config.enabled else None
+        #: Credential check of the HTTP ``/api/v1`` routes (None: open, ACL off and no token file).
+        self.http_auth: HttpAuth | None = None
+        if self.auth_config.enabled or config.http_auth_token_file:
+            token = read_token(config.http_auth_token_file) if config.http_auth_token_file else None
+            self.http_auth = HttpAuth(token, self.auth_store if self.auth_config.enabled else None,
+                                      protect_probes=config.http_auth_probes)
         self.remoting = RemotingServer(
-            self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker"
+            self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
+            rpc_hook=self.auth,
+            flow_control=config.flow_control(),
         )
         self.vip_remoting: RemotingServer | None = None
         if config.vip_channel_enable:
             self.vip_remoting = RemotingServer(
-                self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip"
+                self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip",
+                rpc_hook=self.auth,
+                flow_control=config.flow_control(),
             )
         for server in self._servers():
             server.on_connection_closed.append(self._connection_closed)
+        if self.inner_credentials is not None:
+            self.outer_api.client.rpc_hook = self.inner_credentials.sign
+            self.ha.sync.client.rpc_hook = self.inner_credentials.sign
         #: Sends being handled right now (overload protection).
         self.in_flight_sends = 0
         #: Body bytes of those sends.
@@ -170,6 +216,7 @@ class BrokerController:
                 self.metrics,
             )
         )
+        self.metrics.install_collector(TimerCollector(self.timer, lambda: self.store_ready))
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -198,6 +245,7 @@ class BrokerController:
         p.register(RequestCode.QUERY_MESSAGE, q.query_message)
         p.register(RequestCode.VIEW_MESSAGE_BY_ID, q.view_message_by_id)
         a = self.admin_processor
+        t = self.tools_processor
         for code, handler in (
             (RequestCode.UPDATE_AND_CREATE_TOPIC, a.update_and_create_topic),
             (RequestCode.DELETE_TOPIC_IN_BROKER, a.delete_topic),
@@ -212,6 +260,7 @@ class BrokerController:
             (RequestCode.QUERY_BROKER_OFFSET, a.query_broker_offset),
             (RequestCode.GET_ALL_CONSUMER_OFFSET, a.get_all_consumer_offset),
             (RequestCode.GET_ALL_DELAY_OFFSET, a.get_all_delay_offset),
+            (RequestCode.GET_TIMER_CHECK_POINT, self.get_timer_check_point),
             (RequestCode.GET_BROKER_RUNTIME_INFO, a.get_broker_runtime_info),
             (RequestCode.GET_CONSUME_STATS, a.get_consume_stats),
             (RequestCode.GET_TOPIC_STATS_INFO, a.get_topic_stats_info),
@@ -220,11 +269,29 @@ class BrokerController:
             (RequestCode.UPDATE_BROKER_CONFIG, a.update_broker_config),
             (RequestCode.LOCK_BATCH_MQ, a.lock_batch_mq),
             (RequestCode.UNLOCK_BATCH_MQ, a.unlock_batch_mq),
+            (RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, t.update_and_create_topic_list),
+            (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, t.update_and_create_subscription_group_list),
+            (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, t.query_topic_consume_by_who),
+            (RequestCode.GET_PRODUCER_CONNECTION_LIST, t.get_producer_connection_list),
+            (RequestCode.GET_ALL_PRODUCER_INFO, t.get_all_producer_info),
+            (RequestCode.GET_TOPIC_CONFIG, t.get_topic_config),
+            (RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, t.get_system_topic_list),
+            (RequestCode.VIEW_BROKER_STATS_DATA, t.view_broker_stats_data),
+            (RequestCode.GET_BROKER_CONSUME_STATS, t.get_broker_consume_stats),
+            (RequestCode.QUERY_CONSUME_QUEUE, t.query_consume_queue),
+            (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, t.invoke_broker_to_reset_offset),
+            (RequestCode.GET_CONSUMER_RUNNING_INFO, t.get_consumer_running_info),
+            (RequestCode.CONSUME_MESSAGE_DIRECTLY, t.consume_message_directly),
+            (RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, t.clean_expired_consume_queue),
+            (RequestCode.CLEAN_UNUSED_TOPIC, t.clean_unused_topic),
+            (RequestCode.DELETE_EXPIRED_COMMITLOG, t.delete_expired_commitlog),
             (RequestCode.GET_BROKER_HA_STATUS, self.ha.process_ha_status),
             (RequestCode.GET_BROKER_EPOCH_CACHE, self.ha.process_epoch_cache),
             (RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.ha.process_role_change),
         ):
             p.register(code, handler)
+        for auth_code, auth_handler in self.auth_processor.handlers().items():
+            p.register(auth_code, auth_handler)  # type: ignore[arg-type]
         p.observers.append(self.metrics.observe_request)
         return p
 
@@ -242,8 +309,11 @@ class BrokerController:
             raise
         self.store_ready = True
         self.topics.init_system_topics(self.schedule.max_level)
+        self._init_system_groups()
         self.schedule.load()
         self.store.add_dispatch_listener(self._on_dispatch)
+        self.timer.load()
+        await self.timer.start(should_run_dequeue=cfg.is_master)
         started: list[RemotingServer] = []
         try:
             for server in self._servers():
@@ -259,6 +329,7 @@ class BrokerController:
             for server in started:
                 await server.stop()
             await self.ha.shutdown()
+            await self.timer.shutdown()
             await self.store.shutdown()
             await self.metadata.close(backup=False)
             raise
@@ -316,6 +387,7 @@ class BrokerController:
             log.info("answered %d parked pulls", woken)
         await self.schedule.stop()
         await self.transaction.stop()
+        await self.timer.shutdown()
         await self.ha.shutdown()
         for server in self._servers():
             await server.stop()
@@ -453,6 +525,13 @@ class BrokerController:
                     self.metrics.flush_latency.observe(stats.last_flush_seconds)
                 seen = stats.fdatasyncs
 
+    def _init_system_groups(self) -> None:
+        """Create the :data:`INITIAL_SUBSCRIPTION_GROUPS` that are missing (existing ones are kept)."""
+        table = self.metadata.subscription_groups
+        for name in INITIAL_SUBSCRIPTION_GROUPS:
+            if table.get(name) is None:
+                table.put(SubscriptionGroupConfig(group_name=name))
+
     def find_subscription_group(self, group: str, auto_create: bool = True) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created when ``autoCreateSubscriptionGroup`` (or a system group)."""
         table = self.metadata.subscription_groups
@@ -479,8 +558,20 @@ class BrokerController:
 
     # -- the write path ------------------------------------------------------------------------
 
-    def _store_request(self, inner: MessageInner) -> MessageInner:
-        """Apply the delay rewrite: DELAY > 0 goes to SCHEDULE_TOPIC_XXXX queue level-1."""
+    def _timer_hook(self, inner: MessageInner) -> MessageInner | PutMessageResult:
+        """The timer rewrite (``rocket.broker.timer``) for messages that are not half messages:
+        a timer message goes to rmq_sys_wheel_timer, or is refused (the result to answer)."""
+        if inner.sys_flag & 0xC not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+            return inner
+        return transform_timer_message(inner, self.store.config, self.timer.now_ms(), self.timer)
+
+    def _store_request(self, inner: MessageInner) -> MessageInner | PutMessageResult:
+        """Apply the timer rewrite (:meth:`_timer_hook`), then the delay rewrite: DELAY > 0 goes
+        to SCHEDULE_TOPIC_XXXX queue level-1. A refused timer message yields its result."""
+        hooked = self._timer_hook(inner)
+        if not isinstance(hooked, MessageInner):
+            return hooked
+        inner = hooked
         if PROPERTY_DELAY_TIME_LEVEL not in inner.properties:  # the usual send: nothing to rewrite
             return inner
         level = inner.delay_level
@@ -504,7 +595,10 @@ class BrokerController:
     async def put_message(self, inner: MessageInner) -> PutMessageResult:
         """Store one message (delayed ones to SCHEDULE_TOPIC_XXXX); on a SYNC_MASTER a message
         whose WAIT property is not false is acknowledged once a slave has it (``rocket.store.ha``)."""
-        req = self._store_request(inner).to_request()
+        rewritten = self._store_request(inner)
+        if isinstance(rewritten, PutMessageResult):
+            return rewritten
+        req = rewritten.to_request()
         result = await self.store.put_message(req)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and req.wait_store_msg_ok
                 and result.status is PutMessageStatus.PUT_OK):
@@ -526,7 +620,10 @@ class BrokerController:
         resolves once a slave has the messages (or with the replication failure), as
         :meth:`put_message`. Never None now (None meant: use :meth:`put_message`)."""
         if len(inners) == 1:
-            reqs = [self._store_request(inners[0]).to_request()]
+            rewritten = self._store_request(inners[0])
+            if isinstance(rewritten, PutMessageResult):
+                return rewritten
+            reqs = [rewritten.to_request()]
         else:
             reqs = [i.to_request() for i in inners]
         put = self.store.put_messages_nowait(reqs)
@@ -537,7 +634,7 @@ class BrokerController:
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""
         self.metrics.count_in(topic, count, nbytes)
-        self.stats.on_put(count, nbytes)
+        self.stats.on_put(count, nbytes, topic)
 
     def record_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Account messages returned to ``group`` from ``topic``."""
@@ -548,8 +645,24 @@ class BrokerController:
         try:
             self.hold_service.notify_message_arriving(topic, queue_id, queue_offset, tags_code)
             self.schedule.on_dispatch(topic, queue_id, queue_offset, tags_code)
+            self.timer.on_dispatch(topic, queue_id, queue_offset, tags_code)
         except Exception:
             log.exception("dispatch listener failed for %s/%d", topic, queue_id)
+
+    def get_timer_check_point(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_TIMER_CHECK_POINT (60): the 56-byte timer checkpoint (``TimerCheckpoint.encode``) with the
+        live read time and enqueue offset; extField ``commitLogMaxOffset`` is this broker's CommitLog end,
+        which a slave must have replicated before it trusts the read time."""
+        if not self.store_ready:
+            return request.response(ResponseCode.SYSTEM_ERROR, "the store is not ready")
+        timer = self.timer
+        ck = dataclasses.replace(timer.checkpoint, path=None)
+        if timer.should_run_dequeue:
+            ck.last_read_time_ms = timer.commit_read_time_ms
+            ck.master_timer_queue_offset = timer.curr_queue_offset
+        resp = request.response(ResponseCode.SUCCESS, body=ck.encode())
+        resp.ext_fields["commitLogMaxOffset"] = str(self.store.max_phy_offset)
+        return resp
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -725,6 +838,8 @@ class BrokerController:
                 "msgGetTotalYesterdayMorning": "0",
                 "putTps": f"{self.stats.put_rate.rate():.2f}",
                 "getTransferedTps": f"{self.stats.get_rate.rate():.2f}",
+                # 5.x spelling of the same figure.
+                "getTransferredTps": f"{self.stats.get_rate.rate():.2f}",
                 "commitLogMaxOffset": str(store.max_phy_offset),
                 "commitLogMinOffset": str(store.min_phy_offset),
                 "commitLogDiskRatio": f"{store.disk_usage_ratio():.4f}",
@@ -733,12 +848,23 @@ class BrokerController:
                 "sendThreadPoolQueueSize": str(self.in_flight_sends),
                 "sendThreadPoolQueueCapacity": str(cfg.max_in_flight_sends),
                 "pullThreadPoolQueueSize": str(len(self.hold_service)),
+                # Java's request thread pools queue requests before a thread runs them; here each
+                # request runs on the event loop as soon as it is read, so nothing waits in a queue.
+                "sendThreadPoolQueueHeadWaitTimeMills": "0",
+                "pullThreadPoolQueueHeadWaitTimeMills": "0",
+                "queryThreadPoolQueueHeadWaitTimeMills": "0",
+                "brokerActive": "true" if cfg.is_master else "false",
                 "parkedPullRequests": str(len(self.hold_service)),
                 "registeredNameServers": ";".join(self.registered_namesrvs),
             }
         )
         for level, info in self.schedule.status().items():
             table[f"scheduleMessageOffset_{level}"] = f"{info['offset']},{info['maxOffset']}"
+        # RocketMQ 5's timer keys: how far the read pointer is behind the clock (ms) and the enqueue backlog.
+        timer = self.timer
+        table["timerReadBehind"] = str(max(0, timer.now_ms() - timer.curr_read_time_ms)
+                                       if timer.should_run_dequeue else 0)
+        table["timerOffsetBehind"] = str(timer.enqueue_backlog())
         return table
 
     def status(self) -> dict[str, Any]:
@@ -768,8 +894,25 @@ class BrokerController:
             "delayLevels": self.schedule.status() if self.store_ready else {},
             "ha": self.ha.status() if self.store_ready else {},
             "transactions": self.transaction.status() if self.store_ready else {},
+            "timer": self.timer.status() if self.store_ready else {},
             "runtime": self.runtime_info() if self.store_ready else {},
         }
+
+
+def auth_config(config: BrokerConfig) -> AuthConfig:
+    """The :class:`AuthConfig` of a broker: ``aclEnable`` turns on both checks; users and ACLs
+    live in ``<storePathRootDir>/config/auth.json``."""
+    return AuthConfig(
+        cluster_name=config.broker_cluster_name,
+        authentication_enabled=config.authentication_enabled or config.acl_enable,
+        authorization_enabled=config.authorization_enabled or config.acl_enable,
+        init_authentication_user=config.init_authentication_user,
+        inner_client_authentication_credentials=config.inner_client_authentication_credentials,
+        authentication_whitelist=config.authentication_whitelist,
+        authentication_strategy=config.authentication_strategy,
+        stateful_authentication_cache_expired_second=config.stateful_authentication_cache_expired_second,
+        metadata_path=str(Path(config.store_path_root_dir) / "config" / "auth.json"),
+    )
 
 
 def _stop_listening(server: RemotingServer) -> None:

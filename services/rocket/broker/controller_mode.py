@@ -441,8 +441,8 @@ class ControllerReplicas:
         """The master's HA address, from its GET_BROKER_HA_STATUS (907) answer."""
         for _ in range(3):
             try:
-                resp = await self.client.client.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_HA_STATUS),
-                                                       timeout=2.0)
+                resp = await self.client.client.invoke(addr, RemotingCommand(
+                    code=RequestCode.GET_BROKER_HA_STATUS, ext_fields={"format": "rocketcluster"}), timeout=2.0)
                 if resp.code == ResponseCode.SUCCESS:
                     return str(orjson.loads(resp.body).get("haServerAddr") or "") or None
             except (RemotingError, OSError, ValueError) as exc:

@@ -3,7 +3,7 @@
 A subscription ``"TagA || TagB"`` becomes the tag set ``{"TagA", "TagB"}`` and
 the code set of their Java ``String.hashCode`` values; ``"*"`` or empty means
 "everything". A ConsumeQueue entry matches when its tag code is in the code
-set (reference A7 "Tag filtering"; RocketMQ 4.9.8 ``FilterAPI`` and
+set (RocketMQ 4.9.8 ``FilterAPI`` and
 ``DefaultMessageFilter``). Clients re-check the tag strings themselves, so a
 hash collision only costs a wasted transfer.
 """

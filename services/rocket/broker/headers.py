@@ -1,19 +1,30 @@
 """Typed views of the custom headers (``extFields``) of broker requests.
 
 Each ``parse`` reads a :class:`RemotingCommand` whose ext values are already
-strings (the remoting layer coerces numbers and booleans, A2) and raises
+strings (the remoting layer coerces numbers and booleans) and raises
 :class:`HeaderFieldError` for a missing required field or a value of the wrong
-type; the connection layer answers that with SYSTEM_ERROR (1) and the message.
+type (including a number outside the field's Java ``int``/``long``); the
+connection layer answers that with SYSTEM_ERROR (1) and the message. Each
+header's ``problem()`` then names a value of the right type outside what the
+field allows (``rocket.protocol.validation``; answered INVALID_PARAMETER, 29).
 
 Sources: RocketMQ 4.9.8 ``SendMessageRequestHeader``(V2),
-``PullMessageRequestHeader``, ``ConsumerSendMsgBackRequestHeader``
-(reference A7).
+``PullMessageRequestHeader``, ``ConsumerSendMsgBackRequestHeader``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocket.protocol.validation import (
+    INT_MAX,
+    LONG_MAX,
+    MESSAGE_SYS_FLAG_BITS,
+    PULL_SYS_FLAG_BITS,
+    first_problem,
+    flags_problem,
+    out_of_range,
+)
 from rocket.remoting import HeaderFieldError, RemotingCommand, RequestCode
 from rocket.remoting.command import parse_bool
 
@@ -24,7 +35,7 @@ PULL_FLAG_SUBSCRIPTION = 0x4
 PULL_FLAG_CLASS_FILTER = 0x8
 PULL_FLAG_LITE_PULL = 0x10
 
-#: SEND_MESSAGE_V2 short names -> V1 names (A7 table).
+#: SEND_MESSAGE_V2 short names -> V1 names (``SendMessageRequestHeaderV2``).
 SEND_V2_NAMES = {
     "a": "producerGroup",
     "b": "topic",
@@ -47,6 +58,8 @@ _SEND_V1_NAMES = tuple(SEND_V2_NAMES[k] for k in "abcdefghijklm")
 _SEND_V2_NAMES = tuple("abcdefghijklm")
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 _SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
+_INT_MIN = -INT_MAX - 1
+_LONG_MIN = -LONG_MAX - 1
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
@@ -56,7 +69,7 @@ class SendMessageRequestHeader:
     and SEND_BATCH_MESSAGE (320).
 
     ``batch`` is true for code 320 or when the batch flag is ``true``/``1``
-    (the C++ client sends batches as code 10 with ``batch:"1"``, quirk Q7).
+    (the C++ client sends batches as code 10 with ``batch:"1"``).
     ``max_reconsume_times`` is ``None`` when absent.
     """
 
@@ -75,7 +88,7 @@ class SendMessageRequestHeader:
     batch: bool
 
     @classmethod
-    def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:
+    def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:  # noqa: C901 - hot: per send, bench_broker
         """Read the header of a send request.
 
         Code 10 is read with the long names, 310/320 with the short ones; a
@@ -170,6 +183,38 @@ class SendMessageRequestHeader:
             batch=cmd.code == RequestCode.SEND_BATCH_MESSAGE or boolean(12),
         )
 
+    def problem(self) -> str | None:
+        """A remark for a field outside what it allows (INVALID_PARAMETER), else None: ``sysFlag``
+        only ``MessageSysFlag`` bits, ``defaultTopicQueueNums`` and ``reconsumeTimes`` not
+        negative. A negative ``queueId`` means "any queue" (Java picks one at random); its upper
+        bound is checked against the topic.
+
+        Raises :class:`HeaderFieldError` for a Java ``int`` field (``defaultTopicQueueNums``,
+        ``queueId``, ``sysFlag``, ``flag``, ``reconsumeTimes``, ``maxReconsumeTimes``) outside an
+        int, or ``bornTimestamp`` outside a long (a header decoding error, as in Java).
+        """
+        mrt = self.max_reconsume_times
+        if (0 <= self.sys_flag <= MESSAGE_SYS_FLAG_BITS and 0 <= self.reconsume_times <= INT_MAX
+                and _INT_MIN <= self.queue_id <= INT_MAX and 0 <= self.default_topic_queue_nums <= INT_MAX
+                and _INT_MIN <= self.flag <= INT_MAX and _LONG_MIN <= self.born_timestamp <= LONG_MAX
+                and (mrt is None or _INT_MIN <= mrt <= INT_MAX)):
+            return None  # the usual send: one comparison chain
+        ints = [("defaultTopicQueueNums", self.default_topic_queue_nums), ("queueId", self.queue_id),
+                ("sysFlag", self.sys_flag), ("flag", self.flag), ("reconsumeTimes", self.reconsume_times)]
+        if mrt is not None:
+            ints.append(("maxReconsumeTimes", mrt))
+        for name, value in ints:
+            if not _INT_MIN <= value <= INT_MAX:
+                raise HeaderFieldError(f"the custom field <{name}> is out of the range of an int: {value}")
+        if not _LONG_MIN <= self.born_timestamp <= LONG_MAX:
+            raise HeaderFieldError(f"the custom field <bornTimestamp> is out of the range of a long: "
+                                   f"{self.born_timestamp}")
+        return first_problem(
+            out_of_range("defaultTopicQueueNums", self.default_topic_queue_nums, 0, INT_MAX),
+            flags_problem("sysFlag", self.sys_flag, MESSAGE_SYS_FLAG_BITS),
+            out_of_range("reconsumeTimes", self.reconsume_times, 0, INT_MAX),
+        )
+
     def to_ext_fields(self, v2: bool = True) -> dict[str, str]:
         """The header as ext fields (short names when ``v2``); for clients and tests."""
         values: dict[str, str] = {
@@ -215,15 +260,25 @@ class PullMessageRequestHeader:
         return cls(
             consumer_group=cmd.require("consumerGroup"),
             topic=cmd.require("topic"),
-            queue_id=cmd.require_int("queueId"),
+            queue_id=cmd.require_int("queueId", bits=32),
             queue_offset=cmd.require_int("queueOffset"),
-            max_msg_nums=cmd.require_int("maxMsgNums"),
-            sys_flag=cmd.require_int("sysFlag"),
+            max_msg_nums=cmd.require_int("maxMsgNums", bits=32),
+            sys_flag=cmd.require_int("sysFlag", bits=32),
             commit_offset=cmd.require_int("commitOffset"),
             suspend_timeout_millis=cmd.require_int("suspendTimeoutMillis"),
             subscription=cmd.get("subscription"),
             sub_version=cmd.get_int("subVersion", 0),
             expression_type=(cmd.get("expressionType") or "TAG").upper(),
+        )
+
+    def problem(self) -> str | None:
+        """A remark for a field outside its range (INVALID_PARAMETER), else None: ``maxMsgNums``
+        >= 1, known ``PullSysFlag`` bits, ``suspendTimeoutMillis`` 0 .. 2^31-1 ms. The queueId is
+        checked against the topic by the processor."""
+        return first_problem(
+            out_of_range("maxMsgNums", self.max_msg_nums, 1, INT_MAX),
+            flags_problem("sysFlag", self.sys_flag, PULL_SYS_FLAG_BITS),
+            out_of_range("suspendTimeoutMillis", self.suspend_timeout_millis, 0, INT_MAX),
         )
 
     @property
@@ -261,9 +316,19 @@ class ConsumerSendMsgBackRequestHeader:
         return cls(
             offset=cmd.require_int("offset"),
             group=cmd.require("group"),
-            delay_level=cmd.get_int("delayLevel", 0),
+            delay_level=cmd.get_int("delayLevel", 0, bits=32),
             origin_msg_id=cmd.get("originMsgId") or None,
             origin_topic=cmd.get("originTopic") or None,
             unit_mode=cmd.get_bool("unitMode", False),
-            max_reconsume_times=cmd.get_int("maxReconsumeTimes", 0) if max_text else None,
+            max_reconsume_times=cmd.get_int("maxReconsumeTimes", 0, bits=32) if max_text else None,
+        )
+
+    def problem(self) -> str | None:
+        """A remark for a field outside its range (INVALID_PARAMETER), else None: ``offset`` (a
+        CommitLog offset) >= 0, ``maxReconsumeTimes`` >= 0 when given (``delayLevel`` < 0 means
+        "to the dead-letter queue", as Java)."""
+        return first_problem(
+            out_of_range("offset", self.offset, 0, LONG_MAX),
+            None if self.max_reconsume_times is None
+            else out_of_range("maxReconsumeTimes", self.max_reconsume_times, 0, INT_MAX),
         )

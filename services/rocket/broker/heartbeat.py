@@ -2,7 +2,7 @@
 
 Java (and ali-ons) write enums by name (``"CONSUME_PASSIVELY"``); the C++
 client writes their ordinals (``1``) and ``subVersion`` as a string
-(reference A10.5). Both are normalised here to enum names and ints.
+(RocketMQ's ``HeartbeatData``). Both are normalised here to enum names and ints.
 """
 
 from __future__ import annotations

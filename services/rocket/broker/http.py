@@ -24,6 +24,10 @@ Routes:
   (manual failover); 200 with the new status, 409 when refused (a live
   master is still registered), 400 for anything but a promotion.
 
+With ACL on or ``httpAuthTokenFile`` set, every ``/api/v1`` route needs a credential
+(``rocket.auth.http``: a bearer token or a Super user's keys, else 401); the probes and
+``/metrics`` too with ``httpAuthProbes``.
+
 Errors are JSON ``{"error": "...", "code": <RocketMQ code when there is one>}``
 with 400 (bad input), 404 (unknown), 409 (refused on a slave).
 """
@@ -49,7 +53,8 @@ _BROKER_KEY: web.AppKey[HttpBroker] = web.AppKey("broker")
 
 def build_app(broker: HttpBroker) -> web.Application:
     """The aiohttp application serving ``broker``."""
-    app = web.Application()
+    http_auth = broker.http_auth
+    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
     app[_BROKER_KEY] = broker
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

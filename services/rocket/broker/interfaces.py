@@ -18,6 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from rocket.auth.http import HttpAuth
     from rocket.broker.client_manager import ConsumerManager, ProducerManager
     from rocket.broker.config import BrokerConfig
     from rocket.broker.inner import MessageInner
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.metrics import BrokerMetrics
     from rocket.broker.schedule import ScheduleMessageService
-    from rocket.broker.stats import ConsumeStatRow
+    from rocket.broker.stats import BrokerStats, ConsumeStatRow
     from rocket.broker.topics import TopicManager
     from rocket.protocol import SubscriptionGroupConfig, TopicConfig
     from rocket.store import DefaultMessageStore
@@ -220,7 +221,7 @@ class TopicAdmin(Protocol):
         ...
 
 
-class ClientManageBroker(BrokerCore, HasConsumers, HasProducers, Protocol):
+class ClientManageBroker(BrokerCore, HasConsumers, HasProducers, HasReplication, Protocol):
     """What :class:`~rocket.broker.processor.client_manage.ClientManageProcessor` and
     ``ConsumerManageProcessor`` use."""
 
@@ -292,8 +293,26 @@ class AdminBroker(BrokerCore, HasConsumers, TopicAdmin, Protocol):
         ...
 
 
+class ToolsBroker(AdminBroker, HasProducers, Protocol):
+    """What :class:`~rocket.broker.processor.tools.ToolsAdminProcessor` (mqadmin's commands) uses."""
+
+    @property
+    def stats(self) -> BrokerStats:
+        """Put/get counters and rates per topic and group."""
+        ...
+
+    def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Committed offsets: ``(group, topic) -> {queueId: offset}``."""
+        ...
+
+
 class HttpBroker(BrokerCore, HasConsumers, HasReplication, TopicAdmin, Protocol):
     """What the broker's HTTP side (:mod:`rocket.broker.http`) uses."""
+
+    @property
+    def http_auth(self) -> HttpAuth | None:
+        """The credential check of ``/api/v1`` (``rocket.auth.http``), None when open."""
+        ...
 
     @property
     def registered_namesrvs(self) -> list[str]:

@@ -66,9 +66,12 @@ from prometheus_client import (
 from prometheus_client import metrics as _prom_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
 
 log = logging.getLogger("rocket.broker")
+
+#: prometheus_client's ``le`` label formatting (``0.5``, ``+Inf``); the library leaves it unannotated.
+_float_to_go_string: Callable[[float], str] = _untyped_float_to_go_string
 
 PREFIX = "rocketmq_broker_"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -192,7 +195,7 @@ class FastHistogram(Collector):
         self.name = name
         self.documentation = documentation
         self._bounds = bounds
-        self._les = [floatToGoString(b) for b in bounds]
+        self._les = [_float_to_go_string(b) for b in bounds]
         self._counts = [0] * len(bounds)
         self._sum = 0.0
         self._created = time.time()

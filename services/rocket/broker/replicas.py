@@ -53,6 +53,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from rocket.auth.ha import sign_hello, verify_hello
+from rocket.auth.hook import ServerAuth
+from rocket.auth.signature import SessionCredentials
+from rocket.auth.store import AuthMetadataStore
 from rocket.broker.config import BrokerConfig
 from rocket.broker.controller_mode import ControllerReplicas
 from rocket.broker.slave_sync import SlaveSynchronize
@@ -78,12 +82,11 @@ if TYPE_CHECKING:
     from rocket.broker.schedule import ScheduleMessageService
     from rocket.protocol import TopicConfig
     from rocket.store import DefaultMessageStore
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.replicas")
 
 HA_STATE_FILE = "haState.json"
-#: Java's ``Long.MAX_VALUE``: RocketMQ's ``EpochEntry.endOffset`` of the newest epoch.
-JAVA_LONG_MAX = (1 << 63) - 1
 
 
 class RoleChangeError(Exception):
@@ -147,7 +150,14 @@ class ReplicationBroker(Protocol):
     schedule: ScheduleMessageService
     #: The transaction check service (RocketMQ's TransactionalMessageCheckService).
     transaction: MasterOnlyService
+    #: Timer messages: enqueued everywhere, delivered by masters only (``set_should_run_dequeue``).
+    timer: TimerMessageStore
     outer_api: BrokerOuterAPI
+    #: Users and ACLs (copied from the master by the slave's metadata copy).
+    auth_store: AuthMetadataStore
+    #: The request check (None when ACL is off) and what this broker signs with.
+    auth: ServerAuth | None
+    inner_credentials: SessionCredentials | None
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
     ha_master_addr: str | None
@@ -210,6 +220,17 @@ class ReplicationManager:
     def is_master(self) -> bool:
         """This broker is its group's master now."""
         return self.config.is_master
+
+    def sign_hello(self, hello: dict[str, Any]) -> dict[str, Any]:
+        """The HA hello, signed with the broker's inner credentials when ACL is on."""
+        creds = self.broker.inner_credentials
+        return sign_hello(hello, creds) if creds is not None else hello
+
+    def check_slave(self, hello: dict[str, Any] | None) -> str | None:
+        """With ACL on, only slaves whose hello a Super user signed may replicate."""
+        if self.broker.auth is None:
+            return None
+        return verify_hello(hello, self.broker.auth_store)
 
     def master_ha_address(self) -> str | None:
         """Where a slave replicates from: ``haMasterAddress``, else the NameServer's answer."""
@@ -515,6 +536,7 @@ class ReplicationManager:
                 await self._persist_role()
                 await self.broker.schedule.start()
                 await self.broker.transaction.start()
+                self.broker.timer.set_should_run_dequeue(True)
                 self.role_confirmed = True
             finally:
                 self.changing_role = False
@@ -578,6 +600,7 @@ class ReplicationManager:
                 self.service.drop_all(f"{master_addr} is the master now")
                 await self.broker.schedule.stop()
                 await self.broker.transaction.stop()
+                self.broker.timer.set_should_run_dequeue(False)
                 await store.commit_log.wait_idle()
                 cfg.broker_id = broker_id if broker_id is not None else await self._free_slave_id()
                 await self._persist_role()
@@ -628,23 +651,48 @@ class ReplicationManager:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(status))
 
     def process_ha_status(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_HA_STATUS (907): body = :meth:`status` JSON."""
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(self.status()))
+        """GET_BROKER_HA_STATUS (907): body = RocketMQ 5's HARuntimeInfo (:meth:`ha_runtime_info`,
+        what mqadmin's haStatus reads), or :meth:`status` JSON when ext ``format`` is ``rocketcluster``
+        (our admin client)."""
+        body = self.status() if request.get("format") == "rocketcluster" else self.ha_runtime_info()
+        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+
+    def ha_runtime_info(self) -> dict[str, Any]:
+        """RocketMQ 5's ``HARuntimeInfo``: on a master ``master`` true, ``masterCommitLogMaxOffset``,
+        ``inSyncSlaveNums`` and one ``haConnectionInfo`` per slave (``addr``, ``slaveAckOffset``,
+        ``diff`` in bytes, ``inSync``, ``transferFromWhere``); on a slave ``haClientRuntimeInfo``
+        (``masterAddr``, ``maxOffset`` = its own CommitLog end, ``masterFlushOffset`` = the master's
+        end as last told, ``isActivated``). Transfer speeds and read/write times are not kept: 0."""
+        svc = self.service
+        store = self.store
+        if self.config.is_master:
+            conns = [{"addr": c.slave_addr, "slaveAckOffset": c.ack_offset, "diff": svc.lag_bytes(c),
+                      "inSync": svc.in_sync(c), "transferredByteInSecond": 0, "transferFromWhere": c.transfer_offset}
+                     for c in svc.connections]
+            return {"master": True, "masterCommitLogMaxOffset": store.max_phy_offset,
+                    "inSyncSlaveNums": sum(1 for c in conns if c["inSync"]), "haConnectionInfo": conns,
+                    "haClientRuntimeInfo": {}}
+        cl = self.client
+        return {"master": False, "masterCommitLogMaxOffset": 0, "inSyncSlaveNums": 0, "haConnectionInfo": [],
+                "haClientRuntimeInfo": {"masterAddr": cl.master_ha_addr or self.master_ha_address(),
+                                        "transferredByteInSecond": 0, "maxOffset": store.max_phy_offset,
+                                        "lastReadTimestamp": 0, "lastWriteTimestamp": 0,
+                                        "masterFlushOffset": max(0, cl.master_max_offset),
+                                        "isActivated": cl.state == "transferring"}}
 
     def process_epoch_cache(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_EPOCH_CACHE (1007, ``mqadmin getBrokerEpoch``): RocketMQ's ``EpochEntryCache``
-        body ``{"clusterName", "brokerName", "brokerId", "epochList": [{"epoch", "startOffset",
-        "endOffset"}], "maxOffset"}`` (each entry ends where the next starts, the last at
-        ``Long.MAX_VALUE`` as RocketMQ's ``EpochEntry``), plus ``"epochs": [[epoch, start], ...]``.
-        Served in both modes (RocketMQ answers only in controller mode)."""
-        entries = list(self.epoch_file.entries)
-        epoch_list = [{"epoch": e.epoch, "startOffset": e.start,
-                       "endOffset": entries[i + 1].start if i + 1 < len(entries) else JAVA_LONG_MAX}
-                      for i, e in enumerate(entries)]
-        cfg = self.config
-        body = {"clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name, "brokerId": cfg.broker_id,
-                "epochList": epoch_list, "maxOffset": self.store.max_phy_offset,
-                "epochs": self.epoch_file.to_json()}
+        """GET_BROKER_EPOCH_CACHE (1007): body ``{"epochs": [[epoch, start], ...], "maxOffset": n}``
+        plus the fields of RocketMQ 5's ``EpochEntryCache`` (``clusterName``, ``brokerName``,
+        ``brokerId``, ``epochList`` of ``{"epoch", "startOffset", "endOffset"}``), which mqadmin's
+        getBrokerEpoch prints; an entry ends where the next starts, the last at ``maxOffset``."""
+        epochs = self.epoch_file.to_json()
+        max_offset = self.store.max_phy_offset
+        starts = [int(e[1]) for e in epochs]
+        epoch_list = [{"epoch": int(e[0]), "startOffset": int(e[1]),
+                       "endOffset": starts[i + 1] if i + 1 < len(starts) else max_offset}
+                      for i, e in enumerate(epochs)]
+        body = {"epochs": epochs, "maxOffset": max_offset, "clusterName": self.config.broker_cluster_name,
+                "brokerName": self.config.broker_name, "brokerId": self.config.broker_id, "epochList": epoch_list}
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
 
     # -- status ---------------------------------------------------------------------------------------
@@ -687,6 +735,7 @@ class ReplicationManager:
                 "haAddr": cl.master_ha_addr or self.master_ha_address(),
                 "addr": self.master_main_address(),
                 "state": cl.state,
+                "reachable": cl.master_reachable,
                 "epoch": cl.master_epoch,
                 "lastError": cl.last_error,
                 "receivedBytes": cl.received_bytes,

@@ -6,6 +6,10 @@ the interval if shorter) for
 * 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG — the subscription groups (same rule),
 * 43 GET_ALL_CONSUMER_OFFSET — consumer offsets (replaced wholesale),
 * 45 GET_ALL_DELAY_OFFSET — delayed-delivery progress (replaced wholesale),
+* 60 GET_TIMER_CHECK_POINT — the timer wheel's read time (RocketMQ 5 ``syncTimerCheckPoint``;
+  adopted once this slave's CommitLog reaches the master's end at the time of the answer),
+* 3005 AUTH_LIST_USER and 3010 AUTH_LIST_ACL — users and ACLs (replaced wholesale, written
+  durably when they changed; ``rocket.auth.sync``),
 
 so that a promoted slave serves consumers where they were and delivers
 delayed messages from where the master stopped. Each step fails on its own
@@ -20,12 +24,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rocket.auth.sync import fetch_auth_metadata
 from rocket.protocol import DataVersion, SubscriptionGroupConfig, TopicConfig, loads_lenient
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
+    from rocket.auth.store import AuthMetadataStore
     from rocket.broker.metadata import BrokerMetadata
     from rocket.broker.schedule import ScheduleMessageService
+    from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.slave_sync")
 
@@ -38,6 +45,8 @@ class SlaveSyncBroker(Protocol):
 
     metadata: BrokerMetadata
     schedule: ScheduleMessageService
+    timer: TimerMessageStore
+    auth_store: AuthMetadataStore
 
 
 class SlaveSynchronize:
@@ -110,8 +119,16 @@ class SlaveSynchronize:
             ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._apply_groups),
             ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._apply_offsets),
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, self._apply_delay_offsets),
+            ("timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, None),
+            ("users and ACLs", RequestCode.AUTH_LIST_USER, None),
         ):
             try:
+                if apply is None:  # these make their own calls and read their own answers
+                    if code == RequestCode.GET_TIMER_CHECK_POINT:
+                        await self._sync_timer_checkpoint(addr)
+                    else:
+                        await self._apply_auth(addr)
+                    continue
                 body = await self._call(addr, code)
                 await apply(body)
             except (RemotingError, ValueError, TypeError, KeyError, OSError) as exc:
@@ -126,6 +143,18 @@ class SlaveSynchronize:
                 log.info("config sync from master %s works again", addr)
             self.last_error = ""
         return ok
+
+    async def _sync_timer_checkpoint(self, addr: str) -> None:
+        from rocket.store.timer import TimerCheckpoint
+
+        cmd = RemotingCommand(code=RequestCode.GET_TIMER_CHECK_POINT, language="JAVA")
+        resp = await self.client.invoke(addr, cmd, timeout=self.timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"code {resp.code}: {resp.remark or ''}")
+        master = TimerCheckpoint.decode(resp.body)
+        # Without the extension field (an Apache master) the read time is taken as it is.
+        need = int(resp.ext_fields.get("commitLogMaxOffset", "0") or 0)
+        self.broker.timer.sync_from_master(master, need)
 
     # -- apply ------------------------------------------------------------------------------------
 
@@ -145,6 +174,12 @@ class SlaveSynchronize:
         mgr = self.broker.metadata.subscription_groups
         _replace_table(mgr, {str(k): SubscriptionGroupConfig.from_json(v) for k, v in table.items()},
                        obj.get("dataVersion"))
+
+    async def _apply_auth(self, addr: Any) -> None:
+        metadata = await fetch_auth_metadata(self.client, str(addr), self.timeout)
+        store = self.broker.auth_store
+        if await asyncio.to_thread(store.replace_all, metadata):
+            log.info("users and ACLs copied from master %s", addr)
 
     async def _apply_offsets(self, body: bytes) -> None:
         self.broker.metadata.consumer_offsets.replace_all(body)

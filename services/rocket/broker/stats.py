@@ -1,8 +1,10 @@
 """Broker statistics for runtime info and consume stats (RocketMQ's ``BrokerStatsManager``, reduced).
 
 :class:`RateMeter` counts events per second over a sliding window (60 s by
-default) and answers the average rate; :class:`BrokerStats` keeps totals and
-one meter per (group, topic) for ``consumeTps``.
+default) and answers the average rate; :class:`MinuteCounter` keeps per-minute
+sums for a day; :class:`BrokerStats` keeps totals, one meter per (group, topic)
+for ``consumeTps``, and the per-topic / per-(topic, group) minute, hour and day
+figures of VIEW_BROKER_STATS_DATA (``TOPIC_PUT_NUMS``, ``GROUP_GET_NUMS``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,49 @@ class RateMeter:
         return sum(count for _, count in self._buckets)
 
 
+class MinuteCounter:
+    """Event counts per minute over the last day (at most 1440 buckets) plus per second over the
+    last minute (a :class:`RateMeter`): sums over the last minute, hour and day, as the
+    minute/hour/day snapshots of RocketMQ's ``StatsItem``."""
+
+    DAY = 1440
+
+    def __init__(self, now: float | None = None) -> None:
+        self._buckets: deque[list[int]] = deque()  # [minute, count]
+        self._recent = RateMeter(60)
+        #: When counting began (``time.monotonic()`` seconds).
+        self.started = time.monotonic() if now is None else now
+
+    def add(self, count: int, now: float | None = None) -> None:
+        """Count ``count`` events at ``now`` (``time.monotonic()`` seconds)."""
+        at = time.monotonic() if now is None else now
+        self._recent.add(count, at)
+        minute = int(at // 60)
+        if self._buckets and self._buckets[-1][0] == minute:
+            self._buckets[-1][1] += count
+        else:
+            self._buckets.append([minute, count])
+        while self._buckets and self._buckets[0][0] <= minute - self.DAY:
+            self._buckets.popleft()
+
+    def sum(self, minutes: int, now: float | None = None) -> int:
+        """Events within the last ``minutes`` minutes: the last 60 s for 1, else whole minute
+        buckets (the current one included)."""
+        at = time.monotonic() if now is None else now
+        if minutes == 1:
+            return self._recent.total(at)
+        minute = int(at // 60)
+        return sum(c for m, c in self._buckets if m > minute - minutes)
+
+    def snapshot(self, minutes: int, now: float | None = None) -> dict[str, float]:
+        """``{"sum", "tps", "avgpt"}`` over the last ``minutes``: tps over the part of that span this
+        counter has existed; ``avgpt`` (Java's average per add) is not kept: 0."""
+        at = time.monotonic() if now is None else now
+        total = self.sum(minutes, at)
+        span = max(1.0, min(minutes * 60.0, at - self.started))
+        return {"sum": total, "tps": round(total / span, 2), "avgpt": 0.0}
+
+
 @dataclass(slots=True)
 class BrokerStats:
     """Message totals since start and per-(group, topic) pull rates."""
@@ -57,12 +102,21 @@ class BrokerStats:
     put_rate: RateMeter = field(default_factory=RateMeter)
     get_rate: RateMeter = field(default_factory=RateMeter)
     group_get: dict[tuple[str, str], RateMeter] = field(default_factory=dict)
+    #: Per topic: messages stored (``TOPIC_PUT_NUMS``).
+    topic_put_minutes: dict[str, MinuteCounter] = field(default_factory=dict)
+    #: Per (group, topic): messages pulled (``GROUP_GET_NUMS``).
+    group_get_minutes: dict[tuple[str, str], MinuteCounter] = field(default_factory=dict)
 
-    def on_put(self, count: int, nbytes: int) -> None:
-        """Messages stored."""
+    def on_put(self, count: int, nbytes: int, topic: str | None = None) -> None:
+        """Messages stored (to ``topic``, when given)."""
         self.put_total += count
         self.put_bytes += nbytes
         self.put_rate.add(count)
+        if topic is not None:
+            counter = self.topic_put_minutes.get(topic)
+            if counter is None:
+                counter = self.topic_put_minutes[topic] = MinuteCounter()
+            counter.add(count)
 
     def on_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Messages returned by a pull of ``group`` on ``topic``."""
@@ -73,6 +127,25 @@ class BrokerStats:
         if meter is None:
             meter = self.group_get[(group, topic)] = RateMeter()
         meter.add(count)
+        counter = self.group_get_minutes.get((group, topic))
+        if counter is None:
+            counter = self.group_get_minutes[(group, topic)] = MinuteCounter()
+        counter.add(count)
+
+    def stats_data(self, name: str, key: str) -> dict[str, dict[str, float]] | None:
+        """VIEW_BROKER_STATS_DATA's BrokerStatsData (``statsMinute``, ``statsHour``, ``statsDay``) of
+        ``TOPIC_PUT_NUMS`` (key: topic) or ``GROUP_GET_NUMS`` (key: ``topic@group``); None when
+        nothing was counted under that name and key."""
+        counter: MinuteCounter | None = None
+        if name == "TOPIC_PUT_NUMS":
+            counter = self.topic_put_minutes.get(key)
+        elif name == "GROUP_GET_NUMS":
+            topic, _, group = key.partition("@")
+            counter = self.group_get_minutes.get((group, topic))
+        if counter is None:
+            return None
+        return {"statsMinute": counter.snapshot(1), "statsHour": counter.snapshot(60),
+                "statsDay": counter.snapshot(MinuteCounter.DAY)}
 
     def consume_tps(self, group: str, topic: str) -> float:
         """Messages per second pulled by ``group`` from ``topic`` over the last minute."""

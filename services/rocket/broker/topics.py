@@ -7,7 +7,7 @@
   ``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``, and topics named after the
   cluster and the broker group so admin tools can route to them).
 * :class:`TopicManager`: auto-creation in the send path (from a template topic
-  with the INHERIT bit, reference A7 "10") and for retry/dead-letter topics. It
+  with the INHERIT bit, ``TopicConfigManager.createTopicInSendMessageMethod``) and for retry/dead-letter topics. It
   works on the store's ``topic_configs`` table and calls ``on_created`` after a
   creation so the broker registers with its NameServers at once.
 """

@@ -546,15 +546,9 @@ class TransactionalMessageService:
             from_check = request.get_bool("fromTransactionCheck", False)
         except HeaderFieldError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        if broker.config.is_slave:
-            return request.response(ResponseCode.SLAVE_NOT_AVAILABLE,
-                                    "the broker is a slave: end transaction is forbidden")
-        if broker.ha.role_pending:
-            await broker.ha.wait_role_settled()
-        refused = "shutting down" if broker.shutting_down else broker.ha.refuse_writes()
-        if refused is not None or broker.config.is_slave:
-            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE,
-                                    f"the broker cannot end transactions now: {refused or 'it is a slave now'}")
+        refused = await self._role_refusal(request)
+        if refused is not None:
+            return refused
         what = "commit" if action == SYSFLAG_TRANSACTION_COMMIT else "rollback"
         if action not in (SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK):
             if action == SYSFLAG_TRANSACTION_NOT_TYPE:
@@ -567,19 +561,9 @@ class TransactionalMessageService:
         msg = broker.store.look_message_by_offset(commit_log_offset)
         if msg is None or msg.topic != HALF_TOPIC or msg.physical_offset != commit_log_offset:
             return self._refuse(request, "Find prepared transaction message failed")
-        if not from_check and self._immunity_passed(msg):
-            self.metrics.end_refused.inc()
-            return request.response(
-                ResponseCode.ILLEGAL_OPERATION,
-                f"{what} refused: older than its CHECK_IMMUNITY_TIME_IN_SECONDS; the broker will check it back")
-        if msg.properties.get(PROPERTY_PRODUCER_GROUP) != group:
-            return self._refuse(request, "The producer group wrong")
-        if msg.queue_offset != table_offset:
-            return self._refuse(request, "The transaction state table offset wrong")
-        if msg.queue_offset in self.finished or msg.queue_offset < max(self.half_offset, self._passed):
-            return self._refuse(request, f"the transaction of half message {msg.queue_offset} "
-                                f"(msgId {msg.msg_id}) already ended (committed, rolled back, or checked again "
-                                "under a newer copy)")
+        refusal = self._refusal(request, msg, group, table_offset, from_check, what)
+        if refusal is not None:
+            return refusal
         try:
             topic, _ = real_target(msg)
         except ValueError as exc:
@@ -617,6 +601,39 @@ class TransactionalMessageService:
             self.metrics.rollbacks.labels(topic).inc()
         return request.response(ResponseCode.SUCCESS)
 
+    async def _role_refusal(self, request: RemotingCommand) -> RemotingCommand | None:
+        """The answer when this broker may not end transactions (a slave, a role change, shutting
+        down), after waiting for a pending role change to settle; None when it may."""
+        broker = self.broker
+        if broker.config.is_slave:
+            return request.response(ResponseCode.SLAVE_NOT_AVAILABLE,
+                                    "the broker is a slave: end transaction is forbidden")
+        if broker.ha.role_pending:
+            await broker.ha.wait_role_settled()
+        refused = "shutting down" if broker.shutting_down else broker.ha.refuse_writes()
+        if refused is not None or broker.config.is_slave:
+            return request.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                    f"the broker cannot end transactions now: {refused or 'it is a slave now'}")
+        return None
+
+    def _refusal(self, request: RemotingCommand, msg: MessageExt, group: str, table_offset: int,
+                 from_check: bool, what: str) -> RemotingCommand | None:
+        """The answer refusing to end the transaction of half message ``msg``, or None to go on."""
+        if not from_check and self._immunity_passed(msg):
+            self.metrics.end_refused.inc()
+            return request.response(
+                ResponseCode.ILLEGAL_OPERATION,
+                f"{what} refused: older than its CHECK_IMMUNITY_TIME_IN_SECONDS; the broker will check it back")
+        if msg.properties.get(PROPERTY_PRODUCER_GROUP) != group:
+            return self._refuse(request, "The producer group wrong")
+        if msg.queue_offset != table_offset:
+            return self._refuse(request, "The transaction state table offset wrong")
+        if msg.queue_offset in self.finished or msg.queue_offset < max(self.half_offset, self._passed):
+            return self._refuse(request, f"the transaction of half message {msg.queue_offset} "
+                                f"(msgId {msg.msg_id}) already ended (committed, rolled back, or checked again "
+                                "under a newer copy)")
+        return None
+
     def _refuse(self, request: RemotingCommand, remark: str) -> RemotingCommand:
         self.metrics.end_refused.inc()
         log.warning("END_TRANSACTION %s refused: %s", dict(request.ext_fields), remark)
@@ -645,6 +662,31 @@ class TransactionalMessageService:
             self.runs += 1
             return await self._check()
 
+    async def _retry_unwritten_ops(self) -> None:
+        """Write the op message of committed transactions whose op could not be stored earlier."""
+        if self._unwritten_ops:
+            pending = sorted(self._unwritten_ops)
+            if await self._write_op(pending):
+                self._unwritten_ops.difference_update(pending)
+
+    async def _act(self, msg: MessageExt, verdict: Verdict, report: CheckReport) -> bool:
+        """Discard ``msg`` or check it back with its producer group, counting it in ``report``.
+
+        False when the discarded message or the half message's new copy could not be stored.
+        """
+        if verdict is Verdict.DISCARD:
+            if not await self._discard(msg):
+                return False
+            report.discarded += 1
+            return True
+        sent = await self._check_back(msg)
+        if sent is None:
+            return False
+        report.checked += 1
+        if not sent:
+            report.no_producer += 1
+        return True
+
     async def _check(self) -> CheckReport:
         broker = self.broker
         cfg = broker.config
@@ -652,10 +694,7 @@ class TransactionalMessageService:
         report = CheckReport()
         if store.find_consume_queue(HALF_TOPIC, 0) is None:
             return report
-        if self._unwritten_ops:
-            pending = sorted(self._unwritten_ops)
-            if await self._write_op(pending):
-                self._unwritten_ops.difference_update(pending)
+        await self._retry_unwritten_ops()
         started = time.monotonic()
         run_started_ms = _now_ms()
         half_offset = self.half_offset
@@ -694,19 +733,9 @@ class TransactionalMessageService:
             # Passed from here on: an END_TRANSACTION for this copy that arrives while the copy
             # (or the discarded message) is being stored is refused, the producer answers the check.
             self._passed = i + 1
-            if verdict is Verdict.DISCARD:
-                if not await self._discard(msg):
-                    self._passed = i
-                    break
-                report.discarded += 1
-            else:
-                sent = await self._check_back(msg)
-                if sent is None:
-                    self._passed = i
-                    break  # the copy could not be stored: try again next run
-                report.checked += 1
-                if not sent:
-                    report.no_producer += 1
+            if not await self._act(msg, verdict, report):
+                self._passed = i
+                break  # the copy or the discarded message could not be stored: try again next run
             i += 1
         new_op = scan.next_op_offset(op_offset)
         if i != half_offset:

@@ -36,7 +36,7 @@ from rocket.client.errors import (
     SendFailedError,
     TopicRouteError,
 )
-from rocket.client.producer import Producer, SendResult, SendStatus, build_message
+from rocket.client.producer import Producer, SendResult, SendStatus, build_message, build_timer_delete
 from rocket.client.subscription import ConsumeFrom, MessageModel
 from rocket.client.transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 from rocket.message import Message, MessageExt
@@ -73,4 +73,5 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "build_message",
+    "build_timer_delete",
 ]

@@ -8,7 +8,7 @@ Usage::
         lag = await admin.consumer_lag("CID_ORDERS", "Orders")
         print(lag.total_lag)
 
-Calls (reference A6/A7): topics are created and deleted on **every master**
+Calls (as RocketMQ's ``MQAdminExt``): topics are created and deleted on **every master**
 of a cluster (GET_BROKER_CLUSTER_INFO 106, then UPDATE_AND_CREATE_TOPIC 17 /
 DELETE_TOPIC_IN_BROKER 215 on each master, then DELETE_TOPIC_IN_NAMESRV 216 on
 every NameServer); consumer lag comes from GET_CONSUME_STATS (208) or, when a
@@ -34,12 +34,14 @@ from typing import Any
 
 import orjson
 
+from rocket.auth.signature import SessionCredentials
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import TopicRouteError
 from rocket.protocol import MASTER_ID, ClusterInfo, MessageQueue, TopicRouteData, loads_lenient, retry_topic
 from rocket.remoting import (
     PERM_READ,
     PERM_WRITE,
+    RemotingCommand,
     RemotingCommandError,
     RemotingConnectError,
     RemotingTimeoutError,
@@ -109,7 +111,7 @@ _OBJECT_KEY = re.compile(rb'([{,]\s*)(\{[^{}]*\})(\s*:)')
 
 
 def loads_object_keys(data: bytes | str) -> Any:
-    """Parse fastjson output whose map keys may be objects or bare integers (quirks Q1, Q4).
+    """Parse fastjson output whose map keys may be objects or bare integers.
 
     ``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}}`` becomes
     a dict whose key is the JSON text of the key object. Raises ``ValueError``.
@@ -161,8 +163,9 @@ class Admin:
     ``namesrv_addr``: ``"host:port;host:port"``; ``timeout``: seconds per request.
     """
 
-    def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.client = MQClient(namesrv_addr, timeout=timeout)
+    def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout: float = DEFAULT_TIMEOUT,
+                 credentials: SessionCredentials | None = None) -> None:
+        self.client = MQClient(namesrv_addr, timeout=timeout, credentials=credentials)
 
     async def close(self) -> None:
         """Close every connection."""
@@ -263,6 +266,81 @@ class Admin:
                 check_response(result, f"delete topic {topic} on NameServer {addr}")
         return names
 
+    # -- users and ACLs (ACL 2.0, AUTH_* codes) -----------------------------------------
+
+    async def _auth_all(self, code: int, fields: dict[str, str], body: bytes, what: str,
+                        cluster: str | None, broker_addr: str | None) -> dict[str, RemotingCommand]:
+        """Send an AUTH_* request to ``broker_addr``, or to every master of ``cluster``
+        (as mqadmin's ``-b`` / ``-c``); returns broker address -> response (all SUCCESS).
+        Raises :class:`RemotingCommandError` when one refuses."""
+        targets = {broker_addr: broker_addr} if broker_addr else await self._masters(cluster)
+        if not targets:
+            raise LookupError(f"cluster {cluster!r} has no master broker")
+
+        async def one(addr: str) -> tuple[str, RemotingCommand]:
+            response = await self.client.invoke(addr, code, fields, body)
+            check_response(response, f"{what} on {addr}")
+            return addr, response
+
+        return dict(await asyncio.gather(*(one(a) for a in targets.values())))
+
+    async def put_user(self, username: str, password: str | None = None, *, user_type: str | None = None,
+                       user_status: str | None = None, create: bool = True, cluster: str | None = DEFAULT_CLUSTER,
+                       broker_addr: str | None = None) -> list[str]:
+        """AUTH_CREATE_USER (3001) or, with ``create=False``, AUTH_UPDATE_USER (3002) on every
+        master of ``cluster`` (or ``broker_addr``). Body ``UserInfo``. Returns the addresses."""
+        info = {k: v for k, v in (("username", username), ("password", password), ("userType", user_type),
+                                  ("userStatus", user_status)) if v}
+        code = RequestCode.AUTH_CREATE_USER if create else RequestCode.AUTH_UPDATE_USER
+        done = await self._auth_all(code, ext(username=username), orjson.dumps(info),
+                                    f"{'create' if create else 'update'} user {username}", cluster, broker_addr)
+        return sorted(done)
+
+    async def delete_user(self, username: str, *, cluster: str | None = DEFAULT_CLUSTER,
+                          broker_addr: str | None = None) -> list[str]:
+        """AUTH_DELETE_USER (3003) on every master. Returns the addresses."""
+        done = await self._auth_all(RequestCode.AUTH_DELETE_USER, ext(username=username), b"",
+                                    f"delete user {username}", cluster, broker_addr)
+        return sorted(done)
+
+    async def list_users(self, name_filter: str | None = None, *, cluster: str | None = DEFAULT_CLUSTER,
+                         broker_addr: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """AUTH_LIST_USER (3005): broker address -> its ``UserInfo`` list."""
+        done = await self._auth_all(RequestCode.AUTH_LIST_USER, ext(filter=name_filter), b"", "list users",
+                                    cluster, broker_addr)
+        return {addr: (loads_lenient(r.body) if r.body else []) for addr, r in done.items()}
+
+    async def put_acl(self, subject: str, resources: Iterable[str], actions: Iterable[str], *,
+                      decision: str = "Allow", source_ips: Iterable[str] = (), create: bool = True,
+                      cluster: str | None = DEFAULT_CLUSTER, broker_addr: str | None = None) -> list[str]:
+        """AUTH_CREATE_ACL (3006) / AUTH_UPDATE_ACL (3007): one Custom policy entry per resource
+        with ``actions``, ``decision`` and ``source_ips`` (``AclInfo``). Returns the addresses."""
+        subject = subject if ":" in subject else f"User:{subject}"
+        entries = [{"resource": r, "actions": list(actions), "sourceIps": list(source_ips), "decision": decision}
+                   for r in resources]
+        body = orjson.dumps({"subject": subject, "policies": [{"policyType": "Custom", "entries": entries}]})
+        code = RequestCode.AUTH_CREATE_ACL if create else RequestCode.AUTH_UPDATE_ACL
+        done = await self._auth_all(code, ext(subject=subject), body, f"put acl of {subject}", cluster, broker_addr)
+        return sorted(done)
+
+    async def delete_acl(self, subject: str, resource: str | None = None, *, policy_type: str | None = None,
+                         cluster: str | None = DEFAULT_CLUSTER, broker_addr: str | None = None) -> list[str]:
+        """AUTH_DELETE_ACL (3008): the whole ACL of ``subject`` or its entries for ``resource``."""
+        subject = subject if ":" in subject else f"User:{subject}"
+        done = await self._auth_all(RequestCode.AUTH_DELETE_ACL,
+                                    ext(subject=subject, resource=resource, policyType=policy_type), b"",
+                                    f"delete acl of {subject}", cluster, broker_addr)
+        return sorted(done)
+
+    async def list_acls(self, subject_filter: str | None = None, resource_filter: str | None = None, *,
+                        cluster: str | None = DEFAULT_CLUSTER,
+                        broker_addr: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """AUTH_LIST_ACL (3010): broker address -> its ``AclInfo`` list."""
+        done = await self._auth_all(RequestCode.AUTH_LIST_ACL,
+                                    ext(subjectFilter=subject_filter, resourceFilter=resource_filter), b"",
+                                    "list acls", cluster, broker_addr)
+        return {addr: (loads_lenient(r.body) if r.body else []) for addr, r in done.items()}
+
     # -- cluster -----------------------------------------------------------------------
 
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
@@ -323,7 +401,7 @@ class Admin:
 
     async def broker_ha_status(self, addr: str) -> dict[str, Any]:
         """GET_BROKER_HA_STATUS (907) of the broker at ``addr``: role, epochs, slaves, lag."""
-        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS)
+        response = await self.client.invoke(addr, RequestCode.GET_BROKER_HA_STATUS, {"format": "rocketcluster"})
         check_response(response, f"HA status of {addr}")
         return dict(orjson.loads(response.body))
 

@@ -3,7 +3,7 @@
 :class:`MQClient` owns one :class:`~rocket.remoting.RemotingClient` (one TCP
 connection per peer), knows the NameServers (``"host:port;host:port"``), keeps
 the latest route of every topic it was asked about, refreshes those routes
-every ``poll_namesrv_interval`` seconds (30 by default, A11) and sends
+every ``poll_namesrv_interval`` seconds (30 by default, as ``MQClientInstance``) and sends
 HEART_BEAT to brokers every ``heartbeat_interval`` seconds (30).
 
 NameServers are tried in turn: the client sticks to one until it fails to
@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from rocket.auth.signature import SessionCredentials, resolve_credentials
 from rocket.client.errors import NameServerUnavailableError, TopicRouteError
 from rocket.protocol import MASTER_ID, BrokerData, TopicRouteData
 from rocket.remoting import (
@@ -108,6 +109,10 @@ class MQClient:
     ``namesrv_addr``: ``"host:port;host:port"``. ``timeout``: default request
     timeout in seconds. Start background route refresh and heartbeats with
     :meth:`start`; :meth:`close` stops them and closes connections.
+
+    ``credentials`` (:class:`rocket.auth.SessionCredentials`): every request is signed with
+    them, as ``AclClientRPCHook`` does; default: ``ROCKET_ACCESS_KEY``/``ROCKET_SECRET_KEY``
+    (or ``ROCKET_CREDENTIALS_FILE``) when set, else unsigned. Change with :meth:`set_credentials`.
     """
 
     def __init__(
@@ -118,6 +123,7 @@ class MQClient:
         timeout: float = DEFAULT_TIMEOUT,
         poll_namesrv_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self._ns_index = random.randrange(len(self.namesrv_addrs))
@@ -126,6 +132,8 @@ class MQClient:
         self.poll_namesrv_interval = poll_namesrv_interval
         self.heartbeat_interval = heartbeat_interval
         self.remoting = RemotingClient()
+        self.credentials: SessionCredentials | None = None
+        self.set_credentials(credentials if credentials is not None else resolve_credentials())
         #: Latest route of each topic this client uses (refreshed in the background).
         self.routes: dict[str, TopicRouteData] = {}
         #: Broker name → latest BrokerData seen in any route.
@@ -141,6 +149,11 @@ class MQClient:
         self._heartbeat_pending = False
         self._greeting: set[asyncio.Task[None]] = set()
         self._closed = False
+
+    def set_credentials(self, credentials: SessionCredentials | None) -> None:
+        """Sign every later request with ``credentials`` (None: send unsigned)."""
+        self.credentials = credentials
+        self.remoting.rpc_hook = credentials.sign if credentials is not None else None
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -91,6 +91,32 @@ def _payloads(count: int | None, size: int, file: Path | None, stdin: bool) -> I
         yield (head + filler)[:max(size, len(head))]
 
 
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``1500ms``, ``30s``, ``5m``, ``2h``, ``1d`` or a bare number of seconds, in ms.
+    Raises ``ValueError`` for anything else or a negative value."""
+    t = text.strip().lower()
+    for unit in ("ms", "s", "m", "h", "d"):
+        if t.endswith(unit) and t[: -len(unit)].replace(".", "", 1).isdigit():
+            return int(float(t[: -len(unit)]) * _DURATION_UNITS_MS[unit])
+    if t.replace(".", "", 1).isdigit():
+        return int(float(t) * 1000)
+    raise ValueError(f"--delay {text!r}: expected a duration such as 1500ms, 30s, 5m, 2h or 1d")
+
+
+def _parse_time_ms(text: str) -> int:
+    """ms since the epoch, or an ISO 8601 time (naive = local time). Raises ``ValueError``."""
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    try:
+        return int(datetime.fromisoformat(t).timestamp() * 1000)
+    except ValueError:
+        raise ValueError(f"--deliver-at {text!r}: expected ms since the epoch or an ISO time") from None
+
+
 def produce(
     topic: str = typer.Argument(..., help="Topic to send to (created through TBW102 if it does not exist)."),
     count: int | None = typer.Option(None, "--count", "-c", help="Messages to send (default 1; with --file: at most)."),
@@ -99,6 +125,10 @@ def produce(
     stdin: bool = typer.Option(False, "--stdin", help="Send each line read from stdin."),
     tags: str | None = typer.Option(None, "--tags", "-t", help="Tag of every message."),
     keys: str | None = typer.Option(None, "--keys", "-k", help="Keys; '{i}' is replaced by the message number."),
+    deliver_at: str | None = typer.Option(None, "--deliver-at", help="Timer message: deliver at this time "
+                                          "(ms since the epoch or ISO time, e.g. 2026-01-01T12:00:00+00:00)."),
+    delay: str | None = typer.Option(None, "--delay", help="Timer message: deliver this long after the broker "
+                                     "gets it (e.g. 1500ms, 30s, 5m, 2h, 1d; a bare number is seconds)."),
     batch_size: int = typer.Option(1, "--batch-size", "-b", help="Messages per SEND_BATCH_MESSAGE (1 = single sends)."),
     concurrency: int = typer.Option(32, "--concurrency", help="Sends in flight at once."),
     group: str = typer.Option("rocket-cli-producer", "--group", "-g", help="Producer group."),
@@ -112,6 +142,15 @@ def produce(
     from rocket.percentiles import percentile
 
     addr = resolve_namesrv(namesrv)
+    if deliver_at is not None and delay is not None:
+        raise _fail("give --deliver-at or --delay, not both", 2)
+    if (deliver_at is not None or delay is not None) and batch_size > 1:
+        raise _fail("timer messages are sent one by one: drop --batch-size", 2)
+    try:
+        deliver_ms = _parse_time_ms(deliver_at) if deliver_at is not None else None
+        delay_ms = parse_duration_ms(delay) if delay is not None else None
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
     bodies = list(_payloads(count if (file or stdin) else (count or 1), size, file, stdin))
     if not bodies:
         raise _fail("nothing to send")
@@ -132,7 +171,8 @@ def produce(
                 async def send(start: int, chunk: list[bytes]) -> None:
                     nonlocal sent, failed
                     msgs = [build_message(topic, body, tags=tags,
-                                          keys=keys.replace("{i}", str(start + j)) if keys else None)
+                                          keys=keys.replace("{i}", str(start + j)) if keys else None,
+                                          deliver_time_ms=deliver_ms, delay_ms=delay_ms)
                             for j, body in enumerate(chunk)]
                     async with sem:
                         t0 = time.perf_counter()

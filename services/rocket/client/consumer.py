@@ -34,7 +34,7 @@ asks for the next one, or leaves)::
         consumer.subscribe("Orders")
         async for msg in consumer.messages(): ...
 
-Behaviour (reference A7 "11", A11 push consumer): long polling (the broker
+Behaviour (Java's ``DefaultMQPushConsumerImpl``, ``RebalancePushImpl``): long polling (the broker
 holds a pull up to 15 s; request timeout 30 s; pull sysFlag SUSPEND |
 SUBSCRIPTION | COMMIT_OFFSET), rebalance every 20 s and on
 NOTIFY_CONSUMER_IDS_CHANGED (40), offsets persisted every 5 s and on shutdown,
@@ -60,6 +60,7 @@ from typing import Any
 
 import orjson
 
+from rocket.auth.signature import SessionCredentials
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient, check_response, ext
 from rocket.client.errors import NotStartedError, TopicRouteError
 from rocket.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
@@ -95,7 +96,7 @@ from rocket.remoting import (
 
 log = logging.getLogger("rocket.client.consumer")
 
-# Pull request sysFlag bits (A7 "11").
+# Pull request sysFlag bits (``PullSysFlag``).
 PULL_COMMIT_OFFSET = 1
 PULL_SUSPEND = 2
 PULL_SUBSCRIPTION = 4
@@ -162,7 +163,7 @@ def _timestamp_ms(value: int | float | datetime | None) -> int:
 
 def decode_pull_body(body: bytes, sub: SubscriptionData | None = None, *,
                      min_offset: int | None = None, max_offset: int | None = None) -> list[MessageExt]:
-    """Decode a pull body: stored records back to back (A9.1).
+    """Decode a pull body: stored records back to back (``MessageDecoder.decodes``).
 
     Bodies are decompressed (and the COMPRESSED bit cleared); messages whose
     tags ``sub`` does not select are dropped; MIN_OFFSET/MAX_OFFSET
@@ -318,12 +319,13 @@ class PullConsumer(_OffsetAPI):
         instance_name: str | None = None,
         poll_namesrv_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.timeout = timeout
         self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
                                poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval)
+                               heartbeat_interval=heartbeat_interval, credentials=credentials)
         self.client.heartbeat_body = self._heartbeat_body
         self.client.heartbeat_slaves = True
         self._puller = _Puller(self.client, group)
@@ -526,6 +528,7 @@ class PushConsumer(_OffsetAPI):
         timeout: float = DEFAULT_TIMEOUT,
         offset_store_dir: Path | str | None = None,
         instance_name: str | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.handler = handler
@@ -546,7 +549,7 @@ class PushConsumer(_OffsetAPI):
         self.timeout = timeout
         self.client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
                                poll_namesrv_interval=poll_namesrv_interval,
-                               heartbeat_interval=heartbeat_interval)
+                               heartbeat_interval=heartbeat_interval, credentials=credentials)
         self.client.heartbeat_body = self._heartbeat_body
         self.client.heartbeat_slaves = True
         self.client.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
@@ -831,7 +834,7 @@ class PushConsumer(_OffsetAPI):
         log.info("%s: %s released %s", self.group, self.client.client_id, mq)
 
     async def _start_offset(self, mq: MessageQueue) -> int:
-        """A11 push consumer step 3: stored offset, else per ``consume_from``."""
+        """As ``RebalancePushImpl.computePullFromWhere``: stored offset, else per ``consume_from``."""
         stored = await self._offsets.read(mq)
         is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if self.consume_from is ConsumeFrom.TIMESTAMP and stored <= 0 and not is_retry:
@@ -873,14 +876,19 @@ class PushConsumer(_OffsetAPI):
             if pq.dropped:
                 return
             if result.status is PullStatus.OFFSET_ILLEGAL:
+                # As DefaultMQPushConsumerImpl (OFFSET_ILLEGAL): the broker's corrected offset replaces
+                # the group's, also downwards, and is persisted at once; what was in flight no longer
+                # moves it (Java drops the process queue; this one carries on from the new offset).
                 log.warning("%s: offset %d of %s is illegal, moving to %d", self.group, pq.next_offset,
                             pq.mq, result.next_begin_offset)
                 pq.next_offset = result.next_begin_offset
-                if not pq.inflight:
-                    self._offsets.update(pq.mq, pq.next_offset)
-                    with contextlib.suppress(Exception):
-                        await self._offsets.persist(pq.mq)
+                pq.inflight.clear()
+                self._offsets.update(pq.mq, pq.next_offset)
+                with contextlib.suppress(Exception):
+                    await self._offsets.persist(pq.mq)
                 continue
+            # FOUND, NO_NEW_MSG (19), NO_MATCHED_MSG (20): continue from nextBeginOffset, as the Java
+            # client does; with nothing in flight it is also the group's offset (correctTagsOffset).
             pq.next_offset = result.next_begin_offset
             if not result.messages:
                 if not pq.inflight:

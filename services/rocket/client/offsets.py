@@ -7,7 +7,7 @@ shutdown):
 
 * :class:`RemoteOffsetStore` (CLUSTERING): the broker keeps the group's
   offsets; read with QUERY_CONSUMER_OFFSET (14), written with
-  UPDATE_CONSUMER_OFFSET (15) to the queue's master (reference A7).
+  UPDATE_CONSUMER_OFFSET (15) to the queue's master (``RemoteBrokerOffsetStore``).
 * :class:`LocalOffsetStore` (BROADCASTING): each consumer keeps its own
   offsets in a JSON file, written atomically (temporary file + rename).
 """

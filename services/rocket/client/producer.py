@@ -12,7 +12,7 @@ sends at once — ``await asyncio.gather(*(producer.send(m) for m in msgs))``
 or ``asyncio.create_task(producer.send(m))``. Every send travels over the one
 connection per broker, matched to its answer by ``opaque``.
 
-Behaviour (reference A7 "310/320", A11 producer):
+Behaviour (Java's ``DefaultMQProducerImpl``):
 
 * Routes come from the NameServers on first use of a topic and every 30 s
   after (and at once after a failed send). A topic without a route is sent
@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rocket.auth.signature import SessionCredentials
 from rocket.client.base import DEFAULT_TIMEOUT, MQClient
 from rocket.client.errors import MQClientError, NotStartedError, SendFailedError, TopicRouteError
 from rocket.client.route import FaultTracker, PublishInfo
@@ -72,7 +73,7 @@ from rocket.remoting import (
 
 log = logging.getLogger("rocket.client.producer")
 
-#: Response codes after which a sync send is retried on another broker (A7, Java client).
+#: Response codes after which a sync send is retried on another broker (``DefaultMQProducerImpl``).
 RETRY_CODES = frozenset({1, 2, 14, 16, 17, 204, 205})
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 #: Producer group of the producer a push consumer uses internally (Java's name).
@@ -102,7 +103,7 @@ class SendResult:
     """What a send returns.
 
     ``msg_id``: the client id(s) (UNIQ_KEY; comma-joined for a batch).
-    ``offset_msg_id``: the broker id(s) (store host + CommitLog offset, A9.4).
+    ``offset_msg_id``: the broker id(s) (store host + CommitLog offset, ``MessageDecoder.createMessageId``).
     ``queue``: where it went; ``queue_offset``: its logical offset there (the
     first one for a batch).
     """
@@ -133,12 +134,20 @@ def build_message(
     properties: Mapping[str, str] | None = None,
     flag: int = 0,
     delay_level: int = 0,
+    deliver_time_ms: int | None = None,
+    delay_ms: int | None = None,
 ) -> Message:
     """A :class:`~rocket.message.Message` with the usual fields set.
 
     ``body`` text is UTF-8 encoded; ``keys`` is one key or several (stored
     space-separated, each indexed by the broker); ``delay_level`` 1..18 delays
-    delivery (1 s … 2 h).
+    delivery (1 s … 2 h). Timer messages (RocketMQ 5): ``deliver_time_ms``
+    delivers at that absolute time (ms since the epoch, property
+    ``TIMER_DELIVER_MS``, as Java's ``Message.setDeliverTimeMs``); ``delay_ms``
+    that many ms after the broker receives it (``TIMER_DELAY_MS``, as
+    ``setDelayTimeMs``). The broker refuses (MESSAGE_ILLEGAL, 13) a time beyond
+    its ``timerMaxDelaySec`` (3 days by default) and delivers a past time at once.
+    Raises ``ValueError`` when both are given or ``delay_ms`` is negative.
     """
     msg = Message(topic=topic, body=body.encode() if isinstance(body, str) else bytes(body), flag=flag,
                   properties=dict(properties or {}))
@@ -148,7 +157,24 @@ def build_message(
         msg.properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else " ".join(keys)
     if delay_level:
         msg.properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+    if deliver_time_ms is not None and delay_ms is not None:
+        raise ValueError("give deliver_time_ms or delay_ms, not both")
+    if deliver_time_ms is not None:
+        msg.properties["TIMER_DELIVER_MS"] = str(int(deliver_time_ms))
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms {delay_ms} is negative")
+        msg.properties["TIMER_DELAY_MS"] = str(int(delay_ms))
     return msg
+
+
+def build_timer_delete(topic: str, msg_id: str, deliver_time_ms: int) -> Message:
+    """A message that cancels the pending timer message ``msg_id`` (its UNIQ_KEY) of ``topic``
+    due at ``deliver_time_ms``: RocketMQ 5's delete mark, property ``TIMER_DEL_UNIQKEY`` =
+    ``topic + "+" + msgId`` with the same ``TIMER_DELIVER_MS``, so it lands in the same slot
+    of the broker's timer wheel. Send it to ``topic`` (the broker holding the timer)."""
+    return Message(topic=topic, body=b"0", properties={"TIMER_DEL_UNIQKEY": f"{topic}+{msg_id}",
+                                                       "TIMER_DELIVER_MS": str(int(deliver_time_ms))})
 
 
 def validate_topic(topic: str) -> None:
@@ -215,6 +241,7 @@ class Producer:
         heartbeat_interval: float = 30.0,
         instance_name: str | None = None,
         client: MQClient | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.retries = max(0, retries)
@@ -229,6 +256,7 @@ class Producer:
             timeout=send_timeout,
             poll_namesrv_interval=poll_namesrv_interval,
             heartbeat_interval=heartbeat_interval,
+            credentials=credentials,
         )
         self.faults = FaultTracker()
         self._publish: dict[str, PublishInfo] = {}
@@ -568,7 +596,7 @@ class Producer:
     async def send_to_retry(self, msg: Message, group: str, *, reconsume_times: int,
                             max_reconsume_times: int, delay_level: int) -> SendResult:
         """Re-send a message a consumer could not send back to ``%RETRY%<group>``
-        (the client-side fallback of CONSUMER_SEND_MSG_BACK, A7 "36")."""
+        (the client-side fallback of CONSUMER_SEND_MSG_BACK, as ``DefaultMQPushConsumerImpl.sendMessageBack``)."""
         self._check_started()
         topic = RETRY_GROUP_TOPIC_PREFIX + group
         props = dict(msg.properties)

@@ -1,6 +1,6 @@
 """Subscriptions (tag expressions) and queue allocation for consumer groups.
 
-Tag expressions (reference A7 "11", tag filtering): ``*`` or an empty string
+Tag expressions (RocketMQ's ``FilterAPI``): ``*`` or an empty string
 match every message; otherwise the expression is tags separated by ``||``
 (``"TagA || TagB"``), each trimmed. The broker filters by the tags' hash
 codes; clients re-check the tag strings, since different tags may share a hash.
@@ -36,7 +36,7 @@ class MessageModel(enum.StrEnum):
 class ConsumeFrom(enum.StrEnum):
     """Where a consumer group starts on a queue for which it has no stored offset.
 
-    Note (reference A7 "14", quirk Q9): on a young queue whose data still starts
+    Note (``ConsumerManageProcessor.queryConsumerOffset``): on a young queue whose data still starts
     at offset 0 the broker answers offset 0 for a new group, so LAST_OFFSET then
     reads from the beginning too, exactly as Java clients do. TIMESTAMP treats
     that 0 as "no offset" and searches by time.
@@ -80,7 +80,7 @@ class SubscriptionData:
         return not self.tags or (tags is not None and tags in self.tags)
 
     def to_json(self) -> dict[str, Any]:
-        """The heartbeat's ``subscriptionDataSet`` entry (A10.5, Java form)."""
+        """The heartbeat's ``subscriptionDataSet`` entry (``HeartbeatData``, Java form)."""
         return {
             "classFilterMode": False,
             "codeSet": sorted(self.codes),

@@ -72,7 +72,7 @@ def _bound_read_buffers() -> None:
         return
 
     def bounded_read(self: TcpConnection) -> bool:
-        more = read(self)
+        more: bool = read(self)
         buffer = getattr(self, "_TcpConnection__readBuffer", b"")
         if len(buffer) >= 4:
             (length,) = struct.unpack("i", bytes(buffer[:4]))

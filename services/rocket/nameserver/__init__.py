@@ -2,8 +2,8 @@
 
 Brokers register with every NameServer (REGISTER_BROKER every 30 s);
 producers and consumers ask any NameServer for a topic's route. NameServers
-never talk to each other. See ``shared/design/ARCHITECTURE.md`` and
-``shared/reference/rocketmq-protocol.md`` A6.
+never talk to each other (RocketMQ's ``namesrv`` module: ``DefaultRequestProcessor``,
+``RouteInfoManager``). See the README's "The NameServer" section.
 
 Modules: :mod:`~rocket.protocol` (bodies), :mod:`~rocket.nameserver.routeinfo`
 (route table), :mod:`~rocket.nameserver.processor` (request handlers),

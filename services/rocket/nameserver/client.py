@@ -1,8 +1,8 @@
 """Typed async calls to a NameServer, for brokers, clients and admin tools.
 
 Each function takes ``(client, addr, ...)``: a :class:`RemotingClient` and the
-NameServer's ``"host:port"``, sends one request (codes and fields from
-``shared/reference/rocketmq-protocol.md`` A6) and returns parsed data.
+NameServer's ``"host:port"``, sends one request (codes and fields as RocketMQ's
+``DefaultRequestProcessor`` reads them) and returns parsed data.
 
 Errors: every function raises :class:`RemotingCommandError` when the
 NameServer answers with a code other than SUCCESS (e.g. ``code`` 17 for an
@@ -40,7 +40,7 @@ DEFAULT_TIMEOUT = 3.0
 
 @dataclass(slots=True)
 class RegisterBrokerResponse:
-    """What REGISTER_BROKER answers (A6).
+    """What REGISTER_BROKER answers (``RegisterBrokerResult``).
 
     ``ha_server_addr``/``master_addr``: for a slave whose master is live,
     where to replicate from; else None. ``order_topic_config``: the
@@ -88,7 +88,7 @@ async def register_broker(
     ``topic_configs`` is the broker's topic table, either a wrapper (with its
     own data version) or configs plus ``data_version``. The body carries a
     masked CRC32 in ``bodyCrc32`` and is zlib-compressed when ``compressed``
-    (A10.4).
+    (RocketMQ's ``RegisterBrokerBody``).
     """
     if isinstance(topic_configs, TopicConfigSerializeWrapper):
         wrapper = topic_configs

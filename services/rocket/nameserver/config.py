@@ -1,7 +1,7 @@
 """NameServer settings: defaults, config files, overrides.
 
 Defaults follow RocketMQ 4.9.8 (``NamesrvConfig``/``NettyServerConfig``,
-``shared/reference/rocketmq-protocol.md`` A6 and B8): remoting port 9876,
+``NamesrvController``, ``RouteInfoManager``): remoting port 9876,
 scan every 10 s, evict after 120 s of silence. The HTTP port (9877) is ours.
 
 A config file is TOML (``.toml``) or JSON (anything else) holding a flat
@@ -10,6 +10,20 @@ table of the field names below, in ``snake_case`` or ``kebab-case``, e.g.::
     port = 9876
     http-port = 9877
     broker-timeout = 120
+
+Units. Each key has one unit, the same in files and flags (``rocket nameserver --scan-interval``):
+
+============================  =======  =================================================
+key                           unit     meaning (default)
+============================  =======  =================================================
+scan_interval                 s        period of the scan for silent brokers (10)
+scanNotActiveBrokerInterval   ms       the same setting under RocketMQ's ``NamesrvConfig``
+                                       name and unit (10000)
+scan_initial_delay            s        before the first scan (5; at most ``scan_interval``)
+broker_timeout                s        silence after which a broker is evicted (120; Java's
+                                       ``BROKER_CHANNEL_EXPIRED_TIME``, 120000 ms)
+max_frame_size                bytes    largest remoting frame (16 MiB)
+============================  =======  =================================================
 """
 
 from __future__ import annotations
@@ -22,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
+from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
 
 
 class ConfigError(ValueError):
@@ -37,6 +52,11 @@ class NameServerConfig:
     ``scan_initial_delay``: seconds before the first scan (Java 5 s; never
     more than ``scan_interval``). ``max_frame_size``: bytes (16 MiB as Java).
     ``kv_config_path``: file for the KV store, or None for memory only.
+    ``write_buffer_high_water_mark``/``write_buffer_low_water_mark``: bytes of
+    unsent replies at which a connection stops / starts reading again (0 =
+    Netty's 64 KiB / 32 KiB, as RocketMQ's NettyServerConfig);
+    ``server_channel_max_pending_requests``: requests of one connection being
+    handled at once at which it stops reading (see ``rocket.remoting.connection``).
     """
 
     host: str = "0.0.0.0"
@@ -52,6 +72,31 @@ class NameServerConfig:
     enable_topic_list: bool = True
     kv_config_path: str | None = None
     log_level: str = "INFO"
+    #: ACL (RocketMQ 5.x ``AuthConfig`` names, as on brokers): requests must be signed by a known
+    #: user (authentication) whose ACL allows them (authorization). ``acl_enable`` sets both.
+    acl_enable: bool = False
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    #: The initial Super user, JSON ``{"username","password"}`` or a file (``ROCKET_INIT_AUTH_USER``).
+    init_authentication_user: str = ""
+    #: What this NameServer signs its copies of the brokers' users with (default: the initial user).
+    inner_client_authentication_credentials: str = ""
+    #: Cluster name of the ``Cluster:`` resource checked for administrative requests.
+    cluster_name: str = "DefaultCluster"
+    #: Seconds between copies of the users and ACLs from a registered master broker.
+    auth_sync_interval: float = 10.0
+    #: Bearer token file for ``/api/v1`` (``rocket.auth.http``); with ACL on, Super users' keys work too.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
+    write_buffer_high_water_mark: int = 0
+    write_buffer_low_water_mark: int = 0
+    server_channel_max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+
+    def flow_control(self) -> FlowControl:
+        """The connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
+        return FlowControl(self.write_buffer_high_water_mark, self.write_buffer_low_water_mark,
+                           self.server_channel_max_pending_requests)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an out-of-range value."""
@@ -67,6 +112,10 @@ class NameServerConfig:
             raise ConfigError("scan_initial_delay must not be negative")
         if self.max_frame_size < 64:
             raise ConfigError("max_frame_size is too small")
+        try:
+            self.flow_control()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def with_overrides(self, **overrides: Any) -> NameServerConfig:
         """A copy with every override that is not None applied."""
@@ -75,6 +124,11 @@ class NameServerConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NameServerConfig)}
+
+#: RocketMQ's ``NamesrvConfig`` keys accepted in files: name -> (field, seconds per unit of the key).
+ROCKETMQ_KEYS: dict[str, tuple[str, float]] = {
+    "scanNotActiveBrokerInterval": ("scan_interval", 0.001),
+}
 
 
 def load_config_file(path: Path) -> NameServerConfig:
@@ -100,6 +154,12 @@ def load_config_file(path: Path) -> NameServerConfig:
         data = data["nameserver"]
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key in ROCKETMQ_KEYS:
+            name, scale = ROCKETMQ_KEYS[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"config file {path}: {key} is in milliseconds and takes an integer, got {value!r}")
+            values[name] = value * scale
+            continue
         name = str(key).replace("-", "_")
         if name not in _FIELDS:
             raise ConfigError(f"config file {path}: unknown setting {key!r}")
@@ -125,3 +185,88 @@ def _coerce(name: str, value: Any, path: Path) -> Any:
     if kind is str and isinstance(value, str):
         return value
     raise ConfigError(f"config file {path}: {name} must be of type {kind.__name__}, got {value!r}")
+
+
+# -- GET_NAMESRV_CONFIG / UPDATE_NAMESRV_CONFIG (mqadmin getNamesrvConfig / updateNamesrvConfig) -------
+
+#: Settings that can change while the NameServer runs: Java name -> (field, to field, from field).
+#: The Java names are those of RocketMQ's ``NamesrvConfig`` (intervals there are milliseconds);
+#: ``brokerChannelExpiredTime`` is Java's fixed 120 s (``RouteInfoManager``), a setting here.
+RUNTIME_SETTINGS: dict[str, tuple[str, Any, Any]] = {
+    "orderMessageEnable": ("order_message_enable", lambda v: _java_bool(v), lambda v: str(v).lower()),
+    "enableAllTopicList": ("enable_all_topic_list", lambda v: _java_bool(v), lambda v: str(v).lower()),
+    "enableTopicList": ("enable_topic_list", lambda v: _java_bool(v), lambda v: str(v).lower()),
+    "scanNotActiveBrokerInterval": ("scan_interval", lambda v: _positive_ms(v) / 1000.0,
+                                    lambda v: str(round(v * 1000))),
+    "brokerChannelExpiredTime": ("broker_timeout", lambda v: _positive_ms(v) / 1000.0,
+                                 lambda v: str(round(v * 1000))),
+}
+#: Settings shown but read only at start (NettyServerConfig/NamesrvConfig names; ``httpPort`` is ours).
+STARTUP_SETTINGS: dict[str, str] = {
+    "listenPort": "port",
+    "bindAddress": "host",
+    "httpPort": "http_port",
+    "kvConfigPath": "kv_config_path",
+    "serverSocketMaxFrameSize": "max_frame_size",
+}
+
+
+def _java_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low not in ("true", "false"):
+        raise ConfigError(f"{text!r} is not true or false")
+    return low == "true"
+
+
+def _positive_ms(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{text!r} is not a whole number of milliseconds") from None
+    if value <= 0:
+        raise ConfigError(f"{value} must be positive")
+    return value
+
+
+def to_java_properties(config: NameServerConfig) -> dict[str, str]:
+    """Every setting under its Java name, as GET_NAMESRV_CONFIG's properties body shows them."""
+    out = {name: conv(getattr(config, field)) for name, (field, _, conv) in RUNTIME_SETTINGS.items()}
+    for name, field in STARTUP_SETTINGS.items():
+        value = getattr(config, field)
+        out[name] = "" if value is None else str(value)
+    return out
+
+
+def parse_java_properties(text: str) -> dict[str, str]:
+    """``key=value`` / ``key: value`` lines (``#``/``!`` comments skipped), as Java's ``Properties.load``
+    reads mqadmin's body (no escapes are used by it)."""
+    result: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        key, value = (line[:cut], line[cut + 1:]) if cut >= 0 else (line, "")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def runtime_update(config: NameServerConfig, values: dict[str, str]) -> dict[str, Any]:
+    """Check ``values`` (Java names) and return ``{field: new value}``; nothing is applied here.
+
+    Raises :class:`ConfigError` naming the key for an unknown key, a setting read only at start,
+    or a bad value: all or nothing.
+    """
+    changes: dict[str, Any] = {}
+    for key, text in values.items():
+        if key in STARTUP_SETTINGS:
+            raise ConfigError(f"{key} is read at start only; change it in the NameServer's config and restart")
+        if key not in RUNTIME_SETTINGS:
+            known = ", ".join(sorted(RUNTIME_SETTINGS))
+            raise ConfigError(f"unknown NameServer setting {key!r} (settable at run time: {known})")
+        field, parse, _ = RUNTIME_SETTINGS[key]
+        try:
+            changes[field] = parse(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    return changes

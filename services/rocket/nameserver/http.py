@@ -5,9 +5,9 @@
 | ``GET /healthz`` | 200 ``{"status": "ok"}`` while the process serves |
 | ``GET /readyz`` | 200 ``{"status": "ready"}`` once the remoting port listens; 503 otherwise |
 | ``GET /metrics`` | Prometheus text format of the instance's own registry |
-| ``GET /api/v1/cluster`` | ClusterInfo JSON (A10.2, standard keys) plus ``brokerLiveTable`` |
+| ``GET /api/v1/cluster`` | ClusterInfo JSON (``ClusterInfo``, standard keys) plus ``brokerLiveTable`` |
 | ``GET /api/v1/topics`` | ``{"topicList": [...]}`` |
-| ``GET /api/v1/topics/{topic}/route`` | TopicRouteData JSON (A10.1); 404 ``{"error", "code": 17}`` if unknown |
+| ``GET /api/v1/topics/{topic}/route`` | ``TopicRouteData`` JSON; 404 ``{"error", "code": 17}`` if unknown |
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from rocket.auth.http import HttpAuth
 from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.processor import no_route_remark
 from rocket.nameserver.routeinfo import RouteInfoManager
@@ -41,13 +42,19 @@ class NameServerView(Protocol):
         """The route table."""
         ...
 
+    @property
+    def http_auth(self) -> HttpAuth | None:
+        """The credential check of ``/api/v1`` (``rocket.auth.http``), None when open."""
+        ...
+
 
 _SERVER_KEY: web.AppKey[NameServerView] = web.AppKey("nameserver")
 
 
 def build_app(server: NameServerView) -> web.Application:
     """The aiohttp application serving ``server``'s probes, metrics and API."""
-    app = web.Application()
+    http_auth = server.http_auth
+    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
     app[_SERVER_KEY] = server
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

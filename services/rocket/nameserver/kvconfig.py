@@ -1,7 +1,7 @@
 """The NameServer's KV config store (``KVConfigManager`` in RocketMQ 4.9.8).
 
 Namespaced string key/value pairs set by admin tools with PUT/GET/DELETE_KV_CONFIG
-(100/101/102, ``shared/reference/rocketmq-protocol.md`` A6). The namespace
+(100/101/102, RocketMQ's ``KVConfigManager``). The namespace
 ``ORDER_TOPIC_CONFIG`` holds per-topic order configs that REGISTER_BROKER
 returns to brokers and route lookups may carry.
 

@@ -6,8 +6,8 @@ which makes each registration atomic with respect to lookups (see
 :mod:`rocket.nameserver.routeinfo`) and keeps the route-lookup hot path free
 of task creation.
 
-Ext fields, bodies and response codes follow ``shared/reference/rocketmq-protocol.md``
-A6; a missing required field is answered with SYSTEM_ERROR (1) by the
+Ext fields, bodies and response codes follow RocketMQ's ``DefaultRequestProcessor``;
+a missing required field is answered with SYSTEM_ERROR (1) by the
 connection (``HeaderFieldError``), as Java does for ``@CFNotNull`` fields.
 """
 
@@ -28,8 +28,9 @@ from rocket.protocol import (
     topic_list_body,
 )
 from rocket.protocol.codes import RequestCode, ResponseCode
+from rocket.protocol.validation import LONG_MAX, topic_counts_problem
 from rocket.remoting.command import RemotingCommand
-from rocket.remoting.connection import Processors, RemotingConnection
+from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
 
 if TYPE_CHECKING:
     from rocket.nameserver.metrics import NameServerMetrics
@@ -44,7 +45,7 @@ _APPLY_TOPIC_SUGGESTION = "\nSee http://rocketmq.apache.org/docs/faq/ for furthe
 
 
 def no_route_remark(topic: str) -> str:
-    """Remark of a TOPIC_NOT_EXIST (17) answer to GET_ROUTEINFO_BY_TOPIC (A6)."""
+    """Remark of a TOPIC_NOT_EXIST (17) answer to GET_ROUTEINFO_BY_TOPIC (``DefaultRequestProcessor``)."""
     return f"No topic route info in name server for the topic: {topic}{_APPLY_TOPIC_SUGGESTION}"
 
 
@@ -119,7 +120,7 @@ class DefaultRequestProcessor:
     # -- brokers (103/104/322) ---------------------------------------------------------
 
     def register_broker(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """REGISTER_BROKER (103), A6.
+        """REGISTER_BROKER (103), as ``DefaultRequestProcessor.registerBroker``.
 
         Ext: ``brokerName``, ``brokerAddr``, ``clusterName``, ``haServerAddr``,
         ``brokerId`` (required), ``compressed``, ``bodyCrc32`` (optional).
@@ -128,6 +129,11 @@ class DefaultRequestProcessor:
         SYSTEM_ERROR with a description for an undecodable body. On success:
         code 0, ext ``haServerAddr``/``masterAddr`` for a slave whose master
         is live, body = KVTable of ORDER_TOPIC_CONFIG when not empty.
+
+        Answers INVALID_PARAMETER (29) for an empty ``brokerName``/``clusterName``, a negative
+        ``brokerId`` or ``epoch``, or an address that is not ``host:port``; a topic of the body
+        whose queue counts, perm or topicSysFlag are out of range
+        (``rocket.protocol.validation.topic_counts_problem``) is left out of the routes, logged.
 
         Optional ext ``epoch`` (RocketCluster replication epoch of a master):
         when another live master of the group has a newer or equal epoch, the
@@ -144,8 +150,13 @@ class DefaultRequestProcessor:
             epoch = int(epoch_text) if epoch_text not in (None, "") else None
         except ValueError:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad epoch {epoch_text!r}")
+        if epoch is not None and not 0 <= epoch <= LONG_MAX:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"epoch {epoch} is out of range (0..{LONG_MAX})")
         compressed = request.get_bool("compressed", False)
-        body_crc = request.get_int("bodyCrc32", 0)
+        body_crc = request.get_int("bodyCrc32", 0, bits=32)
+        problem = _broker_identity_problem(broker_name, broker_addr, cluster_name, broker_id, ha_server_addr)
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         if body_crc != 0 and crc32_masked(request.body) != body_crc:
             log.warning("register from %s (%s): body crc32 does not match", broker_addr, conn.peer)
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
@@ -154,6 +165,13 @@ class DefaultRequestProcessor:
         except BodyError as exc:
             log.warning("register from %s (%s): bad body: %s", broker_addr, conn.peer, exc)
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {exc}")
+        table = body.topic_config_serialize_wrapper.topic_config_table
+        for name, tc in list(table.items()):
+            problem = topic_counts_problem(tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
+            if problem is not None:  # one odd topic must not take the whole broker out of the routes
+                log.warning("register from %s (%s): topic %s left out of the routes: %s", broker_addr, conn.peer,
+                            name, problem)
+                del table[name]
 
         result = self.routes.register_broker(
             cluster_name,
@@ -191,6 +209,9 @@ class DefaultRequestProcessor:
         broker_addr = request.require("brokerAddr")
         cluster_name = request.require("clusterName")
         broker_id = request.require_int("brokerId")
+        if broker_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER,
+                                    f"brokerId {broker_id} is out of range (0..{LONG_MAX})")
         self.routes.unregister_broker(cluster_name, broker_addr, broker_name, broker_id)
         addrs = conn.attributes.get(CONN_BROKER_ADDRS)
         if addrs is not None:
@@ -218,7 +239,7 @@ class DefaultRequestProcessor:
 
     def get_route_info_by_topic(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_ROUTEINFO_BY_TOPIC (105): ext ``topic`` -> code 0 + TopicRouteData
-        JSON (always standard JSON, A6), or TOPIC_NOT_EXIST (17) with the
+        JSON (always standard JSON), or TOPIC_NOT_EXIST (17) with the
         Java remark. The hot path: the body comes from the route cache."""
         topic = request.ext_fields.get("topic")
         if topic is None:
@@ -234,7 +255,7 @@ class DefaultRequestProcessor:
         return request.response(body=body)
 
     def get_broker_cluster_info(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """GET_BROKER_CLUSTER_INFO (106): no ext -> code 0 + ClusterInfo JSON (A10.2)."""
+        """GET_BROKER_CLUSTER_INFO (106): no ext -> code 0 + ``ClusterInfo`` JSON."""
         return request.response(body=self.routes.get_all_cluster_info().encode())
 
     # -- permissions (205/327) -------------------------------------------------------------
@@ -281,7 +302,7 @@ class DefaultRequestProcessor:
     # -- connection close -------------------------------------------------------------------
 
     def connection_closed(self, conn: RemotingConnection) -> list[str]:
-        """Drop the brokers that registered over ``conn`` (A6 housekeeping).
+        """Drop the brokers that registered over ``conn`` (``BrokerHousekeepingService``).
 
         A broker that has since re-registered over another connection is
         kept. Returns the addresses removed.
@@ -303,3 +324,22 @@ class DefaultRequestProcessor:
         if not self.order_message_enable:
             return None
         return self.kv_config.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+
+
+def _broker_identity_problem(name: str, addr: str, cluster: str, broker_id: int, ha_addr: str) -> str | None:
+    """A remark when a registering broker's identity is out of range, else None: names not
+    empty, ``brokerId`` >= 0, ``brokerAddr`` (and a non-empty ``haServerAddr``) ``host:port``."""
+    if not name or not cluster:
+        return "brokerName and clusterName must not be empty"
+    if broker_id < 0:
+        return f"brokerId {broker_id} is out of range (0..{LONG_MAX})"
+    for field, value in (("brokerAddr", addr), ("haServerAddr", ha_addr)):
+        if field == "haServerAddr" and not value:
+            continue
+        try:
+            host, _ = parse_addr(value)
+        except ValueError as exc:
+            return f"{field}: {exc}"
+        if not host:
+            return f"{field} {value!r} has no host"
+    return None

@@ -1,6 +1,6 @@
 """The NameServer's route table (``RouteInfoManager`` in RocketMQ 4.9.8).
 
-Five tables, as in Java (``shared/reference/rocketmq-protocol.md`` A6):
+Five tables, as in Java:
 
 * ``topic_queue_table``: topic -> brokerName -> :class:`QueueData`
 * ``broker_addr_table``: brokerName -> :class:`BrokerData` (brokerId -> addr)
@@ -44,7 +44,7 @@ from rocket.protocol.codes import PERM_WRITE
 
 log = logging.getLogger("rocket.nameserver")
 
-#: Seconds of silence after which a broker is evicted (``BROKER_CHANNEL_EXPIRED_TIME``, A6, B8).
+#: Seconds of silence after which a broker is evicted (``BROKER_CHANNEL_EXPIRED_TIME``).
 DEFAULT_BROKER_TIMEOUT = 120.0
 
 
@@ -74,7 +74,7 @@ class RegisterBrokerResult:
     """Outcome of a registration (``RegisterBrokerResult.java``).
 
     ``ha_server_addr``/``master_addr`` are set only for a slave whose master
-    is registered and live (the slave replicates from there, A6, B7).
+    is registered and live (the slave replicates from there, ``HAService``).
     ``queue_data_updated`` tells whether the topic table was (re)applied.
     ``master_epoch`` is set (with ``master_addr``/``ha_server_addr``) when a
     master registering with an epoch was *not* registered because another
@@ -158,7 +158,7 @@ class RouteInfoManager:
         channel: Any = None,
         epoch: int | None = None,
     ) -> RegisterBrokerResult:
-        """Apply one REGISTER_BROKER (A6), atomically.
+        """Apply one REGISTER_BROKER (``RouteInfoManager.registerBroker``), atomically.
 
         Replication epochs (RocketCluster extension, ``rocket.broker.ha``): a
         master registering with ``epoch`` while another *live* address holds
@@ -176,42 +176,12 @@ class RouteInfoManager:
         live entry. Topics the broker no longer reports are kept, as in Java
         4.9.8 (DELETE_TOPIC_IN_NAMESRV removes them).
         """
+        fenced = self._fenced_master(broker_addr, broker_name, broker_id, epoch)
+        if fenced is not None:
+            return fenced
         result = RegisterBrokerResult()
-        if broker_id == MASTER_ID and epoch is not None:
-            current = self.broker_addr_table.get(broker_name)
-            holder = current.broker_addrs.get(MASTER_ID) if current is not None else None
-            live = self.broker_live_table.get(holder) if holder is not None and holder != broker_addr else None
-            if live is not None and live.epoch is not None and live.epoch >= epoch:
-                log.warning("master registration of %s for %s refused: %s is live with epoch %d >= %d",
-                            broker_addr, broker_name, holder, live.epoch, epoch)
-                result.master_addr = holder
-                result.ha_server_addr = live.ha_server_addr
-                result.master_epoch = live.epoch
-                return result
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
-
-        register_first = False
-        broker_data = self.broker_addr_table.get(broker_name)
-        if broker_data is None:
-            register_first = True
-            broker_data = BrokerData(cluster_name, broker_name, {})
-            self.broker_addr_table[broker_name] = broker_data
-        addrs = broker_data.broker_addrs
-        addrs_changed = False
-        for other_id, other_addr in list(addrs.items()):
-            if other_addr == broker_addr and other_id != broker_id:
-                del addrs[other_id]
-                addrs_changed = True
-        old_addr = addrs.get(broker_id)
-        if old_addr != broker_addr:
-            addrs[broker_id] = broker_addr
-            addrs_changed = True
-        register_first = register_first or old_addr is None
-        if broker_data.cluster != cluster_name:
-            broker_data.cluster = cluster_name
-            addrs_changed = True
-        if addrs_changed:
-            self._invalidate_broker_name(broker_name)
+        register_first = self._put_broker_addr(cluster_name, broker_name, broker_id, broker_addr)
 
         if topic_config_wrapper is not None and broker_id == MASTER_ID:
             if register_first or self.is_broker_topic_config_changed(
@@ -246,13 +216,58 @@ class RouteInfoManager:
                 self.filter_server_table.pop(broker_addr, None)
 
         if broker_id != MASTER_ID:
-            master_addr = addrs.get(MASTER_ID)
-            if master_addr is not None:
-                master_live = self.broker_live_table.get(master_addr)
-                if master_live is not None:
-                    result.ha_server_addr = master_live.ha_server_addr
-                    result.master_addr = master_addr
+            self._fill_master_of_slave(broker_name, result)
         return result
+
+    def _fenced_master(self, broker_addr: str, broker_name: str, broker_id: int,
+                       epoch: int | None) -> RegisterBrokerResult | None:
+        """The refusal of a master registration whose epoch is not newer than a live master's, else None."""
+        if broker_id != MASTER_ID or epoch is None:
+            return None
+        current = self.broker_addr_table.get(broker_name)
+        holder = current.broker_addrs.get(MASTER_ID) if current is not None else None
+        live = self.broker_live_table.get(holder) if holder is not None and holder != broker_addr else None
+        if live is None or live.epoch is None or live.epoch < epoch:
+            return None
+        log.warning("master registration of %s for %s refused: %s is live with epoch %d >= %d",
+                    broker_addr, broker_name, holder, live.epoch, epoch)
+        return RegisterBrokerResult(master_addr=holder, ha_server_addr=live.ha_server_addr, master_epoch=live.epoch)
+
+    def _put_broker_addr(self, cluster_name: str, broker_name: str, broker_id: int, broker_addr: str) -> bool:
+        """``brokerAddrs[broker_id] = broker_addr``, first dropping any other id mapped to that address.
+
+        Returns True when the group or this id had no address before (a first registration).
+        """
+        register_first = False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None:
+            register_first = True
+            broker_data = BrokerData(cluster_name, broker_name, {})
+            self.broker_addr_table[broker_name] = broker_data
+        addrs = broker_data.broker_addrs
+        addrs_changed = False
+        for other_id, other_addr in list(addrs.items()):
+            if other_addr == broker_addr and other_id != broker_id:
+                del addrs[other_id]
+                addrs_changed = True
+        old_addr = addrs.get(broker_id)
+        if old_addr != broker_addr:
+            addrs[broker_id] = broker_addr
+            addrs_changed = True
+        if broker_data.cluster != cluster_name:
+            broker_data.cluster = cluster_name
+            addrs_changed = True
+        if addrs_changed:
+            self._invalidate_broker_name(broker_name)
+        return register_first or old_addr is None
+
+    def _fill_master_of_slave(self, broker_name: str, result: RegisterBrokerResult) -> None:
+        """Set the live master's address and HA address on a slave's ``result``."""
+        master_addr = self.broker_addr_table[broker_name].broker_addrs.get(MASTER_ID)
+        master_live = self.broker_live_table.get(master_addr) if master_addr is not None else None
+        if master_live is not None:
+            result.ha_server_addr = master_live.ha_server_addr
+            result.master_addr = master_addr
 
     def _create_and_update_queue_data(self, topic: str, broker_name: str, queue_data: QueueData) -> None:
         queues = self.topic_queue_table.get(topic)
@@ -283,7 +298,7 @@ class RouteInfoManager:
             live.last_update = self.clock()
 
     def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
-        """Apply one UNREGISTER_BROKER (A6): drop the address everywhere.
+        """Apply one UNREGISTER_BROKER (``unregisterBroker``): drop the address everywhere.
 
         Removes ``broker_addr`` from the live table and from the group's
         ``brokerAddrs`` (the entry ``broker_id`` if it still maps to this

@@ -9,7 +9,7 @@ With ``controller`` settings it also runs a controller (RocketMQ 5's
 ``enableControllerInNamesrv``), whose requests (904, 1001-1013) are served on
 the NameServer's own remoting port.
 
-Housekeeping (``shared/reference/rocketmq-protocol.md`` A6): every
+Housekeeping (``RouteInfoManager.scanNotActiveBroker``): every
 ``scan_interval`` seconds brokers silent for ``broker_timeout`` seconds are
 evicted and their connections closed; a broker whose connection closes is
 removed at once.
@@ -24,15 +24,27 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
+from rocket.auth.http import HttpAuth, read_token
+from rocket.auth.sync import fetch_auth_metadata
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
-from rocket.nameserver.config import NameServerConfig
+from rocket.nameserver.config import (
+    ConfigError,
+    NameServerConfig,
+    parse_java_properties,
+    runtime_update,
+    to_java_properties,
+)
 from rocket.nameserver.http import build_app
 from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
+from rocket.protocol.codes import RequestCode, ResponseCode
+from rocket.remoting import RemotingClient, RemotingError
+from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.server import RemotingServer
 from rocket.runtime import stop_signals
@@ -64,12 +76,39 @@ class NameServer:
             enable_topic_list=cfg.enable_topic_list,
         )
         self.processor.register(processors)
+        processors.register(RequestCode.GET_NAMESRV_CONFIG, self.get_namesrv_config)
+        processors.register(RequestCode.UPDATE_NAMESRV_CONFIG, self.update_namesrv_config)
         self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
         self.metrics = NameServerMetrics(self.routes, set(processors.codes()))
         self.processor.metrics = self.metrics
         processors.observers.append(self.metrics.observe_request)
+        self.auth_config = AuthConfig(
+            cluster_name=cfg.cluster_name,
+            authentication_enabled=cfg.authentication_enabled or cfg.acl_enable,
+            authorization_enabled=cfg.authorization_enabled or cfg.acl_enable,
+            init_authentication_user=cfg.init_authentication_user,
+            inner_client_authentication_credentials=cfg.inner_client_authentication_credentials,
+        )
+        #: Users and ACLs (a copy of a master broker's, plus the initial Super user).
+        self.auth_store = AuthMetadataStore()
+        self.auth: ServerAuth | None = (
+            ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
+        )
+        self._auth_client: RemotingClient | None = None
+        if self.auth is not None:
+            creds = inner_credentials(self.auth_config)
+            self._auth_client = RemotingClient(rpc_hook=creds.sign if creds else None)
+        self._auth_task: asyncio.Task[None] | None = None
+        #: Credential check of the HTTP ``/api/v1`` routes (None: open).
+        self.http_auth: HttpAuth | None = None
+        if self.auth is not None or cfg.http_auth_token_file:
+            token = read_token(cfg.http_auth_token_file) if cfg.http_auth_token_file else None
+            self.http_auth = HttpAuth(token, self.auth_store if self.auth is not None else None,
+                                      protect_probes=cfg.http_auth_probes)
         self.remoting = RemotingServer(
-            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver"
+            processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
+            rpc_hook=self.auth,
+            flow_control=cfg.flow_control(),
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
         #: The embedded controller (RocketMQ's ``enableControllerInNamesrv``), served on this port.
@@ -77,6 +116,8 @@ class NameServer:
         if controller is not None:
             self.controller = ControllerManager(controller)
             self.controller.register(processors)
+            if self._auth_client is not None:  # its requests to brokers are signed like ours
+                self.controller.client.rpc_hook = self._auth_client.rpc_hook
             self.remoting.on_connection_closed.append(self.controller.connection_closed)
             self.metrics.registry.register(ControllerCollector(self.controller))
         self._http_runner: web.AppRunner | None = None
@@ -126,6 +167,8 @@ class NameServer:
             addresses = runner.addresses
             self.http_port = int(addresses[0][1]) if addresses else cfg.http_port
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="nameserver-scan")
+        if self._auth_client is not None:
+            self._auth_task = asyncio.get_running_loop().create_task(self._auth_sync_loop(), name="nameserver-auth")
         self.ready = True
 
     async def stop(self) -> None:
@@ -145,12 +188,51 @@ class NameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self._auth_task is not None:
+            self._auth_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._auth_task
+            self._auth_task = None
+        if self._auth_client is not None:
+            await self._auth_client.close()
         await self.remoting.stop()
         if self.controller is not None:
             await self.controller.stop()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
             self._http_runner = None
+
+    def get_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): body = the settings as ``key=value`` lines (Java names,
+        :func:`~rocket.nameserver.config.to_java_properties`)."""
+        values = to_java_properties(self.config)
+        body = "".join(f"{k}={v}\n" for k, v in sorted(values.items())).encode()
+        return request.response(ResponseCode.SUCCESS, body=body)
+
+    def update_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318): body ``key=value`` lines; applied at once, all or nothing,
+        until the NameServer restarts. SYSTEM_ERROR naming the key for an unknown key, a bad value
+        or a setting read only at start (:func:`~rocket.nameserver.config.runtime_update`)."""
+        try:
+            values = parse_java_properties(request.body.decode())
+        except UnicodeDecodeError:
+            return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: body is not UTF-8")
+        if not values:
+            return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: no key=value in the body")
+        try:
+            changes = runtime_update(self.config, values)
+        except ConfigError as exc:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"update NameServer config failed: {exc}")
+        for field, value in changes.items():
+            setattr(self.config, field, value)
+        cfg = self.config
+        self.processor.order_message_enable = cfg.order_message_enable
+        self.processor.enable_all_topic_list = cfg.enable_all_topic_list
+        self.processor.enable_topic_list = cfg.enable_topic_list
+        self.routes.order_topic_conf = self.processor.order_topic_conf if cfg.order_message_enable else None
+        self.routes.broker_timeout = cfg.broker_timeout
+        log.info("NameServer config updated by %s: %s", conn.peer, ", ".join(f"{k}={v}" for k, v in values.items()))
+        return request.response(ResponseCode.SUCCESS)
 
     def scan_not_active_brokers(self) -> int:
         """One housekeeping pass: evict silent brokers, close their connections.
@@ -165,6 +247,36 @@ class NameServer:
         if evicted:
             self.metrics.evictions_timeout.inc(len(evicted))
         return len(evicted)
+
+    async def sync_auth_once(self) -> bool:
+        """Copy users and ACLs from the first registered master that answers; True on success."""
+        assert self._auth_client is not None
+        masters = sorted(addr for bd in self.routes.broker_addr_table.values()
+                         if (addr := bd.master_addr) is not None)
+        for addr in masters:
+            try:
+                metadata = await fetch_auth_metadata(self._auth_client, addr)
+                own = initial_user(self.auth_config)
+                if own is not None and not any(u.get("username") == own.username for u in metadata["users"]
+                                               if isinstance(u, dict)):
+                    metadata["users"].append(own.to_json())
+                self.auth_store.replace_all(metadata)
+                return True
+            except (RemotingError, ValueError) as exc:
+                log.warning("copying users and ACLs from broker %s failed: %s", addr, exc)
+        return False
+
+    async def _auth_sync_loop(self) -> None:
+        interval = max(0.2, self.config.auth_sync_interval)
+        while True:
+            try:
+                if self.routes.broker_addr_table:
+                    await self.sync_auth_once()
+            except AuthError as exc:
+                log.warning("auth metadata copy rejected: %s", exc)
+            except Exception:
+                log.exception("auth metadata copy failed")
+            await asyncio.sleep(interval)
 
     async def _scan_loop(self) -> None:
         cfg = self.config

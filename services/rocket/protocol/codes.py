@@ -22,6 +22,7 @@ class RequestCode(IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    UPDATE_AND_CREATE_TOPIC_LIST = 18
     GET_ALL_TOPIC_CONFIG = 21
     GET_TOPIC_CONFIG_LIST = 22
     UPDATE_BROKER_CONFIG = 25
@@ -43,6 +44,7 @@ class RequestCode(IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    GET_TIMER_CHECK_POINT = 60
     CHECK_CLIENT_CONFIG = 46
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
@@ -55,6 +57,7 @@ class RequestCode(IntEnum):
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
     GET_TOPIC_STATS_INFO = 202
     GET_CONSUMER_CONNECTION_LIST = 203
+    GET_PRODUCER_CONNECTION_LIST = 204
     WIPE_WRITE_PERM_OF_BROKER = 205
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_SUBSCRIPTIONGROUP = 207
@@ -62,17 +65,32 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     RESET_CONSUMER_CLIENT_OFFSET = 220
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST = 225
     GET_TOPICS_BY_CLUSTER = 224
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_SYSTEM_TOPIC_LIST_FROM_BROKER = 305
+    CLEAN_EXPIRED_CONSUMEQUEUE = 306
     GET_CONSUMER_RUNNING_INFO = 307
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
+    VIEW_BROKER_STATS_DATA = 315
+    CLEAN_UNUSED_TOPIC = 316
+    GET_BROKER_CONSUME_STATS = 317
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     SEND_BATCH_MESSAGE = 320
     #: RocketMQ 5.x lite pull consumers; same header and answer as PULL_MESSAGE.
     LITE_PULL_MESSAGE = 361
+    QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
     #: RocketMQ 5: a controller-mode broker's heartbeat to every controller (``BrokerHeartbeatRequestHeader``).
     BROKER_HEARTBEAT = 904
+    GET_ALL_PRODUCER_INFO = 328
+    DELETE_EXPIRED_COMMITLOG = 329
+    #: RocketMQ 5.x: one topic's TopicConfig (mqadmin 5's updateTopicPerm and others).
+    GET_TOPIC_CONFIG = 351
     #: RocketMQ 5 numbers; RocketCluster bodies (``rocket.broker.ha``): HA status JSON,
     #: the epoch list, and a promotion request (ext ``role``, ``brokerRole``, ``force``).
     GET_BROKER_HA_STATUS = 907
@@ -90,6 +108,18 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    #: RocketMQ 5.x ACL 2.0 administration (``RequestCode.AUTH_*``); headers and
+    #: bodies in ``rocket.auth.processor``.
+    AUTH_CREATE_USER = 3001
+    AUTH_UPDATE_USER = 3002
+    AUTH_DELETE_USER = 3003
+    AUTH_GET_USER = 3004
+    AUTH_LIST_USER = 3005
+    AUTH_CREATE_ACL = 3006
+    AUTH_UPDATE_ACL = 3007
+    AUTH_DELETE_ACL = 3008
+    AUTH_GET_ACL = 3009
+    AUTH_LIST_ACL = 3010
 
 
 class ResponseCode(IntEnum):
@@ -119,6 +149,9 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
+    #: RocketMQ 5: a header field of the right type outside its allowed range (also AUTH_* requests
+    #: with a blank name).
+    INVALID_PARAMETER = 29
     TRANSACTION_SHOULD_COMMIT = 200
     TRANSACTION_SHOULD_ROLLBACK = 201
     TRANSACTION_STATE_UNKNOW = 202

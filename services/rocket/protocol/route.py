@@ -55,11 +55,15 @@ class MessageQueue:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> MessageQueue:
-        """Read Java's form. Raises :class:`BodyError` when a field is missing or mistyped."""
+        """Read Java's form. Raises :class:`BodyError` when a field is missing or mistyped, or the
+        queueId is not within 0 .. 2^31-1 (a Java int, never negative)."""
         try:
-            return cls(topic=str(obj["topic"]), broker_name=str(obj["brokerName"]), queue_id=int(obj["queueId"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            mq = cls(topic=str(obj["topic"]), broker_name=str(obj["brokerName"]), queue_id=int(obj["queueId"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BodyError(f"bad MessageQueue {obj!r}: {exc}") from None
+        if not 0 <= mq.queue_id <= 2**31 - 1:
+            raise BodyError(f"bad MessageQueue {obj!r}: queueId {mq.queue_id} is out of range (0..2147483647)")
+        return mq
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The codes live in :mod:`rocket.protocol.codes`; they are re-exported here because every request
 handler needs them beside :class:`RemotingCommand`.
 
-Reference: ``shared/reference/rocketmq-protocol.md`` part A.
+Formats follow RocketMQ's ``remoting`` module: ``RemotingCommand``, ``NettyRemotingAbstract``.
 """
 
 from rocket.protocol.codes import (
@@ -32,7 +32,7 @@ from rocket.remoting.command import (
     decode,
     encode,
 )
-from rocket.remoting.connection import Processors, RemotingConnection, parse_addr
+from rocket.remoting.connection import FlowControl, Processors, RemotingConnection, parse_addr
 from rocket.remoting.server import RemotingServer
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "PERM_PRIORITY",
     "PERM_READ",
     "PERM_WRITE",
+    "FlowControl",
     "FrameDecoder",
     "FrameError",
     "HeaderFieldError",

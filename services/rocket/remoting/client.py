@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from rocket.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -21,7 +22,9 @@ class RemotingClient:
 
     Connections are opened on first use and kept; a closed one is reopened on
     the next request. ``processors`` answers requests the peer sends to us
-    (e.g. NOTIFY_CONSUMER_IDS_CHANGED from a broker).
+    (e.g. NOTIFY_CONSUMER_IDS_CHANGED from a broker). ``rpc_hook`` is called with
+    every request sent over these connections just before it is encoded (RocketMQ's
+    ``RPCHook.doBeforeRequest``; e.g. ``SessionCredentials.sign``); set it any time.
     """
 
     def __init__(
@@ -30,12 +33,25 @@ class RemotingClient:
         *,
         connect_timeout: float = 3.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.processors = processors or Processors()
+        self._rpc_hook = rpc_hook
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self._connections: dict[str, RemotingConnection] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+
+    @property
+    def rpc_hook(self) -> Callable[[RemotingCommand], None] | None:
+        """The request hook (see the class doc)."""
+        return self._rpc_hook
+
+    @rpc_hook.setter
+    def rpc_hook(self, hook: Callable[[RemotingCommand], None] | None) -> None:
+        self._rpc_hook = hook
+        for conn in self._connections.values():
+            conn.rpc_hook = hook
 
     def register(self, code: int, handler: Handler) -> None:
         """Answer requests with ``code`` sent to us by peers with ``handler``."""
@@ -71,6 +87,7 @@ class RemotingClient:
                     )
             except (OSError, TimeoutError) as exc:
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc
+            protocol.rpc_hook = self._rpc_hook
             self._connections[addr] = protocol
             return protocol
 

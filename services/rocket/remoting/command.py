@@ -1,6 +1,6 @@
 """The remoting command and its frame codec (JSON and RocketMQ binary headers).
 
-Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
+Frame layout (RocketMQ's ``RemotingCommand.encode`` / ``NettyDecoder``), all big-endian::
 
     int32 length            bytes after this field = 4 + headerLen + bodyLen
     int32 headerTag         top 8 bits: serialization type (0 JSON, 1 ROCKETMQ)
@@ -9,12 +9,13 @@ Frame layout (``shared/reference/rocketmq-protocol.md`` A1), all big-endian::
     the rest                the body
 
 The JSON header is an object with ``code``, ``language``, ``version``,
-``opaque``, ``flag``, optional ``remark`` and ``extFields`` (A2); the binary
-header is laid out as in A3. Replies use the serialization of the request.
+``opaque``, ``flag``, optional ``remark`` and ``extFields`` (``RemotingSerializable``);
+the binary header is laid out as in ``RocketMQSerializable``. Replies use the serialization of the request.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from rocket.protocol.codes import (
     ResponseCode,
     SerializeType,
 )
+from rocket.protocol.validation import JAVA_INT_RANGE, JAVA_LONG_RANGE
 
 #: Largest frame accepted by default: 16 MiB, as Java's ``frameMaxLength``.
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -87,7 +89,7 @@ class RemotingCommandError(RemotingError):
 def ext_str(value: Any) -> str | None:
     """Coerce an ext-field value to the string form Java would have sent.
 
-    Other clients send numbers and booleans (A2, quirk Q2): ``True`` becomes
+    Clients other than Java's (the C++ core, ali-ons) send numbers and booleans: ``True`` becomes
     ``"true"``, ``3`` becomes ``"3"``; ``None`` stays ``None``.
     """
     if value is None:
@@ -101,6 +103,24 @@ def ext_str(value: Any) -> str | None:
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else repr(value)
     return orjson.dumps(value).decode()
+
+
+
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def _header_int(name: str, text: str | int, bits: int) -> int:
+    text = str(text)  # an int when set in-process rather than read from a frame
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    if not _DECIMAL.fullmatch(text):  # Java's parseInt/parseLong: no spaces, no '_', ASCII digits
+        raise HeaderFieldError(f"the custom field <{name}> is not an integer: {shown!r}")
+    low, high = JAVA_INT_RANGE if bits == 32 else JAVA_LONG_RANGE
+    value = int(text) if len(text) <= 21 else None
+    if value is None or not low <= value <= high:
+        kind = "an int" if bits == 32 else "a long"
+        raise HeaderFieldError(f"the custom field <{name}> is out of the range of {kind}: {shown}")
+    return value
 
 
 def parse_bool(text: str) -> bool:
@@ -120,7 +140,7 @@ def parse_bool(text: str) -> bool:
 class RemotingCommand:
     """One request or response.
 
-    ``ext_fields`` always holds strings (input is coerced, A2); ``body`` is raw
+    ``ext_fields`` always holds strings (input is coerced, see :func:`ext_str`); ``body`` is raw
     bytes. ``serialize_type`` is the header serialization this command was
     read with, and the one its response is written with.
     """
@@ -155,7 +175,7 @@ class RemotingCommand:
         """Build the response to this request: same ``opaque`` and serialization.
 
         ``ext_fields`` values are written as strings (the C++ client reads only
-        string-typed response fields, A2).
+        string-typed response fields).
         """
         fields: dict[str, str] = {}
         if ext_fields:
@@ -195,31 +215,25 @@ class RemotingCommand:
             raise HeaderFieldError(f"the custom field <{name}> is null")
         return value
 
-    def require_int(self, name: str, *aliases: str) -> int:
-        """The ext field ``name`` parsed as a decimal integer.
+    def require_int(self, name: str, *aliases: str, bits: int = 64) -> int:
+        """The ext field ``name`` parsed as a decimal integer of a Java ``long`` (``bits`` 64)
+        or ``int`` (``bits`` 32), as the field is declared in RocketMQ's header class.
 
-        Raises ``HeaderFieldError`` when missing or not an integer.
+        Raises ``HeaderFieldError`` when missing, not an integer, or out of that type's range
+        (Java's ``decodeCommandCustomHeader`` fails the same way: SYSTEM_ERROR).
         """
         text = self.require(name, *aliases)
-        try:
-            return int(text)
-        except ValueError:
-            raise HeaderFieldError(f"the custom field <{name}> is not an integer: {text!r}") from None
+        return _header_int(name, text, bits)
 
-    def get_int(self, name: str, default: int, *aliases: str) -> int:
-        """The ext field ``name`` as an integer, or ``default`` when absent.
+    def get_int(self, name: str, default: int, *aliases: str, bits: int = 64) -> int:
+        """The ext field ``name`` as an integer (see :meth:`require_int`), or ``default`` when absent.
 
-        Raises ``HeaderFieldError`` when present but not an integer.
+        Raises ``HeaderFieldError`` when present but not an integer of that range.
         """
         for key in (name, *aliases):
             text = self.ext_fields.get(key)
             if text is not None and text != "":
-                try:
-                    return int(text)
-                except ValueError:
-                    raise HeaderFieldError(
-                        f"the custom field <{key}> is not an integer: {text!r}"
-                    ) from None
+                return _header_int(key, text, bits)
         return default
 
     def get_bool(self, name: str, default: bool, *aliases: str) -> bool:

@@ -1,13 +1,14 @@
 """A remoting connection usable from either end, and the processor table.
 
 Both the server and the client side of a TCP connection may send requests
-(A8: the broker sends NOTIFY_CONSUMER_IDS_CHANGED to clients), so one class,
+(RocketMQ's ``Broker2Client`` sends NOTIFY_CONSUMER_IDS_CHANGED to clients), so one class,
 :class:`RemotingConnection`, does both: it matches responses to requests by
 ``opaque`` and dispatches incoming requests to a :class:`Processors` table.
 
 Every coroutine processor runs in a task of its own, so a suspended request
 (a long-polled pull) never holds up the requests behind it, and responses are
-written in whatever order they complete (A1, quirk Q11). Plain functions are
+written in whatever order they complete (as RocketMQ's ``NettyRemotingAbstract``
+matches them by ``opaque``). Plain functions are
 called inline: they cannot wait, so they cannot hold up the connection either;
 one may still answer later by returning an ``asyncio.Future`` of the response
 (no task is created for it), or by returning :data:`ANSWER_LATER` and calling
@@ -17,6 +18,23 @@ Writes are coalesced: every frame sent or answered during one loop turn goes
 out with a single ``transport.write`` at the end of that turn. Request
 timeouts are enforced by one timer per connection, armed for the earliest
 deadline of the requests in flight, not by one timer per request.
+
+Backpressure (server side, :class:`FlowControl`): a peer that sends requests
+and does not read the replies must not grow the server's memory. As Netty's
+channel writability in Apache RocketMQ's NettyRemotingServer
+(``channelWritabilityChanged`` turns ``autoRead`` off while the channel is not
+writable; marks ``writeBufferHighWaterMark``/``writeBufferLowWaterMark`` of
+NettyServerConfig), a server connection stops reading while its unsent replies
+are above the high-water mark (the transport's ``pause_writing``) and reads
+again once they are below the low-water mark (``resume_writing``). It also
+stops reading while ``serverChannelMaxPendingRequests`` requests are being
+handled and not yet answered. Requests already decoded when reading stops wait
+in a backlog, in order, and are dispatched as the bounds allow; responses to
+our own requests are always taken at once. So a connection holds at most about
+twice the high-water mark of unsent replies (below the mark in the transport
+when a loop turn starts, up to the mark more produced in that turn, plus the
+reply that crossed it), the bound of pending requests, and one read's worth of
+decoded requests waiting.
 """
 
 from __future__ import annotations
@@ -25,7 +43,9 @@ import asyncio
 import inspect
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -50,6 +70,51 @@ Handler = Callable[
 ]
 #: Called with (request code, seconds spent, response code or None) after each request.
 Observer = Callable[[int, float, "int | None"], None]
+
+
+#: Netty's default channel write-buffer water marks (``WriteBufferWaterMark.DEFAULT``), which
+#: Apache RocketMQ's NettyServerConfig uses when ``writeBufferHighWaterMark``/``LowWaterMark`` are 0.
+DEFAULT_WRITE_BUFFER_HIGH_WATER_MARK = 64 * 1024
+DEFAULT_WRITE_BUFFER_LOW_WATER_MARK = 32 * 1024
+#: Default of :attr:`FlowControl.max_pending_requests` (requests of one connection being handled at once).
+DEFAULT_MAX_PENDING_REQUESTS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControl:
+    """Per-connection bounds of a server connection (see the module docs).
+
+    ``write_buffer_high_water_mark`` / ``write_buffer_low_water_mark``: bytes of
+    unsent replies above which reading stops, and below which it starts again
+    (RocketMQ's ``writeBufferHighWaterMark`` / ``writeBufferLowWaterMark``;
+    0 = Netty's defaults, 64 KiB / 32 KiB). ``max_pending_requests``: requests
+    being handled (not yet answered) at which reading stops
+    (``serverChannelMaxPendingRequests``; a long-polled pull counts until it is
+    answered). Raises ``ValueError`` for a negative value, a low mark above the
+    high mark, or ``max_pending_requests`` < 1.
+    """
+
+    write_buffer_high_water_mark: int = 0
+    write_buffer_low_water_mark: int = 0
+    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+
+    def __post_init__(self) -> None:
+        if self.write_buffer_high_water_mark < 0 or self.write_buffer_low_water_mark < 0:
+            raise ValueError("write buffer water marks must be >= 0")
+        if self.high < self.low:
+            raise ValueError(f"writeBufferLowWaterMark {self.low} is above writeBufferHighWaterMark {self.high}")
+        if self.max_pending_requests < 1:
+            raise ValueError(f"serverChannelMaxPendingRequests must be >= 1, got {self.max_pending_requests}")
+
+    @property
+    def high(self) -> int:
+        """The high-water mark in bytes (the default when configured 0)."""
+        return self.write_buffer_high_water_mark or DEFAULT_WRITE_BUFFER_HIGH_WATER_MARK
+
+    @property
+    def low(self) -> int:
+        """The low-water mark in bytes (the default, capped at the high mark, when configured 0)."""
+        return self.write_buffer_low_water_mark or min(DEFAULT_WRITE_BUFFER_LOW_WATER_MARK, self.high)
 
 
 class _AnswerLater:
@@ -100,6 +165,9 @@ class RemotingConnection(asyncio.Protocol):
 
     ``peer`` is the remote ``"host:port"``; ``attributes`` is free for the
     application (e.g. the broker registered over this connection).
+    ``flow_control``: the server-side bounds (see the module docs); None (a
+    client connection) never stops reading, so that two peers cannot both wait
+    for the other to read.
     """
 
     def __init__(
@@ -109,12 +177,15 @@ class RemotingConnection(asyncio.Protocol):
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_close: Callable[[RemotingConnection], None] | None = None,
         role: str = "server",
+        flow_control: FlowControl | None = None,
     ) -> None:
         self.processors = processors
         self.role = role
         self.peer = "?"
         self.local = "?"
         self.attributes: dict[str, Any] = {}
+        #: Called with every request this end sends, before encoding (signing, ``RemotingClient``).
+        self.rpc_hook: Callable[[RemotingCommand], None] | None = None
         self._decoder = FrameDecoder(max_frame_size)
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
@@ -132,6 +203,18 @@ class RemotingConnection(asyncio.Protocol):
         # The one timeout timer: armed for the earliest deadline of the pending requests.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        # Backpressure (server side): None = never stop reading.
+        self._flow = flow_control
+        self._out_bytes = 0
+        #: Requests dispatched and not yet answered.
+        self.pending_requests = 0
+        self._write_paused = False
+        self._reading_paused = False
+        #: Requests decoded while the bounds held reading; dispatched in order later.
+        self._backlog: deque[RemotingCommand] = deque()
+        self._resume_scheduled = False
+        #: How often reading was stopped (for logs and tests).
+        self.read_pauses = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -143,6 +226,8 @@ class RemotingConnection(asyncio.Protocol):
         local = transport.get_extra_info("sockname")
         self.peer = _format_addr(peer)
         self.local = _format_addr(local)
+        if self._flow is not None:
+            self._transport.set_write_buffer_limits(high=self._flow.high, low=self._flow.low)  # type: ignore[union-attr]
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -153,13 +238,86 @@ class RemotingConnection(asyncio.Protocol):
             return
         # Answers of inline handlers are queued and leave with one send at the end of the turn.
         pending = self._pending
+        flow = self._flow
+        backlog = self._backlog
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
                 entry = pending.pop(cmd.opaque, None)
                 if entry is not None and not entry[0].done():
                     entry[0].set_result(cmd)
+            elif flow is None:
+                self._dispatch(cmd)
+            elif backlog or self._must_hold(flow):
+                backlog.append(cmd)
             else:
                 self._dispatch(cmd)
+        if backlog:
+            self._pause_reading()
+
+    # -- backpressure (server side) -----------------------------------------------
+
+    def _must_hold(self, flow: FlowControl) -> bool:
+        """Should requests wait (unsent replies above the mark, or too many being handled)?"""
+        return (self._write_paused or self._out_bytes >= flow.high
+                or self.pending_requests >= flow.max_pending_requests)
+
+    def _pause_reading(self) -> None:
+        if self._reading_paused or self._closed or self._transport is None:
+            return
+        self._reading_paused = True
+        self.read_pauses += 1
+        try:
+            self._transport.pause_reading()
+        except (RuntimeError, AttributeError):  # closing
+            pass
+        if self.read_pauses == 1 or self.read_pauses % 1000 == 0:
+            log.warning(
+                "%s connection with %s: reading paused (%d time(s)): %d replies' bytes unsent, %d requests "
+                "pending, %d waiting; the peer does not read its replies fast enough",
+                self.role, self.peer, self.read_pauses, self._out_bytes + self._transport_buffered(),
+                self.pending_requests, len(self._backlog),
+            )
+
+    def _transport_buffered(self) -> int:
+        transport = self._transport
+        try:
+            return int(transport.get_write_buffer_size()) if transport is not None else 0
+        except (RuntimeError, AttributeError):
+            return 0
+
+    def _schedule_resume(self) -> None:
+        if self._flow is None or self._resume_scheduled or self._closed:
+            return
+        if not self._reading_paused and not self._backlog:
+            return
+        self._resume_scheduled = True
+        assert self._loop is not None
+        self._loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        """Dispatch waiting requests as the bounds allow; read again once none wait."""
+        self._resume_scheduled = False
+        flow = self._flow
+        if flow is None or self._closed:
+            return
+        backlog = self._backlog
+        while backlog and not self._must_hold(flow):
+            self._dispatch(backlog.popleft())
+        if backlog or self._must_hold(flow):
+            return  # called again when a bound releases
+        if self._reading_paused:
+            self._reading_paused = False
+            try:
+                self._transport.resume_reading()  # type: ignore[union-attr]
+            except (RuntimeError, AttributeError):
+                pass
+
+    def _request_done(self) -> None:
+        """One dispatched request was answered (or will never be)."""
+        if self.pending_requests > 0:
+            self.pending_requests -= 1
+        if self._reading_paused or self._backlog:
+            self._schedule_resume()
 
     def eof_received(self) -> bool | None:
         if self._decoder.buffered:
@@ -174,6 +332,8 @@ class RemotingConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._out.clear()
+        self._out_bytes = 0
+        self._backlog.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -197,14 +357,20 @@ class RemotingConnection(asyncio.Protocol):
         if self._write_ok is None:
             self._write_ok = asyncio.Event()
         self._write_ok.clear()
+        self._write_paused = True
+        if self._flow is not None:
+            self._pause_reading()
 
     def resume_writing(self) -> None:
         if self._write_ok is not None:
             self._write_ok.set()
+        self._write_paused = False
+        self._schedule_resume()
 
     # -- dispatch -----------------------------------------------------------------
 
     def _dispatch(self, request: RemotingCommand) -> None:
+        self.pending_requests += 1
         entry = self.processors.lookup(request.code)
         if entry is None:
             self._respond(
@@ -249,6 +415,7 @@ class RemotingConnection(asyncio.Protocol):
         its length field; it must carry ``request.opaque`` and the request's serialization).
         ``response_code`` is the code inside it, for the observers; ``started`` as in
         :meth:`answer`. Nothing is sent for a oneway request or on a closed connection."""
+        self._request_done()
         observers = self.processors.observers
         if observers:
             elapsed = time.perf_counter() - started if started else 0.0
@@ -262,6 +429,7 @@ class RemotingConnection(asyncio.Protocol):
                       fut: asyncio.Future[RemotingCommand | None]) -> None:
         """Done callback of a future returned by a plain handler: answer with its result."""
         if fut.cancelled():
+            self._request_done()
             return
         exc = fut.exception()
         if exc is None:
@@ -277,6 +445,7 @@ class RemotingConnection(asyncio.Protocol):
         try:
             response = await handler(request, self)  # type: ignore[misc]
         except asyncio.CancelledError:
+            self._request_done()
             raise
         except Exception as exc:
             if not isinstance(exc, HeaderFieldError):
@@ -285,6 +454,7 @@ class RemotingConnection(asyncio.Protocol):
         self._respond(request, response, started)
 
     def _respond(self, request: RemotingCommand, response: RemotingCommand | None, started: float) -> None:
+        self._request_done()
         observers = self.processors.observers
         if observers:
             elapsed = time.perf_counter() - started if started else 0.0
@@ -311,6 +481,7 @@ class RemotingConnection(asyncio.Protocol):
     def _send(self, data: bytes) -> None:
         """Queue ``data`` for the one write at the end of this loop turn (dropped when closed)."""
         self._out.append(data)
+        self._out_bytes += len(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             assert self._loop is not None
@@ -323,9 +494,12 @@ class RemotingConnection(asyncio.Protocol):
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
+        self._out_bytes = 0
         transport = self._transport
         if not self._closed and transport is not None and not transport.is_closing():
-            transport.write(data)
+            transport.write(data)  # may call pause_writing
+        if self._backlog or self._reading_paused:
+            self._schedule_resume()
 
     def _write(self, data: bytes) -> None:
         transport = self._transport
@@ -348,6 +522,8 @@ class RemotingConnection(asyncio.Protocol):
         opaque = self._next_opaque = (self._next_opaque + 1) & 0x7FFFFFFF
         cmd.opaque = opaque
         cmd.flag &= ~FLAG_ONEWAY
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         data = encode(cmd)
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         deadline = loop.time() + timeout
@@ -390,6 +566,8 @@ class RemotingConnection(asyncio.Protocol):
         """
         cmd.opaque = self._opaque()
         cmd.flag |= FLAG_ONEWAY
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         self._write(encode(cmd))
 
     async def drain(self) -> None:

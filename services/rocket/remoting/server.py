@@ -4,12 +4,78 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import cast
 
-from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
-from rocket.remoting.connection import Handler, Processors, RemotingConnection
+from rocket.protocol.codes import ResponseCode
+from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE, RemotingCommand
+from rocket.remoting.connection import FlowControl, Handler, HandlerResult, Processors, RemotingConnection
 
 log = logging.getLogger("rocket.remoting")
+
+#: A server-side RPC hook (RocketMQ's ``RPCHook.doBeforeRequest`` on the server): called with every
+#: request before its processor; returns None to let it through, or the response refusing it.
+ServerHook = Callable[[RemotingCommand, RemotingConnection], "RemotingCommand | None"]
+
+
+class HookedProcessors(Processors):
+    """A :class:`Processors` table whose every handler first runs ``hook`` (see :data:`ServerHook`).
+
+    Codes nobody registered also pass the hook first, then get REQUEST_CODE_NOT_SUPPORTED (3).
+    Handlers registered on ``inner`` later are hooked too; ``observers`` are ``inner``'s.
+    """
+
+    def __init__(self, inner: Processors, hook: ServerHook) -> None:
+        super().__init__()
+        self.inner = inner
+        self.hook = hook
+        self.observers = inner.observers
+        self._hooked: dict[int, tuple[Handler, bool]] = {}
+
+    def register(self, code: int, handler: Handler) -> None:
+        """Register on the inner table (and forget its hooked wrapper)."""
+        self.inner.register(code, handler)
+        self._hooked.pop(int(code), None)
+
+    def codes(self) -> list[int]:
+        """The inner table's codes."""
+        return self.inner.codes()
+
+    def lookup(self, code: int) -> tuple[Handler, bool] | None:
+        """The hooked handler for ``code`` (never None: unknown codes get the refusing one)."""
+        entry = self._hooked.get(code)
+        if entry is not None:
+            return entry
+        inner = self.inner.lookup(code)
+        if inner is None:
+            return (self._unsupported, False)
+        entry = self._hooked[code] = self._wrap(*inner)
+        return entry
+
+    def _unsupported(self, request: RemotingCommand, conn: RemotingConnection) -> HandlerResult:
+        refused = self.hook(request, conn)
+        if refused is not None:
+            return refused
+        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+
+    def _wrap(self, handler: Handler, is_coroutine: bool) -> tuple[Handler, bool]:
+        hook = self.hook
+        if is_coroutine:
+            async def hooked_async(request: RemotingCommand, conn: RemotingConnection) -> HandlerResult:
+                refused = hook(request, conn)
+                if refused is not None:
+                    return refused
+                return await cast(Awaitable[HandlerResult], handler(request, conn))
+
+            return hooked_async, True
+
+        def hooked(request: RemotingCommand, conn: RemotingConnection) -> object:
+            refused = hook(request, conn)
+            if refused is not None:
+                return refused
+            return handler(request, conn)
+
+        return hooked, False  # type: ignore[return-value]
 
 
 class RemotingServer:
@@ -19,6 +85,11 @@ class RemotingServer:
     :meth:`start`. ``on_connection_closed`` callbacks receive the closed
     :class:`RemotingConnection` (the NameServer uses this to drop a broker's
     routes at once). A malformed frame closes only its own connection.
+    ``rpc_hook`` (:data:`ServerHook`) sees every request before its processor
+    (authentication and authorization, :mod:`rocket.auth.hook`).
+    ``flow_control``: every connection's backpressure bounds (unsent replies,
+    pending requests; :class:`~rocket.remoting.connection.FlowControl`,
+    defaults when None).
     """
 
     def __init__(
@@ -29,12 +100,17 @@ class RemotingServer:
         port: int = 0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         name: str = "server",
+        rpc_hook: ServerHook | None = None,
+        flow_control: FlowControl | None = None,
     ) -> None:
         self.processors = processors or Processors()
+        if rpc_hook is not None:
+            self.processors = HookedProcessors(self.processors, rpc_hook)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
         self.name = name
+        self.flow_control = flow_control or FlowControl()
         self.connections: set[RemotingConnection] = set()
         self.on_connection_closed: list[Callable[[RemotingConnection], None]] = []
         self._server: asyncio.AbstractServer | None = None
@@ -49,6 +125,7 @@ class RemotingServer:
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             role=self.name,
+            flow_control=self.flow_control,
         )
         self.connections.add(conn)
         return conn

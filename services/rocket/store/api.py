@@ -3,7 +3,7 @@
 This module is the contract between the store (``rocket.store``) and its users
 (the broker's request processors, HA, analytics). Names and defaults follow
 Apache RocketMQ 4.9.8 ``MessageStoreConfig``, ``PutMessageStatus`` and
-``GetMessageStatus`` (reference part B).
+``GetMessageStatus``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 
 class FlushDiskType(enum.StrEnum):
-    """``flushDiskType`` (B6)."""
+    """``flushDiskType`` (``FlushDiskType``)."""
 
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
 class BrokerRole(enum.StrEnum):
-    """``brokerRole`` (B7)."""
+    """``brokerRole`` (``BrokerRole``)."""
 
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -31,6 +31,10 @@ class BrokerRole(enum.StrEnum):
 @dataclass(slots=True)
 class MessageStoreConfig:
     """Store settings; every size is in bytes and every interval in seconds.
+
+    These are the Python API's units. In broker configuration the same settings take RocketMQ's
+    keys and units (``flushIntervalCommitLog`` in milliseconds, ``fileReservedTime`` in hours):
+    the table is in :mod:`rocket.broker.config`, which converts.
 
     Defaults are RocketMQ's: 1 GiB CommitLog segments, 300,000-entry
     (6,000,000-byte) ConsumeQueue files, 500 ms async flush once 4 pages are
@@ -66,9 +70,26 @@ class MessageStoreConfig:
     #: A consumer further behind than this % of RAM is told to pull from a slave
     #: (``accessMessageInMemoryMaxRatio``).
     access_message_in_memory_max_ratio: int = 40
+    #: On a slave, correct a pull's out-of-range offset (``offsetCheckInSlave``, MessageStoreConfig).
+    #: Off (RocketMQ's default): a slave answers an offset outside its queue with the requested
+    #: offset as ``nextBeginOffset``, since a slave that is behind its master must not move a
+    #: consumer's offset.
+    offset_check_in_slave: bool = False
     #: Delay levels 1.. (``messageDelayLevel``): a record rebuilt into SCHEDULE_TOPIC_XXXX's
     #: ConsumeQueue gets store time + its level's delay as tag code, as the broker gave it.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Arbitrary-time delayed messages (``rocket.store.timer``); names and defaults are RocketMQ 5's
+    #: ``MessageStoreConfig``: accept timer messages (``timerWheelEnable``), slot length in ms
+    #: (``timerPrecisionMs``: 1000, down to 100), the furthest delivery time accepted
+    #: (``timerMaxDelaySec``: 3 days), slots after which a timer is rolled (``timerRollWindowSlot``:
+    #: 2 days of slots), TimerLog file size (``mappedFileSizeTimerLog``: 100 MiB) and how often the
+    #: TimerLog, wheel and checkpoint are flushed (``timerFlushIntervalMs``, ms).
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_roll_window_slot: int = 2 * 24 * 3600
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_flush_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         self.store_path_root_dir = Path(self.store_path_root_dir)
@@ -95,6 +116,11 @@ class PutMessageStatus(enum.StrEnum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    #: A timer message whose delivery time is beyond ``timerMaxDelaySec``, unreadable, or a
+    #: delete mark for a time already passed (answered MESSAGE_ILLEGAL, 13).
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    #: A timer message while ``timerWheelEnable`` is false (answered SYSTEM_ERROR, 1).
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
 
 @dataclass(slots=True)
@@ -102,7 +128,7 @@ class PutMessageRequest:
     """One message to append. The store assigns queue offset, physical offset
     and store timestamp; ``tags_code`` goes to the ConsumeQueue; ``keys`` and
     ``uniq_key`` to the IndexFile. ``properties`` is the encoded properties
-    string (A9.3) exactly as it will be stored.
+    string (``MessageDecoder.messageProperties2String``) exactly as it will be stored.
     """
 
     topic: str
@@ -130,7 +156,7 @@ class AppendedMessage:
     size: int
     queue_offset: int
     store_timestamp: int
-    msg_id: str  # offsetMsgId (A9.4)
+    msg_id: str  # offsetMsgId (MessageDecoder.createMessageId)
 
 
 @dataclass(slots=True)
@@ -153,7 +179,7 @@ class PutMessageResult:
 
 
 class GetMessageStatus(enum.StrEnum):
-    """Outcome of a get (``GetMessageStatus``); see A7 PULL_MESSAGE for the mapping."""
+    """Outcome of a get (``GetMessageStatus``); ``PullMessageProcessor`` maps it to a code."""
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -170,9 +196,9 @@ class GetMessageStatus(enum.StrEnum):
 class GetMessageResult:
     """Result of :meth:`get_message`.
 
-    ``records`` are whole stored records (A9.1) in queue order; their
+    ``records`` are whole stored records in queue order; their
     concatenation is a pull response body. Offsets are queue offsets;
-    ``max_offset`` is exclusive (quirk Q10).
+    ``max_offset`` is exclusive (the next offset to be written).
     """
 
     status: GetMessageStatus

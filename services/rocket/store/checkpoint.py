@@ -1,4 +1,4 @@
-"""The ``checkpoint`` file (B5): how far CommitLog, ConsumeQueues and index are durable.
+"""The ``checkpoint`` file (``StoreCheckpoint``): how far CommitLog, ConsumeQueues and index are durable.
 
 A 4 KiB file. RocketMQ 4.9.8 ``StoreCheckpoint`` fields, big-endian int64:
 

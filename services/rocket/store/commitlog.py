@@ -1,9 +1,11 @@
-"""The CommitLog (B1): every topic's records in one append-only log of fixed-size segments.
+"""The CommitLog: every topic's records in one append-only log of fixed-size segments.
+
+As RocketMQ's ``CommitLog`` over a ``MappedFileQueue``.
 
 Layout: ``<root>/commitlog/<20-digit start offset>``, each file
 ``mapped_file_size_commit_log`` bytes (1 GiB by default), preallocated at
 creation so that a full disk shows up there (CREATE_MAPPED_FILE_FAILED) and not
-in the middle of a record. Records are RocketMQ's stored layout (A9.1); a
+in the middle of a record. Records are RocketMQ's stored layout (``MessageDecoder``); a
 record never spans two files: when ``record + 8`` bytes do not fit, the rest
 of the file is closed by a blank marker (int32 remaining length, int32
 ``BLANK_MAGIC_CODE``) and the record goes to the next file.
@@ -313,9 +315,10 @@ class CommitLog:
             return -1
         return pickup_store_timestamp(head, 0)
 
-    def recover(self, scan_from: int, dispatch_from: int, on_record: Callable[[DispatchRecord], None],
-                check_crc: bool, zero_tail: bool,
-                on_rows: Callable[[list[RecordRow]], None] | None = None) -> RecoveryResult:
+    def recover(  # noqa: C901 - hot: one pass over every record, timed by bench_store's recovery
+        self, scan_from: int, dispatch_from: int, on_record: Callable[[DispatchRecord], None],
+        check_crc: bool, zero_tail: bool, on_rows: Callable[[list[RecordRow]], None] | None = None,
+    ) -> RecoveryResult:
         """Validate records from ``scan_from`` (a record boundary) to the end of the data.
 
         Every valid record at or after ``dispatch_from`` is passed to
@@ -567,7 +570,7 @@ class CommitLog:
         """Queue raw log bytes at exactly ``offset`` (HA slave); None when ``offset`` is not the end.
 
         An empty log also accepts the start of any file (a new slave starts
-        where the master's last file starts, B7).
+        where the master's last file starts, as ``HAConnection`` sends).
         """
         assert self._loop is not None
         if offset != self.append_offset:

@@ -1,4 +1,4 @@
-"""ConsumeQueue (B2): the per-(topic, queueId) index of CommitLog positions.
+"""ConsumeQueue (RocketMQ's ``ConsumeQueue``): the per-(topic, queueId) index of CommitLog positions.
 
 Layout: ``<root>/consumequeue/<topic>/<queueId>/<20-digit byte position>``,
 files of ``mapped_file_size_consume_queue`` bytes (a multiple of 20), each a
@@ -290,6 +290,8 @@ class ConsumeQueue:
             data = os.pread(f.fd, CQ_UNIT, i * CQ_UNIT)
             if len(data) < CQ_UNIT:
                 return False
+            phys: int
+            size: int
             phys, size, _ = ENTRY.unpack(data)
             return phys >= 0 and size > 0
 

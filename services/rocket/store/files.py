@@ -74,7 +74,7 @@ class PartialWriteError(OSError):
 
 
 def offset_name(offset: int) -> str:
-    """File name for a file starting at ``offset``: 20 zero-padded digits (B1, B2)."""
+    """File name for a file starting at ``offset``: 20 zero-padded digits (``UtilAll.offset2FileName``)."""
     return f"{offset:0{OFFSET_NAME_DIGITS}d}"
 
 

@@ -1,4 +1,4 @@
-"""IndexFile (B4): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
+"""IndexFile (``IndexService``): find messages by key (each KEYS entry, and UNIQ_KEY) within a time range.
 
 Layout of ``<root>/index/<yyyyMMddHHmmssSSS>`` (RocketMQ 4.9.8 ``IndexFile``),
 big-endian::
@@ -60,6 +60,14 @@ def file_name_for(ms: int) -> str:
 
 class IndexFile:
     """One index file, mapped read-write (it is preallocated)."""
+
+    #: The 40-byte header, in memory (:meth:`write_header` writes it back).
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
 
     def __init__(self, path: Path, slot_num: int, index_num: int, fd: int) -> None:
         self.path = path

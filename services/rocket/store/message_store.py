@@ -113,8 +113,9 @@ class DefaultMessageStore:
         self.flush_consume_queue_service = FlushConsumeQueueService(
             config, self.commit_log, self.consume_queues, self.index_service, self.reput_service, self.checkpoint,
             self._io, self.stats)
+        self.clean_consume_queue_service = CleanConsumeQueueService(self.consume_queues, self.index_service)
         self.clean_commit_log_service = CleanCommitLogService(
-            config, self.commit_log, CleanConsumeQueueService(self.consume_queues, self.index_service), self._io,
+            config, self.commit_log, self.clean_consume_queue_service, self._io,
             clock=lambda: self.clock(), disk_usage_ratio=self.disk_usage_ratio)
         self._commit_listeners: list[Callable[[int], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -365,7 +366,11 @@ class DefaultMessageStore:
     # -- get ---------------------------------------------------------------------------------------------
 
     def _next_offset_correction(self, old: int, new: int) -> int:
-        return old if self.config.broker_role is BrokerRole.SLAVE else new
+        """``nextOffsetCorrection`` of DefaultMessageStore: a slave keeps the requested offset
+        unless ``offsetCheckInSlave``."""
+        if self.config.broker_role is BrokerRole.SLAVE and not self.config.offset_check_in_slave:
+            return old
+        return new
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int, *,
                     max_total_bytes: int = 256 * 1024, tags_codes: set[int] | None = None) -> GetMessageResult:
@@ -374,7 +379,7 @@ class DefaultMessageStore:
         At most ``max_transfer_count_on_message_in_memory`` messages and
         about ``max_total_bytes`` (the first message always). ``tags_codes``
         filters by ConsumeQueue tag code (None = all). Statuses and
-        ``next_begin_offset`` follow the A7 PULL_MESSAGE table.
+        ``next_begin_offset`` follow RocketMQ's ``DefaultMessageStore.getMessage``.
         """
         corr = self._next_offset_correction
         cq = self.find_consume_queue(topic, queue_id)
@@ -404,8 +409,13 @@ class DefaultMessageStore:
         next_phy_file_start = -1
         i = 0
         max_phy_pulling = 0
+        committed = cl.committed
         for phys, size, tags in ENTRY.iter_unpack(data):
             if records and (len(records) >= max_count or total + size > max_total_bytes):
+                break
+            if phys + size > committed:
+                # Not readable yet (never the case after the reput; possible only mid-truncation):
+                # stop here rather than count it removed, so ``next_begin_offset`` stays on it.
                 break
             i += 1
             max_phy_pulling = phys
@@ -464,7 +474,7 @@ class DefaultMessageStore:
         return -1 if cq is None else self._cq_store_ts(cq, queue_offset)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """Queue offset of the message stored at ``timestamp_ms`` (``getOffsetInQueueByTime``, A7 29).
+        """Queue offset of the message stored at ``timestamp_ms`` (``getOffsetInQueueByTime``).
 
         Binary search by store time: an exact match wins, else the nearer of
         the two neighbours (the left one on a tie); 0 for an empty queue.
@@ -501,7 +511,7 @@ class DefaultMessageStore:
         return right if abs(timestamp_ms - left_ts) > abs(timestamp_ms - right_ts) else left
 
     def read_record(self, physical_offset: int) -> bytes | None:
-        """The stored record (A9.1) at ``physical_offset``; None when there is none."""
+        """The stored record at ``physical_offset``; None when there is none."""
         return self.commit_log.read_record(physical_offset)
 
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
@@ -543,11 +553,11 @@ class DefaultMessageStore:
 
     def read_commit_log(self, offset: int, max_bytes: int) -> bytes:
         """Raw CommitLog bytes from ``offset`` (at most ``max_bytes``, within one file, never past
-        the confirmed end); empty when there are none. Master side of replication (B7)."""
+        the confirmed end); empty when there are none. Master side of replication (``HAConnection``)."""
         return self.commit_log.read_raw(offset, max_bytes)
 
     async def append_commit_log_data(self, offset: int, data: bytes) -> bool:
-        """Append replicated bytes at exactly ``offset`` (slave side, B7).
+        """Append replicated bytes at exactly ``offset`` (slave side, ``HAService``'s client).
 
         False when ``offset`` is not this log's end (an empty log accepts the
         start of any file), the store is not running, or the write failed.
@@ -690,10 +700,11 @@ class DefaultMessageStore:
         """Is the clock's local hour one of ``delete_when`` ("04", "04;16")?"""
         return self.clean_commit_log_service.is_delete_time()
 
-    async def clean_once(self) -> int:
+    async def clean_once(self, *, manual: bool = False) -> int:
         """One retention run (``CleanCommitLogService``): returns the CommitLog files deleted.
 
-        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``,
+        Deletes files older than ``file_reserved_time_hours`` at ``delete_when``
+        (or now, when ``manual``: ``executeDeleteFilesManually``, mqadmin's deleteExpiredCommitLog),
         and the oldest files regardless of age while disk usage is above
         ``disk_max_used_space_ratio`` percent; at most 10 per run, never the
         file being written nor any not yet flushed. ConsumeQueue and index
@@ -701,12 +712,19 @@ class DefaultMessageStore:
         offsets move past them (``rocket.store.retention``).
         """
         assert self._loop is not None
-        return await self.clean_commit_log_service.clean_once()
+        return await self.clean_commit_log_service.clean_once(manual=manual)
+
+    async def clean_expired_consume_queues(self) -> int:
+        """Remove the ConsumeQueue (and index) files whose entries all point below the CommitLog's
+        first offset (mqadmin's cleanExpiredCQ, ``cleanExpiredConsumerQueue``); returns how many
+        ConsumeQueue files went. Unlike Java, a queue keeps its offsets: its minimum offset moves
+        up, its maximum stays, so consumer offsets stay meaningful."""
+        return await self.clean_consume_queue_service.clean_expired(self.commit_log.min_offset, self._io)
 
     # -- runtime info ----------------------------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        """``GET_BROKER_RUNTIME_INFO`` store figures, all strings (A7 28)."""
+        """``GET_BROKER_RUNTIME_INFO`` store figures, all strings (``AdminBrokerProcessor``)."""
         cl = self.commit_log
         head = cl.read(cl.min_offset, 128) if cl.record_size_at(cl.min_offset) else None
         earliest = pickup_store_timestamp(head) if head else -1

@@ -1,4 +1,4 @@
-"""Fast paths over the stored record layout (A9.1) for the store's hot loops.
+"""Fast paths over the stored record layout (``MessageDecoder``) for the store's hot loops.
 
 :func:`rocket.message.encode_record` is the reference encoder; it costs about
 16 µs per message (mostly parsing host strings), too much for an append path
@@ -84,7 +84,7 @@ def _units(text: str) -> bytes | memoryview:
 def fast_java_hash(text: str) -> int:
     """Java ``String.hashCode`` (signed 32-bit over UTF-16 units), without a per-character loop."""
     units = _units(text)
-    h = sum(map(operator.mul, units, _powers(len(units)))) & _U32
+    h: int = sum(map(operator.mul, units, _powers(len(units)))) & _U32
     return h - 0x100000000 if h & 0x80000000 else h
 
 
@@ -97,7 +97,8 @@ _SPLIT_MIN = 20
 
 
 def index_key_hash(topic: str, key: str) -> int:
-    """IndexFile key hash: ``abs(hashCode(topic + "#" + key))``, 0 for Integer.MIN_VALUE (B4).
+    """IndexFile key hash: ``abs(hashCode(topic + "#" + key))``, 0 for Integer.MIN_VALUE
+    (``IndexService.buildKey``, ``IndexFile.indexKeyHashMethod``).
 
     The hash of ``topic#`` is cached. For ASCII keys of more than 20
     characters so is that of ``topic#`` plus the key without its last 4
@@ -174,7 +175,7 @@ def _chunk_value(chunk: str) -> int:
 
 
 class RecordEncoder:
-    """Encodes stored records (A9.1) byte-for-byte like :func:`rocket.message.encode_record`.
+    """Encodes stored records byte-for-byte like :func:`rocket.message.encode_record`.
 
     ``store_host`` is the broker's ``ip:port`` written as STOREHOST. Host
     sysFlag bits are derived from the hosts (bits given by the caller for the
@@ -185,7 +186,7 @@ class RecordEncoder:
         self.store_host = store_host
         self._store = encode_host(store_host)
         self._store_bits = SYSFLAG_STOREHOST_V6 if len(self._store) == 20 else 0
-        #: Prefix of every offsetMsgId (A9.4): store address and port in upper-case hex.
+        #: Prefix of every offsetMsgId (``MessageDecoder.createMessageId``): store address and port in upper-case hex.
         self.msg_id_prefix = self._store.hex().upper()
         self._born: dict[str, bytes] = {}
         s = len(self._store)
@@ -240,7 +241,7 @@ class RecordEncoder:
         ``physical_offset`` with queue offset ``queue_offset``.
 
         Prepared and rollback transaction records get queue offset 0 and do not
-        advance it (B1). Returns ``(appended, physical offsets, next queue
+        advance it (as in ``CommitLog``). Returns ``(appended, physical offsets, next queue
         offset, sysFlags or None when no record is transactional)``. Each
         record is packed by one cached ``struct.Struct`` call (:meth:`record_struct`).
         """

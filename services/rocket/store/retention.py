@@ -59,6 +59,26 @@ class CleanConsumeQueueService:
         self.index.remove(idx_victims)
         return cq_victims, idx_victims
 
+    async def clean_expired(self, min_phys: int, io: Executor) -> int:
+        """Remove and delete (on ``io``) the files that only point below ``min_phys`` now, without
+        deleting CommitLog files (mqadmin's cleanExpiredCQ); returns the ConsumeQueue files removed."""
+        cq_victims, idx_victims = self.remove_expired(min_phys)
+        if cq_victims or idx_victims:
+            await asyncio.get_running_loop().run_in_executor(io, unlink_queue_files, cq_victims, idx_victims)
+        return len(cq_victims)
+
+
+def unlink_queue_files(cq_victims: list[CQFile], idx_victims: list[IndexFile]) -> None:
+    """Close and delete ConsumeQueue and index files taken out of the store (IO thread)."""
+    for f in cq_victims:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f.path)
+    for idx in idx_victims:
+        idx.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(idx.path)
+
 
 class CleanCommitLogService:
     """Deletes expired CommitLog files (and with them ConsumeQueue and index files); see the
@@ -87,8 +107,10 @@ class CleanCommitLogService:
                 return True
         return False
 
-    async def clean_once(self) -> int:
-        """One retention run; returns the CommitLog files deleted (see the module doc)."""
+    async def clean_once(self, *, manual: bool = False) -> int:
+        """One retention run; returns the CommitLog files deleted (see the module doc). ``manual``
+        (RocketMQ's ``executeDeleteFilesManually``, mqadmin's deleteExpiredCommitLog) deletes
+        expired files now instead of waiting for ``delete_when``."""
         cfg = self.config
         cl = self.commit_log
         loop = asyncio.get_running_loop()
@@ -97,7 +119,7 @@ class CleanCommitLogService:
         if full:
             log.warning("disk usage %.1f%% of %s above %.1f%%: deleting the oldest CommitLog files",
                         ratio * 100, cfg.store_path_root_dir, cfg.disk_max_used_space_ratio)
-        if not (full or self.is_delete_time()):
+        if not (full or manual or self.is_delete_time()):
             return 0
         candidates = cl.deletable_segments()[:DELETE_FILES_BATCH_MAX]
         if not candidates:
@@ -129,14 +151,7 @@ class CleanCommitLogService:
                 seg.close()
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(seg.path)
-            for f in cq_victims:
-                f.close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f.path)
-            for idx in idx_victims:
-                idx.close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(idx.path)
+            unlink_queue_files(cq_victims, idx_victims)
 
         await loop.run_in_executor(self._io, delete)
         log.info("retention deleted %d CommitLog file(s) (%s), %d ConsumeQueue and %d index file(s); "

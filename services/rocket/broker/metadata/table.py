@@ -78,7 +78,9 @@ class ConfigTable:
         self.path = path
         self.bak = path.with_name(path.name + ".bak")
         self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        # Re-entrant: _kick_locked registers _done while holding it, and a write that has already
+        # finished runs _done at once, in this thread (a plain Lock deadlocked there).
+        self._lock = threading.RLock()
         self._pending: dict[str, Any] = {}
         self._pending_version: dict[str, int] | None = None
         self._inflight: Future[None] | None = None

@@ -1,16 +1,17 @@
 """:class:`AdminBrokerProcessor`: topics, subscription groups, offsets, stats,
 broker config, and the queue locks of orderly consumers.
 
-Codes (reference A5/A7): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
+Codes (RocketMQ's ``RequestCode``, ``AdminBrokerProcessor``): 13, 17, 21, 25, 26, 28, 29, 30, 31, 32, 41, 42, 43,
 45, 200, 201, 202, 203, 207, 208, 215.
 
 Bodies keyed by MessageQueue objects (GET_CONSUME_STATS, GET_TOPIC_STATS_INFO)
-are written as standard JSON instead of fastjson's object-keyed maps (quirk
-Q4), in two forms at once:
+carry the table in two forms at once:
 
-* ``offsetTable``: map keyed by the MessageQueue's compact JSON text,
-  ``{"{\\"brokerName\\":\\"b\\",\\"queueId\\":0,\\"topic\\":\\"t\\"}": {...}}``;
-* ``offsetList``: ``[{"messageQueue": {"brokerName","queueId","topic"}, ...values}]``.
+* ``offsetTable``: fastjson's object-keyed map (RocketMQ's ``ConsumeStats`` as fastjson writes it),
+  ``{{"brokerName":"b","queueId":0,"topic":"t"}: {...}}``, which Java's tools
+  and clients read (fastjson2, in 5.x, reads no other form);
+* ``offsetList``: standard JSON for everyone else,
+  ``[{"messageQueue": {"brokerName","queueId","topic"}, ...values}]``.
 
 GET_CONSUME_STATS also carries ``consumeTps`` (messages per second pulled by
 the group over the last minute), as Java's ConsumeStats does.
@@ -24,8 +25,17 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
+from rocket.broker.processor.tools import dumps_java
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.protocol import MessageQueue, loads_lenient
+from rocket.protocol.validation import (
+    INT_MAX,
+    LONG_MAX,
+    MAX_QUEUE_NUMS,
+    first_problem,
+    out_of_range,
+    topic_counts_problem,
+)
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
@@ -34,17 +44,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocket.broker.admin")
 
 
-def mq_key(mq: MessageQueue) -> str:
-    """The compact JSON text of a MessageQueue, used as a map key (quirk Q4)."""
-    return orjson.dumps(mq.to_json()).decode()
-
-
 def _json_bytes(value: Any) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode()
     return orjson.dumps(value)
+
+
+#: Java BrokerConfig keys with no setting here, shown by GET_BROKER_CONFIG with the value that
+#: describes this broker (mqadmin 4.9.8's exportConfigs fails on a missing one).
+JAVA_ONLY_BROKER_PROPERTIES = {
+    "filterServerNums": "0",
+    "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC",
+    "traceOn": "true",
+    "traceTopicEnable": "false",
+    "useTLS": "false",
+}
 
 
 class AdminBrokerProcessor:
@@ -76,24 +92,26 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
         if is_system_topic(topic, broker.config.broker_cluster_name) or topic == broker.config.broker_name:
             return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        read = request.require_int("readQueueNums")
-        write = request.require_int("writeQueueNums")
-        perm = request.require_int("perm")
-        if read < 0 or write < 0 or max(read, write) == 0 or max(read, write) > 65535:
-            return request.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"illegal queue numbers for topic[{topic}]: readQueueNums={read} writeQueueNums={write}",
-            )
-        if not 0 <= perm <= 7:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"illegal perm {perm} for topic[{topic}] (0..7)")
+        read = request.require_int("readQueueNums", bits=32)
+        write = request.require_int("writeQueueNums", bits=32)
+        perm = request.require_int("perm", bits=32)
+        topic_sys_flag = request.get_int("topicSysFlag", 0, bits=32)
+        filter_type = request.get("topicFilterType") or "SINGLE_TAG"
+        problem = first_problem(
+            topic_counts_problem(read, write, perm, topic_sys_flag),
+            None if filter_type in ("SINGLE_TAG", "MULTI_TAG")
+            else f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG",
+        )
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, topic[{topic}]")
         try:
             tc = broker.new_topic_config(
                 topic,
                 read_queue_nums=read,
                 write_queue_nums=write,
                 perm=perm,
-                topic_filter_type=request.get("topicFilterType") or "SINGLE_TAG",
-                topic_sys_flag=request.get_int("topicSysFlag", 0),
+                topic_filter_type=filter_type,
+                topic_sys_flag=topic_sys_flag,
                 order=request.get_bool("order", False),
             )
         except (TypeError, ValueError) as exc:
@@ -134,6 +152,14 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group config: {exc}")
         if not cfg.group_name:
             return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
+        problem = first_problem(
+            out_of_range("retryQueueNums", cfg.retry_queue_nums, 0, MAX_QUEUE_NUMS),
+            out_of_range("retryMaxTimes", cfg.retry_max_times, -1, INT_MAX),
+            out_of_range("brokerId", cfg.broker_id, 0, LONG_MAX),
+            out_of_range("whichBrokerWhenConsumeSlowly", cfg.which_broker_when_consume_slowly, 0, LONG_MAX),
+        )
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, subscription group [{cfg.group_name}]")
         broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
         return request.response(ResponseCode.SUCCESS)
@@ -156,30 +182,39 @@ class AdminBrokerProcessor:
     # -- offsets ---------------------------------------------------------------------------------
 
     def get_max_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Ext ``offset`` = the queue's max offset (exclusive, quirk Q10); 0 for an unknown queue."""
+        """Ext ``offset`` = the queue's max offset, exclusive (``ConsumeQueue.getMaxOffsetInQueue``);
+        0 for an unknown queue."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.store.get_max_offset_in_queue(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
 
     def get_min_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``offset`` = the queue's first retained offset."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.store.get_min_offset_in_queue(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
 
     def get_earliest_msg_storetime(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``timestamp`` = store time (ms) of the queue's first message, -1 if none."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         ts = self.broker.store.get_earliest_message_time(topic, queue_id)
         return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": ts})
 
     def search_offset_by_timestamp(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Ext ``offset`` = the queue offset whose store time is nearest ``timestamp`` (ms)."""
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         ts = request.require_int("timestamp")
         offset = self.broker.store.get_offset_in_queue_by_time(topic, queue_id, ts)
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": max(0, offset)})
@@ -209,19 +244,21 @@ class AdminBrokerProcessor:
         group = request.require("consumerGroup")
         topic = request.get("topic") or None
         rows, tps = broker.consume_stats(group, topic)
-        table: dict[str, Any] = {}
+        table: dict[MessageQueue, Any] = {}
         listing: list[dict[str, Any]] = []
         for row in rows:
             mq = MessageQueue(row.topic, broker.config.broker_name, row.queue_id)
             wrapper = {
                 "brokerOffset": row.broker_offset,
                 "consumerOffset": row.consumer_offset,
+                # 5.x: what was pulled; mqadmin prints pullOffset - consumerOffset as "#Inflight".
+                "pullOffset": row.consumer_offset,
                 "lastTimestamp": row.last_timestamp,
             }
-            table[mq_key(mq)] = wrapper
+            table[mq] = wrapper
             listing.append({"messageQueue": mq.to_json(), **wrapper, "lag": row.lag})
         body = {"offsetTable": table, "offsetList": listing, "consumeTps": tps}
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps(body))
+        return request.response(ResponseCode.SUCCESS, body=dumps_java(body))
 
     def get_topic_stats_info(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """TopicStatsTable of ``topic``: per queue ``minOffset``, ``maxOffset``, ``lastUpdateTimestamp``."""
@@ -231,7 +268,7 @@ class AdminBrokerProcessor:
         if tc is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = broker.store
-        table: dict[str, Any] = {}
+        table: dict[MessageQueue, Any] = {}
         listing: list[dict[str, Any]] = []
         for queue_id in range(tc.write_queue_nums):
             mq = MessageQueue(topic, broker.config.broker_name, queue_id)
@@ -242,9 +279,9 @@ class AdminBrokerProcessor:
                 "maxOffset": max_offset,
                 "lastUpdateTimestamp": max(0, last),
             }
-            table[mq_key(mq)] = values
+            table[mq] = values
             listing.append({"messageQueue": mq.to_json(), **values})
-        return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"offsetTable": table, "offsetList": listing}))
+        return request.response(ResponseCode.SUCCESS, body=dumps_java({"offsetTable": table, "offsetList": listing}))
 
     def get_consumer_connection_list(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """ConsumerConnection of a live group; 206 when it has no member here."""
@@ -269,7 +306,11 @@ class AdminBrokerProcessor:
     def get_broker_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Body: every setting as properties text; ext ``version`` = the config's DataVersion JSON."""
         broker = self.broker
-        body = format_properties(broker.config.to_properties()).encode()
+        props = broker.config.to_properties()
+        props.setdefault("fileReservedTime", f"{broker.store.config.file_reserved_time_hours:g}")
+        for key, value in JAVA_ONLY_BROKER_PROPERTIES.items():
+            props.setdefault(key, value)
+        body = format_properties(props).encode()
         return request.response(
             ResponseCode.SUCCESS, ext_fields={"version": orjson.dumps(broker.config_version).decode()}, body=body
         )
@@ -305,7 +346,10 @@ class AdminBrokerProcessor:
         client_id = obj.get("clientId")
         if not isinstance(group, str) or not isinstance(client_id, str):
             raise ValueError("consumerGroup and clientId are required")
-        mqs = [MessageQueue.from_json(item) for item in obj.get("mqSet") or []]
+        items = obj.get("mqSet") or []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ValueError("mqSet is not a list of MessageQueue objects")
+        mqs = [MessageQueue.from_json(item) for item in items]
         return group, client_id, mqs
 
     def lock_batch_mq(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:

@@ -3,8 +3,7 @@ UNREGISTER_CLIENT 35, CHECK_CLIENT_CONFIG 46) and
 :class:`ConsumerManageProcessor` (GET_CONSUMER_LIST_BY_GROUP 38,
 QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET 15).
 
-Reference A7 "34", "35", "38", "14", "15"; RocketMQ 4.9.8
-``ClientManageProcessor`` and ``ConsumerManageProcessor``.
+As RocketMQ 4.9.8 ``ClientManageProcessor`` and ``ConsumerManageProcessor``.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from rocket.broker.client_manager import ClientChannelInfo
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
 from rocket.protocol import retry_topic
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
+from rocket.protocol.validation import LONG_MAX, first_problem, out_of_range, queue_id_problem
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 
 if TYPE_CHECKING:
@@ -120,20 +120,44 @@ class ConsumerManageProcessor:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": info.client_ids()}))
 
     def update_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Store ``commitOffset`` for (consumerGroup, topic, queueId)."""
+        """Store ``commitOffset`` for (consumerGroup, topic, queueId).
+
+        Checked first, as ConsumerManageProcessor of RocketMQ 5: the group exists (or may be
+        auto-created; else SUBSCRIPTION_GROUP_NOT_EXIST 26), the topic exists (TOPIC_NOT_EXIST
+        17), and (ours) ``0 <= queueId < readQueueNums`` and ``commitOffset >= 0``
+        (INVALID_PARAMETER 29).
+        """
+        broker = self.broker
         group = request.require("consumerGroup")
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
         offset = request.require_int("commitOffset")
-        self.broker.metadata.consumer_offsets.commit(group, topic, queue_id, offset)
+        if broker.find_subscription_group(group) is None:
+            return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} not exist!")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None and broker.config.is_slave:
+            topic_config = broker.ha.replicated_topic_config(topic)
+        if topic_config is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} not exist!")
+        problem = first_problem(
+            queue_id_problem(queue_id, topic, topic_config.read_queue_nums),
+            out_of_range("commitOffset", offset, 0, LONG_MAX),
+        )
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
+        broker.metadata.consumer_offsets.commit(group, topic, queue_id, offset)
         return request.response(ResponseCode.SUCCESS)
 
     def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """The stored offset; 0 for a fresh group on a queue still starting at 0 (quirk Q9); else 22."""
+        """The stored offset; 0 for a fresh group on a queue still starting at 0, as
+        ``ConsumerManageProcessor.queryConsumerOffset`` does; else 22. A negative queueId is
+        INVALID_PARAMETER (29)."""
         store = self.broker.store
         group = request.require("consumerGroup")
         topic = request.require("topic")
-        queue_id = request.require_int("queueId")
+        queue_id = request.require_int("queueId", bits=32)
+        if queue_id < 0:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
         offset = self.broker.metadata.consumer_offsets.query(group, topic, queue_id)
         if offset is not None and offset >= 0:
             return request.response(ResponseCode.SUCCESS, ext_fields={"offset": offset})

@@ -1,27 +1,42 @@
 """:class:`PullMessageProcessor`: PULL_MESSAGE (11), with long polling.
 
-Checks (reference A7 "11"): broker readable (16), subscription group exists or
+Checks (as RocketMQ's ``PullMessageProcessor``): broker readable (16), subscription group exists or
 may be auto-created (26), group enabled (16), topic exists (17) and readable
 (16), ``0 <= queueId < readQueueNums`` (1), the subscription parses (23) or,
 when not sent inline, is known from heartbeats and not older than the
 request's (24/25).
 
-Store status → response code (A7 table): FOUND → 0 with the records as body;
-NO_MATCHED_MESSAGE/MESSAGE_WAS_REMOVING → 20; empty or unknown queue → 19 at
-offset 0, else 21; OFFSET_OVERFLOW_ONE/OFFSET_FOUND_NULL → 19;
-OFFSET_OVERFLOW_BADLY/OFFSET_TOO_SMALL → 21. The remark is the store status
-name; ext ``suggestWhichBrokerId``, ``nextBeginOffset``, ``minOffset``,
-``maxOffset`` are always present (as strings).
+Store status → response code (``composeResponseHeader`` of Apache RocketMQ's
+PullMessageProcessor; :func:`pull_answer`): FOUND → 0 with the records as body;
+NO_MATCHED_MESSAGE/MESSAGE_WAS_REMOVING → 20 (PULL_RETRY_IMMEDIATELY);
+empty or unknown queue → 19 at offset 0, else 21; OFFSET_OVERFLOW_ONE/
+OFFSET_FOUND_NULL → 19; OFFSET_OVERFLOW_BADLY/OFFSET_TOO_SMALL → 21. The remark
+is the store status name; ext ``suggestWhichBrokerId``, ``nextBeginOffset``,
+``minOffset``, ``maxOffset`` are always present (as strings).
+
+``nextBeginOffset`` never passes a message the consumer has not been given:
+real clients (Java ``DefaultMQPushConsumerImpl``, the C++ client) move to it on
+19, 20 and 21 alike and commit it. It is past the read records on 0, past the
+entries scanned and not matched (or no longer in the CommitLog) on 20, the
+corrected offset on a master's 21 (the queue's min or max: nothing readable
+lies between), and the requested offset otherwise.
+
+On a slave (``offsetCheckInSlave`` false, the default) the store never
+corrects an offset, and a 21 becomes 20 with the requested offset and the
+group's ``brokerId`` as suggestion (Apache RocketMQ 4.9.x, "PULL_OFFSET_MOVED:
+none correction"): a slave that is behind its master must not move a
+consumer. A slave serves the messages it has whether or not ``slaveReadEnable``
+is set and whether or not it believes its master alive (Apache 4.9.x sets 20
+for a slave without ``slaveReadEnable`` and then overwrites it with the read's
+code); without ``slaveReadEnable`` it suggests the master (0) for the next pull.
 
 ``suggestWhichBrokerId`` (with ``slaveReadEnable``): the group's
 ``whichBrokerWhenConsumeSlowly`` (1) when the consumer is far behind — the
 store's RAM rule (``accessMessageInMemoryMaxRatio``) or more than
 ``slaveReadLagBytes`` of CommitLog — and an in-sync slave is connected; else
-the group's ``brokerId`` (0). A slave serves pulls when ``slaveReadEnable``
-or when its master is gone (replication down for ``haHousekeepingInterval``),
-and never stores offsets from pulls; a topic it has replicated data for but
-no config yet (the 10 s config copy has not run) is served as one with as
-many queues as it has.
+the group's ``brokerId`` (0). A slave never stores offsets from pulls; a topic
+it has replicated data for but no config yet (the 10 s config copy has not
+run) is served as one with as many queues as it has.
 
 A 19 with the SUSPEND bit is parked in the
 :class:`~rocket.broker.long_polling.PullRequestHoldService` and re-run once,
@@ -45,13 +60,18 @@ if TYPE_CHECKING:
     from rocket.broker.interfaces import PullBroker
 
 MASTER_ID = 0
-#: A stored record's physical offset field (A9.1): int64 at byte 28.
+#: A stored record's physical offset field (CommitLog record layout): int64 at byte 28.
 _PHYS = struct.Struct(">q")
 _PHYS_AT = 28
+#: Store statuses whose ``next_begin_offset`` is past entries the read scanned (and legitimately skipped).
+_SCANNED_STATUSES = frozenset({
+    GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.MESSAGE_WAS_REMOVING,
+})
 
 
 def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
-    """The response code of a pull whose store result is ``result`` (A7 table)."""
+    """The response code of a pull whose store result is ``result``, on a master
+    (``composeResponseHeader`` of Apache RocketMQ's PullMessageProcessor)."""
     status = result.status
     if status is GetMessageStatus.FOUND:
         return ResponseCode.SUCCESS
@@ -62,6 +82,25 @@ def pull_response_code(result: GetMessageResult, requested_offset: int) -> int:
     if status in (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.OFFSET_FOUND_NULL):
         return ResponseCode.PULL_NOT_FOUND
     return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+def pull_answer(result: GetMessageResult, requested_offset: int, *, slave_keeps_offset: bool) -> tuple[int, int]:
+    """``(response code, nextBeginOffset)`` of a pull whose store result is ``result``.
+
+    ``slave_keeps_offset``: the broker is a slave without ``offsetCheckInSlave``.
+    Then PULL_OFFSET_MOVED (21) becomes PULL_RETRY_IMMEDIATELY (20), and 19, 20
+    and 21 carry ``requested_offset`` unless the read scanned entries (20 after
+    NO_MATCHED_MESSAGE / MESSAGE_WAS_REMOVING) — Apache RocketMQ 4.9.x
+    PullMessageProcessor ("PULL_OFFSET_MOVED: none correction") and
+    ``nextOffsetCorrection`` of its DefaultMessageStore. The caller then
+    suggests the group's ``brokerId``.
+    """
+    code = pull_response_code(result, requested_offset)
+    if not slave_keeps_offset or result.status in _SCANNED_STATUSES:
+        return code, result.next_begin_offset
+    if code == ResponseCode.PULL_OFFSET_MOVED:
+        return ResponseCode.PULL_RETRY_IMMEDIATELY, requested_offset
+    return code, requested_offset
 
 
 class PullMessageProcessor:
@@ -135,13 +174,16 @@ class PullMessageProcessor:
         (phys,) = _PHYS.unpack_from(result.records[0], _PHYS_AT)
         return bool(self.broker.store.max_phy_offset - phys > limit)
 
-    def process(
+    def process(  # noqa: C901 - hot: per pull, RocketMQ's checks in order, bench_broker consume
         self, request: RemotingCommand, conn: RemotingConnection, *, allow_suspend: bool
     ) -> tuple[RemotingCommand, PullRequest | None]:
         """Run one pull synchronously: the response, or a parked request to wait for."""
         broker = self.broker
         cfg = broker.config
         header = PullMessageRequestHeader.parse(request)
+        problem = header.problem()
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem), None
         if not is_readable(cfg.broker_permission):
             return request.response(
                 ResponseCode.NO_PERMISSION,
@@ -188,7 +230,8 @@ class PullMessageProcessor:
             max_total_bytes=cfg.max_transfer_bytes_on_message_in_memory,
             tags_codes=sub.tags_codes(),
         )
-        code = pull_response_code(result, header.queue_offset)
+        slave_keeps_offset = cfg.is_slave and not broker.store.config.offset_check_in_slave
+        code, next_begin = pull_answer(result, header.queue_offset, slave_keeps_offset=slave_keeps_offset)
         if cfg.slave_read_enable:
             slow = result.suggest_pulling_from_slave or self._far_behind(result)
             if slow and cfg.is_master and not broker.ha.suggest_slave():
@@ -196,11 +239,8 @@ class PullMessageProcessor:
             suggest = group_config.which_broker_when_consume_slowly if slow else group_config.broker_id
         else:
             suggest = MASTER_ID
-        if cfg.is_slave:
-            if not cfg.slave_read_enable and broker.ha.master_reachable:
-                code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, MASTER_ID
-            elif code == ResponseCode.PULL_OFFSET_MOVED:
-                code = ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave=false, as Java
+        if slave_keeps_offset and pull_response_code(result, header.queue_offset) == ResponseCode.PULL_OFFSET_MOVED:
+            suggest = group_config.broker_id  # "PULL_OFFSET_MOVED: none correction"
         if allow_suspend and header.has_commit_offset and not cfg.is_slave and header.commit_offset >= 0:
             broker.metadata.consumer_offsets.commit(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
@@ -226,7 +266,7 @@ class PullMessageProcessor:
             result.status.value,
             {
                 "suggestWhichBrokerId": suggest,
-                "nextBeginOffset": result.next_begin_offset,
+                "nextBeginOffset": next_begin,
                 "minOffset": result.min_offset,
                 "maxOffset": result.max_offset,
             },

@@ -1,7 +1,7 @@
 """:class:`SendMessageProcessor`: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310),
 SEND_BATCH_MESSAGE (320) and CONSUMER_SEND_MSG_BACK (36).
 
-Checks, in order (reference A7 "10", RocketMQ 4.9.8
+Checks, in order (RocketMQ 4.9.8
 ``AbstractSendMessageProcessor.msgCheck`` and ``SendMessageProcessor``), each
 answered with RocketMQ's code and a remark that says what is wrong:
 
@@ -24,7 +24,7 @@ retry topic of an unknown group              26   ``subscription group not exist
 
 A batch is recognised by code 320 **or** the batch flag ``true``/``1`` (the
 C++ client sends batches as code 10 with ``batch:"1"``; Java 4.9.8 would
-misread those, we accept them, quirk Q7).
+misread those with ``Boolean.parseBoolean``, we accept them).
 """
 
 from __future__ import annotations
@@ -162,6 +162,8 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> t
             ResponseCode.SERVICE_NOT_AVAILABLE,
             f"service not available now ({status.value}{detail}); the disk may be full or the store shut down",
         )
+    if status is PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL:  # refused by the timer hook (rocket.broker.timer)
+        return ResponseCode.MESSAGE_ILLEGAL, result.remark
     if status in (PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED):
         return ResponseCode.MESSAGE_ILLEGAL, f"the message is illegal ({status.value}{detail})"
     return ResponseCode.SYSTEM_ERROR, f"{status.value}{detail}"
@@ -268,6 +270,7 @@ class SendMessageProcessor:
         """The store confirmed (or failed) the append: answer the send."""
         self._done(size, started)
         if put.cancelled():  # the store shut down under it: no answer, as a cancelled task gives none
+            conn.answer(request, None, started)  # (None: nothing is sent; the request is no longer pending)
             return
         try:
             result = put.result()
@@ -367,6 +370,9 @@ class SendMessageProcessor:
                 f"the broker[{cfg.broker_ip1}] sending message is forbidden "
                 f"(brokerPermission={cfg.broker_permission})",
             )
+        problem = header.problem()
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         problem = _topic_problem(header.topic)
         if problem is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, problem)
@@ -564,6 +570,9 @@ class SendMessageProcessor:
         broker = self.broker
         cfg = broker.config
         header = ConsumerSendMsgBackRequestHeader.parse(request)
+        problem = header.problem()
+        if problem is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, problem)
         group_config = broker.find_subscription_group(header.group)
         if group_config is None:
             return request.response(

@@ -13,7 +13,7 @@ nothing under ``rocket.store.ha`` imports ``rocket.broker``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from rocket.store.api import BrokerRole
@@ -103,4 +103,13 @@ class HAHost(Protocol):
 
     def master_ha_address(self) -> str | None:
         """On a slave: the master's HA address ``host:port`` to replicate from; None while unknown."""
+        ...
+
+    def sign_hello(self, hello: dict[str, Any]) -> dict[str, Any]:
+        """The slave's handshake hello as sent (signed when ACL is on, ``rocket.auth.ha``)."""
+        ...
+
+    def check_slave(self, hello: dict[str, Any] | None) -> str | None:
+        """On a master: None when a slave with this hello (None: a plain slave) may replicate,
+        else why not (ACL, ``rocket.auth.ha``)."""
         ...

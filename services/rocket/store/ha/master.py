@@ -416,6 +416,10 @@ class HAService:
             if not host.is_master:
                 log.info("replication connection from %s refused: this broker is not a master", peer)
                 return None
+            refused = host.check_slave(None)
+            if refused is not None:
+                log.warning("replication connection from %s refused: %s", peer, refused)
+                return None
             conn = HAConnection(peer, writer, slave_addr=peer)
             async with asyncio.timeout(idle):
                 rest = await reader.readexactly(4)
@@ -428,6 +432,8 @@ class HAService:
             error = f"broker {host.config.broker_addr} is not a master (role {host.config.broker_role})"
         elif hello.get("brokerName") != host.config.broker_name:
             error = f"slave of group {hello.get('brokerName')!r} connected to the master of {host.config.broker_name!r}"
+        else:
+            error = host.check_slave(hello)
         if error is not None:
             writer.write(encode_handshake({"ok": False, "error": error}))
             with contextlib.suppress(Exception):

@@ -59,7 +59,7 @@ def encode_report(offset: int) -> bytes:
 
 def decode_report(data: bytes) -> int:
     """Inverse of :func:`encode_report`. Raises :class:`HAProtocolError` for a negative offset."""
-    (offset,) = REPORT.unpack(data)
+    offset: int = REPORT.unpack(data)[0]
     if offset < 0:
         raise HAProtocolError(f"slave reported a negative offset {offset}")
     return offset

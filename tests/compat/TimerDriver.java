@@ -1,0 +1,277 @@
+// Apache RocketMQ's own DefaultMQProducer (5.x remoting API) sending timer messages to any RocketMQ
+// cluster (ours in tests/compat/test_java_timer.py). Compiled and run like bench/compare/Driver.java
+// (bench/compare/java.py: ensure_driver(lib, source=...), driver_argv(..., main="TimerDriver")).
+//
+//   java -cp <rocketmq jars>:<classes> TimerDriver run namesrv=h:p topic=T timeout=30 settle=2
+//
+// Messages told apart by their key:
+//   deliver   Message.setDeliverTimeMs(now + 2500)
+//   delaysec  Message.setDelayTimeSec(2)
+//   delayms   Message.setDelayTimeMs(1500)
+//   past      Message.setDeliverTimeMs(now - 10000): due already
+//   far       Message.setDelayTimeSec(4 days): beyond the broker's timerMaxDelaySec, must be refused
+//
+//   java ... TimerDriver bench namesrv=h:p topic=T n=20000 window=60 threads=16 throughput=10000
+// (bench/compare/timer.py) sends n timer messages with setDeliverTimeMs spread evenly over `window`
+// seconds that start once all are sent, and times their arrival at a push consumer: delivery error
+// (arrival - scheduled, ms) p50/p99/max and how many came early; then sends `throughput` plain
+// messages and as many timer messages (due in an hour) from `threads` threads: msgs/s of each.
+// Prints one line "RESULT {json}".
+//
+// The "run" command: a DefaultMQPushConsumer of a new group records when each key arrives (ms, this JVM's clock) and its
+// properties. Prints one line "RESULT {json}": per key the earliest allowed arrival ("earliest":
+// the absolute time, or the send's start + the delay), the send's end ("sentEnd"), its status or
+// error code and message, the arrivals, and the delivered properties.
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+public final class TimerDriver {
+    static final String RUN = Long.toString(System.currentTimeMillis() % 1_000_000_000L, 36);
+    static final Map<String, List<Long>> ARRIVED = new ConcurrentHashMap<>();
+    static final Map<String, Map<String, String>> PROPS = new ConcurrentHashMap<>();
+
+    public static void main(String[] args) throws Exception {
+        Map<String, String> o = new LinkedHashMap<>();
+        for (String a : args) {
+            int eq = a.indexOf('=');
+            if (eq > 0) o.put(a.substring(0, eq), a.substring(eq + 1));
+        }
+        int rc = 1;
+        try {
+            rc = args.length > 0 && "bench".equals(args[0]) ? bench(o) : run(o);
+        } catch (Throwable t) {
+            t.printStackTrace();
+        }
+        System.out.flush();
+        Runtime.getRuntime().halt(rc);
+    }
+
+    static String json(Object v) {
+        if (v == null) return "null";
+        if (v instanceof String) {
+            StringBuilder sb = new StringBuilder("\"");
+            for (char c : ((String) v).toCharArray()) {
+                if (c == '"' || c == '\\') sb.append('\\').append(c);
+                else if (c < 0x20) sb.append(String.format("\\u%04x", (int) c));
+                else sb.append(c);
+            }
+            return sb.append('"').toString();
+        }
+        if (v instanceof Number || v instanceof Boolean) return v.toString();
+        if (v instanceof Map) {
+            StringBuilder sb = new StringBuilder("{");
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+                if (sb.length() > 1) sb.append(',');
+                sb.append(json(e.getKey().toString())).append(':').append(json(e.getValue()));
+            }
+            return sb.append('}').toString();
+        }
+        if (v instanceof List) {
+            StringBuilder sb = new StringBuilder("[");
+            for (Object x : (List<?>) v) {
+                if (sb.length() > 1) sb.append(',');
+                sb.append(json(x));
+            }
+            return sb.append(']').toString();
+        }
+        return json(v.toString());
+    }
+
+    static double pct(long[] sorted, double p) {
+        if (sorted.length == 0) return Double.NaN;
+        int i = (int) Math.ceil(p / 100.0 * sorted.length) - 1;
+        return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
+    }
+
+    static double sendMany(DefaultMQProducer p, String topic, int n, int threads, long deliverAt) throws Exception {
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
+        java.util.concurrent.atomic.AtomicInteger next = new java.util.concurrent.atomic.AtomicInteger();
+        byte[] body = new byte[128];
+        long t0 = System.nanoTime();
+        List<java.util.concurrent.Future<?>> fs = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            fs.add(pool.submit(() -> {
+                while (next.getAndIncrement() < n) {
+                    Message m = new Message(topic, body);
+                    if (deliverAt > 0) m.setDeliverTimeMs(deliverAt);
+                    try {
+                        p.send(m);
+                    } catch (Exception e) {
+                        // counted by the caller as missing throughput
+                    }
+                }
+                return null;
+            }));
+        }
+        for (java.util.concurrent.Future<?> f : fs) f.get();
+        pool.shutdown();
+        return n / ((System.nanoTime() - t0) / 1e9);
+    }
+
+    static int bench(Map<String, String> o) throws Exception {
+        String ns = o.get("namesrv");
+        String topic = o.get("topic");
+        int n = Integer.parseInt(o.getOrDefault("n", "20000"));
+        double window = Double.parseDouble(o.getOrDefault("window", "60"));
+        int threads = Integer.parseInt(o.getOrDefault("threads", "16"));
+        int tput = Integer.parseInt(o.getOrDefault("throughput", "10000"));
+        long[] errors = new long[n];
+        java.util.concurrent.atomic.AtomicInteger got = new java.util.concurrent.atomic.AtomicInteger();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("CID_TIMER_BENCH_" + RUN);
+        c.setNamesrvAddr(ns);
+        c.setInstanceName("bench-consumer-" + RUN);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET);
+        c.setConsumeThreadMin(4);
+        c.setConsumeThreadMax(4);
+        c.subscribe(topic, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.currentTimeMillis();
+            for (MessageExt m : msgs) {
+                long at = Long.parseLong(new String(m.getBody(), java.nio.charset.StandardCharsets.US_ASCII).trim());
+                int i = got.getAndIncrement();
+                if (i < errors.length) errors[i] = now - at;
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        DefaultMQProducer p = new DefaultMQProducer("PID_TIMER_BENCH_" + RUN);
+        p.setNamesrvAddr(ns);
+        p.setInstanceName("bench-producer-" + RUN);
+        p.setSendMsgTimeout(10000);
+        p.start();
+        Thread.sleep(3000);  // the consumer's rebalance and first long polls
+        long lead = 5000 + n / 2;  // all sent before the first is due
+        long start = System.currentTimeMillis() + lead;
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
+        java.util.concurrent.atomic.AtomicInteger next = new java.util.concurrent.atomic.AtomicInteger();
+        java.util.concurrent.atomic.AtomicInteger sendErrors = new java.util.concurrent.atomic.AtomicInteger();
+        List<java.util.concurrent.Future<?>> fs = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            fs.add(pool.submit(() -> {
+                int i;
+                while ((i = next.getAndIncrement()) < n) {
+                    long at = start + (long) (i * window * 1000 / n);
+                    Message m = new Message(topic, Long.toString(at).getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+                    m.setDeliverTimeMs(at);
+                    try {
+                        p.send(m);
+                    } catch (Exception e) {
+                        sendErrors.incrementAndGet();
+                    }
+                }
+                return null;
+            }));
+        }
+        for (java.util.concurrent.Future<?> f : fs) f.get();
+        pool.shutdown();
+        long sentAt = System.currentTimeMillis();
+        long deadline = start + (long) (window * 1000) + 60_000;
+        while (got.get() < n - sendErrors.get() && System.currentTimeMillis() < deadline) Thread.sleep(50);
+        int received = Math.min(got.get(), n);
+        long[] sorted = java.util.Arrays.copyOf(errors, received);
+        java.util.Arrays.sort(sorted);
+        int early = 0;
+        for (long e : sorted) if (e < 0) early++;
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("n", n);
+        r.put("window_s", window);
+        r.put("send_s", (sentAt - (start - lead)) / 1000.0);
+        r.put("send_errors", sendErrors.get());
+        r.put("received", received);
+        r.put("early", early);
+        r.put("p50", pct(sorted, 50));
+        r.put("p99", pct(sorted, 99));
+        r.put("max", received > 0 ? (double) sorted[received - 1] : Double.NaN);
+        c.shutdown();
+        sendMany(p, topic + "Plain", tput / 4, threads, 0);  // warm-up
+        r.put("plain_msgs_s", sendMany(p, topic + "Plain", tput, threads, 0));
+        r.put("timer_msgs_s", sendMany(p, topic + "Plain", tput, threads, System.currentTimeMillis() + 3_600_000L));
+        System.out.println("RESULT " + json(r));
+        p.shutdown();
+        return 0;
+    }
+
+    static int run(Map<String, String> o) throws Exception {
+        String ns = o.get("namesrv");
+        String topic = o.get("topic");
+        double timeout = Double.parseDouble(o.getOrDefault("timeout", "30"));
+        double settle = Double.parseDouble(o.getOrDefault("settle", "2"));
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("CID_TIMER_" + RUN);
+        c.setNamesrvAddr(ns);
+        c.setInstanceName("consumer-" + RUN);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.currentTimeMillis();
+            for (MessageExt m : msgs) {
+                ARRIVED.computeIfAbsent(m.getKeys(), k -> new ArrayList<>()).add(now);
+                Map<String, String> p = new LinkedHashMap<>(m.getProperties());
+                p.put("@msgId", m.getMsgId());
+                p.put("@topic", m.getTopic());
+                PROPS.put(m.getKeys(), p);
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        DefaultMQProducer p = new DefaultMQProducer("PID_TIMER_" + RUN);
+        p.setNamesrvAddr(ns);
+        p.setInstanceName("producer-" + RUN);
+        p.setSendMsgTimeout(5000);
+        p.setRetryTimesWhenSendFailed(0);
+        p.start();
+        Thread.sleep(1000);  // the consumer's rebalance
+        Map<String, Object> sends = new LinkedHashMap<>();
+        for (String key : new String[] {"deliver", "delaysec", "delayms", "past", "far"}) {
+            Message m = new Message(topic, "TagTimer", key, ("body of " + key).getBytes("UTF-8"));
+            long start = System.currentTimeMillis();
+            long earliest;
+            switch (key) {
+                case "deliver": earliest = start + 2500; m.setDeliverTimeMs(earliest); break;
+                case "delaysec": earliest = start + 2000; m.setDelayTimeSec(2); break;
+                case "delayms": earliest = start + 1500; m.setDelayTimeMs(1500); break;
+                case "past": earliest = start - 10000; m.setDeliverTimeMs(earliest); break;
+                default: earliest = start + 4L * 86400 * 1000; m.setDelayTimeSec(4L * 86400); break;
+            }
+            Map<String, Object> s = new LinkedHashMap<>();
+            s.put("earliest", earliest);
+            try {
+                SendResult res = p.send(m);
+                s.put("status", res.getSendStatus().name());
+                s.put("msgId", res.getMsgId());
+            } catch (MQBrokerException e) {
+                s.put("status", "ERROR");
+                s.put("code", e.getResponseCode());
+                s.put("error", e.getErrorMessage());
+            }
+            s.put("sentEnd", System.currentTimeMillis());
+            sends.put(key, s);
+        }
+        long deadline = System.nanoTime() + (long) (timeout * 1e9);
+        List<String> expected = List.of("deliver", "delaysec", "delayms", "past");
+        while (System.nanoTime() < deadline && !expected.stream().allMatch(ARRIVED::containsKey)) {
+            Thread.sleep(20);
+        }
+        Thread.sleep((long) (settle * 1000));
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("sends", sends);
+        r.put("arrived", new LinkedHashMap<>(ARRIVED));
+        r.put("props", new LinkedHashMap<>(PROPS));
+        System.out.println("RESULT " + json(r));
+        p.shutdown();
+        c.shutdown();
+        return 0;
+    }
+}
