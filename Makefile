@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 
-.PHONY: setup run test bench bench-compare lint clean tools images
+.PHONY: setup run test chaos bench bench-compare lint clean tools images
 
 setup: $(STAMP)
 
@@ -18,7 +18,13 @@ run: setup
 	$(PY) -m rocket.local demo
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not chaos"
+
+# Repeated fault runs against a controller-mode group (kill -9 / SIGSTOP of the master; RTO
+# percentiles). CHAOS_RUNS=20 by default. Not part of `make test`.
+CHAOS_RUNS ?= 20
+chaos: setup
+	CHAOS_RUNS=$(CHAOS_RUNS) $(PY) -m pytest -q -s -m chaos tests/chaos
 
 bench: setup
 	$(PY) -m bench $(BENCH)

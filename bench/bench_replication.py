@@ -134,7 +134,7 @@ def _start_group(role: str) -> Group:
     from rocket.runtime import run
 
     folder = Path(tempfile.mkdtemp(prefix=f"rocket-bench-{role.lower()}-"))
-    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, slaves=True,
+    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, slaves=True, failover="manual",
                            extra_broker_args=["--set", f"brokerRole={role}", "--set", "maxIndexNum=2000000"])
     state = cluster.start(detach=False, timeout=90)
     master = next(p for p in state.processes if p.kind == "broker" and "SLAVE" not in p.argv)

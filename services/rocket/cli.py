@@ -230,7 +230,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 2 broker groups of master + slave).",
+local_app = typer.Typer(help="A whole cluster on this machine (2 NameServers, 3 controllers, 2 broker groups of "
+                             "master + slave).",
                         no_args_is_help=True)
 
 
@@ -241,16 +242,19 @@ def local_up(
     brokers: int = typer.Option(2, "--brokers", help="Broker groups (1 or 2)."),
     slaves: bool = typer.Option(True, "--slaves/--no-slaves", help="A slave per broker group (replication)."),
     flush: str = typer.Option("ASYNC_FLUSH", "--flush", help="ASYNC_FLUSH or SYNC_FLUSH."),
+    failover: str = typer.Option("controller", "--failover", help="controller: 3 controllers elect each group's "
+                                 "master (RocketMQ 5 controller mode); manual: fixed roles, rocket cluster failover."),
     foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
     secure: bool = typer.Option(False, "--secure", help="ACL on (an admin user whose keys are written to "
                                                         "<dir>/secrets/admin.credentials) and a locked HTTP API."),
 ) -> None:
-    """Start 2 NameServers and broker-a/broker-b as local processes."""
+    """Start 2 NameServers, 3 controllers and broker-a/broker-b (master + slave each) as local processes."""
     from rocket.local import LocalCluster, LocalClusterError, print_state
 
-    cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves, secure=secure)
     try:
+        cluster = LocalCluster(data_dir, base_port, brokers=brokers, flush=flush.upper(), slaves=slaves,
+                               secure=secure, failover=failover.lower())
         state = cluster.start(detach=not foreground, timeout=timeout)
     except LocalClusterError as exc:
         raise _fail(str(exc)) from None
@@ -296,6 +300,43 @@ def local_down(
     except LocalClusterError as exc:
         raise _fail(str(exc)) from None
     console.print(f"stopped {', '.join(stopped) if stopped else 'nothing (already stopped)'}")
+
+
+@local_app.command("kill")
+def local_kill(
+    name: str = typer.Argument(..., help="Process name (rocket local status), e.g. broker-a or controller-1."),
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    sig: str = typer.Option("KILL", "--signal", "-s", help="KILL (a crash), TERM, STOP (freeze) or CONT."),
+) -> None:
+    """Send a signal (default SIGKILL) to one process of the local cluster, e.g. to watch a failover."""
+    from rocket.local import LocalClusterError, kill
+
+    try:
+        number = signal.Signals[f"SIG{sig.upper().removeprefix('SIG')}"]
+    except KeyError:
+        raise _fail(f"unknown signal {sig!r}") from None
+    try:
+        info = kill(name, data_dir, number)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"sent {number.name} to {info.name} (pid {info.pid}); start it again with: "
+                  f"rocket local start {info.name} --dir {data_dir}")
+
+
+@local_app.command("start")
+def local_start(
+    name: str = typer.Argument(..., help="Process name (rocket local status)."),
+    data_dir: Path = typer.Option(Path("data/local"), "--dir", "-d", help="Data and logs folder."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
+) -> None:
+    """Start one stopped process of the local cluster again (same ports, data and settings)."""
+    from rocket.local import LocalClusterError, start_process
+
+    try:
+        info = start_process(name, data_dir, timeout)
+    except LocalClusterError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"started {info.name} (pid {info.pid})")
 
 
 @local_app.command("status")

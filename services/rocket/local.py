@@ -21,9 +21,21 @@ Ports, from a base port P (default 9876)::
     broker-a-slave  P+1055  (HTTP +4)      10931 / 10935  (also uses 10929 and 10932)
     broker-b-slave  P+1065  (HTTP +4)      10941 / 10945  (also uses 10939 and 10942)
 
-A failed master is replaced by hand: ``rocket cluster failover --broker-name
-broker-a`` promotes its slave; the old master, started again, rejoins as a
-slave (``rocket.broker.replicas``, ``rocket.store.ha``).
+Failover (``failover``): with slaves the default is **controller mode**
+(RocketMQ 5, RIP-44): three controllers ``controller-1..3`` (``rocket
+controller``, remoting ports P+20, P+30, P+40, their Raft ports +2 and HTTP
+ports +4, a random Raft secret in ``<dir>/controller-secret``) choose each
+group's master; the brokers run with ``enableControllerMode``,
+``allAckInSyncStateSet`` and ``controllerAddr`` (``rocket.broker.controller_mode``).
+Which process of a group is master is then the controllers' choice (the first
+to ask; ``broker-a-slave`` is only a process name). ``rocket local kill
+broker-a`` (SIGKILL) shows a failover: the controllers elect the other broker
+within a few seconds, clients continue; ``rocket local start broker-a`` brings
+the process back and it rejoins as a slave. ``failover="manual"`` (``rocket
+local up --failover manual``) runs the old layout: fixed master and slave, and a
+failed master is replaced by hand with ``rocket cluster failover --broker-name
+broker-a``; the old master, started again, rejoins as a slave
+(``rocket.broker.replicas``, ``rocket.store.ha``).
 
 ``python -m rocket.local demo`` (``make run``) starts a cluster in a
 temporary folder, publishes the LogHub samples — one topic per system
@@ -61,6 +73,10 @@ DEFAULT_BASE_PORT = 9876
 STATE_FILE = "state.json"
 CLUSTER_NAME = "DefaultCluster"
 BROKER_NAMES = ("broker-a", "broker-b")
+#: Controller processes of a controller-mode local cluster.
+CONTROLLER_NAMES = ("controller-1", "controller-2", "controller-3")
+#: The Raft secret of the local controllers (written once, mode 0600).
+CONTROLLER_SECRET_FILE = "controller-secret"
 #: Process name of a group's slave: ``broker-a-slave``.
 SLAVE_SUFFIX = "-slave"
 #: ``mappedFileSizeCommitLog`` of local brokers (bytes); a master and its slave must agree on it.
@@ -129,12 +145,18 @@ class ClusterState:
             raise LocalClusterError(f"unreadable state file {path}: {exc}") from None
 
 
-def ports_for(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = True) -> dict[str, tuple[int, int]]:
-    """Process name → (remoting port, HTTP port) for a cluster at ``base_port``."""
+def ports_for(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = True,
+              controllers: bool = False) -> dict[str, tuple[int, int]]:
+    """Process name → (remoting port, HTTP port) for a cluster at ``base_port`` (a controller's
+    Raft port is its remoting port + 2)."""
     layout = {
         "namesrv-1": (base_port, base_port + 10),
         "namesrv-2": (base_port + 1, base_port + 11),
     }
+    if controllers:
+        for i, name in enumerate(CONTROLLER_NAMES):
+            port = base_port + 20 + 10 * i
+            layout[name] = (port, port + 4)
     for i, name in enumerate(BROKER_NAMES[:brokers]):
         port = base_port + 1035 + 10 * i
         layout[name] = (port, port + 4)
@@ -145,11 +167,17 @@ def ports_for(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = T
     return layout
 
 
-def _all_ports(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = True) -> list[int]:
+def _all_ports(base_port: int, brokers: int = len(BROKER_NAMES), slaves: bool = True,
+               controllers: bool = True) -> list[int]:
     ports: list[int] = []
-    for name, (port, http) in ports_for(base_port, brokers, slaves).items():
+    for name, (port, http) in ports_for(base_port, brokers, slaves, controllers).items():
         ports.append(http)
-        ports.extend([port - 2, port, port + 1] if name.startswith("broker") else [port])
+        if name.startswith("broker"):
+            ports.extend([port - 2, port, port + 1])
+        elif name.startswith("controller"):
+            ports.extend([port, port + 2])
+        else:
+            ports.append(port)
     return ports
 
 
@@ -228,6 +256,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def _ready(info: ProcessInfo) -> bool:
+    if info.kind == "controller":
+        return _tcp_ok(info.port)
     if info.kind == "broker":
         return _http_ok(info.http_port, "/readyz")
     return _tcp_ok(info.port) and (_http_ok(info.http_port, "/readyz") or _http_ok(info.http_port, "/healthz"))
@@ -261,7 +291,9 @@ class LocalCluster:
 
     ``brokers``: how many broker groups (1 or 2); ``slaves``: a slave per group
     (brokerId 1, ``slaveReadEnable``); ``flush``: ``ASYNC_FLUSH`` or
-    ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags.
+    ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags; ``failover``:
+    ``"controller"`` (3 controllers elect the masters; the default with slaves) or ``"manual"``
+    (fixed roles; always so without slaves, and with ``secure``).
     ``secure``: ACL on every NameServer and broker (``aclEnable``), an admin Super user whose
     keys are written to ``<data_dir>/secrets/admin.credentials`` (mode 0600, kept across runs) and
     a bearer token for the HTTP API in ``<data_dir>/secrets/http.token``.
@@ -269,7 +301,13 @@ class LocalCluster:
 
     def __init__(self, data_dir: Path | str = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, *,
                  brokers: int = 2, nameservers: int = 2, flush: str = "ASYNC_FLUSH",
-                 extra_broker_args: Sequence[str] = (), slaves: bool = True, secure: bool = False) -> None:
+                 extra_broker_args: Sequence[str] = (), slaves: bool = True, secure: bool = False,
+                 failover: str = "controller") -> None:
+        if failover not in ("controller", "manual"):
+            raise LocalClusterError(f"failover must be 'controller' or 'manual', not {failover!r}")
+        # ACL (``secure``) runs without controllers for now: the standalone controllers do not
+        # sign their requests to brokers (only a NameServer-embedded one does)
+        self.controllers = failover == "controller" and slaves and not secure
         self.data_dir = Path(data_dir).resolve()
         self.secure = secure
         self.base_port = base_port
@@ -284,7 +322,7 @@ class LocalCluster:
     @property
     def namesrv(self) -> str:
         """``"127.0.0.1:P;127.0.0.1:P+1"``."""
-        layout = ports_for(self.base_port, self.brokers, self.slaves)
+        layout = ports_for(self.base_port, self.brokers, self.slaves, self.controllers)
         return ";".join(f"127.0.0.1:{layout[f'namesrv-{i + 1}'][0]}" for i in range(self.nameservers))
 
     def _store_args(self, group: str) -> list[str]:
@@ -346,7 +384,7 @@ class LocalCluster:
 
     def plan(self) -> list[ProcessInfo]:
         """The processes :meth:`start` runs, NameServers first."""
-        layout = ports_for(self.base_port, self.brokers, self.slaves)
+        layout = ports_for(self.base_port, self.brokers, self.slaves, self.controllers)
         exe = [sys.executable, "-m", "rocket.cli"]
         ns_secure, broker_secure = self._secure_args()
         logs = self.data_dir / "logs"
@@ -357,12 +395,24 @@ class LocalCluster:
             plan.append(ProcessInfo(name, "nameserver", port, http, str(logs / f"{name}.log"),
                                     [*exe, "nameserver", "--port", str(port), "--http-port", str(http),
                                      *ns_secure]))
+        controller_args: list[str] = []
+        if self.controllers:
+            peers = ",".join(f"127.0.0.1:{layout[n][0]}/{layout[n][0] + 2}" for n in CONTROLLER_NAMES)
+            for name in CONTROLLER_NAMES:
+                port, http = layout[name]
+                plan.append(ProcessInfo(name, "controller", port, http, str(logs / f"{name}.log"), [
+                    *exe, "controller", "--controller-peers", peers, "--port", str(port), "--host", "127.0.0.1",
+                    "--http-port", str(http), "--data-dir", str(self.data_dir / name),
+                    "--secret-file", str(self.data_dir / CONTROLLER_SECRET_FILE)]))
+            addrs = ";".join(f"127.0.0.1:{layout[n][0]}" for n in CONTROLLER_NAMES)
+            controller_args = ["--set", "enableControllerMode=true", "--set", f"controllerAddr={addrs}",
+                               "--set", "allAckInSyncStateSet=true"]
         for name in BROKER_NAMES[: self.brokers]:
             port, http = layout[name]
             argv = [*exe, "broker", "--name", name, "--cluster", CLUSTER_NAME, "--broker-id", "0",
                     "--port", str(port), "--http-port", str(http), "--namesrv", self.namesrv,
                     "--store-dir", str(self.data_dir / name), "--flush", self.flush,
-                    *self._store_args(name), *broker_secure, *self.extra_broker_args]
+                    *self._store_args(name), *broker_secure, *controller_args, *self.extra_broker_args]
             if self.slaves:
                 argv += ["--set", "slaveReadEnable=true"]
             plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
@@ -374,7 +424,7 @@ class LocalCluster:
                         "--role", "SLAVE", "--port", str(port), "--http-port", str(http), "--namesrv",
                         self.namesrv, "--store-dir", str(self.data_dir / name), "--flush", self.flush,
                         *self._store_args(group), "--set", "slaveReadEnable=true", *broker_secure,
-                        *self.extra_broker_args]
+                        *controller_args, *self.extra_broker_args]
                 plan.append(ProcessInfo(name, "broker", port, http, str(logs / f"{name}.log"), argv))
         return plan
 
@@ -392,10 +442,13 @@ class LocalCluster:
             raise LocalClusterError(f"a local cluster already runs from {self.data_dir} "
                                     "(rocket local status / rocket local down)")
         plan = self.plan()
-        busy = [p for p in _all_ports(self.base_port, self.brokers, self.slaves) if not _port_free(p)]
+        busy = [p for p in _all_ports(self.base_port, self.brokers, self.slaves, self.controllers)
+                if not _port_free(p)]
         if busy:
             raise LocalClusterError(f"ports already in use: {busy} (choose another --base-port)")
         self.state = ClusterState(str(self.data_dir), self.base_port, self.namesrv, plan)
+        if self.controllers:
+            _ensure_secret(self.data_dir / CONTROLLER_SECRET_FILE)
         if self.secure:
             self.state.credentials_file = str(self.secrets_dir / "admin.credentials")
             self.state.http_token_file = str(self.secrets_dir / "http.token")
@@ -404,6 +457,7 @@ class LocalCluster:
                 self.procs[info.name] = _spawn(info, detach=detach)
                 if info.kind == "nameserver":
                     self._wait_ready([info], timeout)
+            self._wait_ready([p for p in plan if p.kind == "controller"], timeout)
             self.state.save()
             self._wait_ready(plan, timeout)
             deadline = time.monotonic() + timeout
@@ -445,6 +499,51 @@ class LocalCluster:
         return stopped
 
 
+def _ensure_secret(path: Path) -> None:
+    """Write a random Raft secret to ``path`` (mode 0600) unless one is there."""
+    if path.exists():
+        return
+    import secrets
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(32))
+
+
+def kill(name: str, data_dir: Path | str = DEFAULT_DIR, sig: int = signal.SIGKILL) -> ProcessInfo:
+    """Send ``sig`` (default SIGKILL, as a crash) to the process ``name`` of the recorded cluster;
+    returns it. Raises :class:`LocalClusterError` for an unknown or stopped process."""
+    state = ClusterState.load(Path(data_dir))
+    info = next((p for p in state.processes if p.name == name), None)
+    if info is None:
+        raise LocalClusterError(f"no process {name!r}; processes: {', '.join(p.name for p in state.processes)}")
+    if not pid_alive(info.pid):
+        raise LocalClusterError(f"{name} is not running")
+    os.kill(info.pid, sig)
+    return info
+
+
+def start_process(name: str, data_dir: Path | str = DEFAULT_DIR, timeout: float = 60.0) -> ProcessInfo:
+    """Start the stopped process ``name`` of the recorded cluster again (same ports, data and
+    settings) and wait until it is ready; returns it. Raises :class:`LocalClusterError`."""
+    state = ClusterState.load(Path(data_dir))
+    info = next((p for p in state.processes if p.name == name), None)
+    if info is None:
+        raise LocalClusterError(f"no process {name!r}; processes: {', '.join(p.name for p in state.processes)}")
+    if pid_alive(info.pid):
+        raise LocalClusterError(f"{name} is already running (pid {info.pid})")
+    proc = _spawn(info, detach=True)
+    state.save()
+    deadline = time.monotonic() + timeout
+    while not _ready(info):
+        if proc.poll() is not None:
+            raise LocalClusterError(f"{name} exited with {proc.returncode}; log {info.log}:\n{_tail(Path(info.log))}")
+        if time.monotonic() > deadline:
+            raise LocalClusterError(f"{name} not ready after {timeout:.0f} s (log {info.log})")
+        time.sleep(0.1)
+    return info
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -458,7 +557,8 @@ def stop_processes(infos: Sequence[ProcessInfo], procs: dict[str, subprocess.Pop
     procs = procs or {}
     ordered = sorted(infos, key=lambda p: 0 if p.kind == "broker" else 1)
     stopped: list[str] = []
-    for group in ([p for p in ordered if p.kind == "broker"], [p for p in ordered if p.kind != "broker"]):
+    for group in ([p for p in ordered if p.kind == "broker"], [p for p in ordered if p.kind == "nameserver"],
+                  [p for p in ordered if p.kind == "controller"]):
         signalled: list[ProcessInfo] = []
         for info in group:
             proc = procs.get(info.name)
@@ -537,8 +637,14 @@ def print_state(state: ClusterState) -> None:
     for col in ("process", "role", "address", "http", "pid"):
         table.add_column(col, no_wrap=True)
     for p in state.processes:
-        role = "NameServer" if p.kind == "nameserver" else (
-            "broker (slave)" if "SLAVE" in p.argv else "broker (master)")
+        if p.kind == "controller":
+            role = "controller"
+        elif p.kind == "nameserver":
+            role = "NameServer"
+        elif any(a.startswith("enableControllerMode=") for a in p.argv):
+            role = "broker (role from the controllers)"
+        else:
+            role = "broker (slave)" if "SLAVE" in p.argv else "broker (master)"
         table.add_row(p.name, role, p.addr, f"127.0.0.1:{p.http_port}", str(p.pid))
     console = Console()
     console.print(table)

@@ -14,7 +14,7 @@ import yaml
 
 from rocket.local import ClusterState, find_free_base_port
 from tests.integration.client_support import shared_cluster
-from tests.support import ROOT, unique
+from tests.support import ROOT, unique, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +172,27 @@ def test_bad_namesrv_gives_a_clear_error() -> None:
     assert "no NameServer answered" in out.stderr
 
 
+def _local_role(data: Path, name: str) -> str | None:
+    """brokerRole of local process ``name`` from its /api/v1/ha (None when it does not answer)."""
+    import urllib.request
+
+    info = next(p for p in ClusterState.load(data).processes if p.name == name)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{info.http_port}/api/v1/ha", timeout=2) as resp:
+            return str(json.loads(resp.read())["brokerRole"])
+    except OSError:
+        return None
+
+
+def _local_master(data: Path, group: str) -> str | None:
+    """The local process that is master of ``group`` now."""
+    for name in (group, group + "-slave"):
+        role = _local_role(data, name)
+        if role is not None and role != "SLAVE":
+            return name
+    return None
+
+
 @pytest.mark.slow
 def test_local_up_status_down(tmp_path: Path) -> None:
     base = find_free_base_port()
@@ -191,6 +212,18 @@ def test_local_up_status_down(tmp_path: Path) -> None:
         assert listed.returncode == 0 and "broker-b" in listed.stdout
         produced = rocket("produce", "LocalT", "--count", "3", "-q", "--namesrv", f"127.0.0.1:{base + 1}")
         assert produced.returncode == 0, produced.stderr
+        assert status.stdout.count("controller-") == 3
+        # controller mode: kill -9 broker-a's master, the controllers elect the other process
+        master = _local_master(data, "broker-a")
+        killed = rocket("local", "kill", master, "--dir", str(data))
+        assert killed.returncode == 0, killed.stdout + killed.stderr
+        other = "broker-a-slave" if master == "broker-a" else "broker-a"
+        wait_for(lambda: _local_master(data, "broker-a") == other, 30, what=f"{other} elected master")
+        produced = rocket("produce", "LocalT", "--count", "3", "-q", "--namesrv", f"127.0.0.1:{base}")
+        assert produced.returncode == 0, produced.stderr
+        started = rocket("local", "start", master, "--dir", str(data))
+        assert started.returncode == 0, started.stdout + started.stderr
+        wait_for(lambda: _local_role(data, master) == "SLAVE", 30, what=f"{master} back as a slave")
     finally:
         down = rocket("local", "down", "--dir", str(data))
     assert down.returncode == 0, down.stdout + down.stderr

@@ -54,10 +54,11 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 class Namespaces:
     """Two namespaces joined by one veth pair; :meth:`cut` / :meth:`heal` the link."""
 
-    def __init__(self) -> None:
+    def __init__(self, m_ip: str = M_IP, s_ip: str = S_IP, prefix: str = "rk") -> None:
         tag = f"{os.getpid() % 100000}"
-        self.m, self.s = f"rkt_m{tag}", f"rkt_s{tag}"
-        self.vm, self.vs = f"rkm{tag}", f"rks{tag}"
+        self.m, self.s = f"{prefix}t_m{tag}", f"{prefix}t_s{tag}"
+        self.vm, self.vs = f"{prefix}m{tag}", f"{prefix}s{tag}"
+        self.m_ip, self.s_ip = m_ip, s_ip
 
     def create(self) -> None:
         if shutil.which("ip") is None:
@@ -71,7 +72,7 @@ class Namespaces:
         _ip("link", "add", self.vm, "type", "veth", "peer", "name", self.vs)
         _ip("link", "set", self.vm, "netns", self.m)
         _ip("link", "set", self.vs, "netns", self.s)
-        for ns, dev, ip in ((self.m, self.vm, M_IP), (self.s, self.vs, S_IP)):
+        for ns, dev, ip in ((self.m, self.vm, self.m_ip), (self.s, self.vs, self.s_ip)):
             _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")

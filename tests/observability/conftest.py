@@ -157,6 +157,8 @@ def embedded_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embed
     with running_cluster(tmp_path_factory.mktemp("embedded-cluster")) as state:
         targets = []
         for proc in state.processes:
+            if proc.kind == "controller":
+                continue  # the controllers' metrics are covered by tests/integration/test_controller_cluster.py
             if proc.kind == "nameserver":
                 targets.append(Target(proc.name, "rocketmq-nameserver", proc.http_port,
                                       {"cluster": LOCAL_CLUSTER_NAME, "namespace": "local"}))

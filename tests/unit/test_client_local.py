@@ -20,7 +20,7 @@ def test_port_layout_matches_rocketmq_defaults() -> None:
 
 
 def test_plan_runs_nameservers_first_with_the_cli(tmp_path: Path) -> None:
-    plan = LocalCluster(tmp_path, 9876).plan()
+    plan = LocalCluster(tmp_path, 9876, failover="manual").plan()
     assert [p.name for p in plan] == ["namesrv-1", "namesrv-2", "broker-a", "broker-b", "broker-a-slave",
                                       "broker-b-slave"]
     broker = plan[2].argv
@@ -50,3 +50,16 @@ def test_the_loghub_sample_ships_with_the_package() -> None:
     assert len(logs) == 12 and all(len(lines) == 200 for lines in logs.values())
     assert (folder / "LICENSE").read_text().startswith("LICENSE OF LOGHUB")
     assert "ISSRE" in (folder / "README.md").read_text()
+
+
+def test_plan_in_controller_mode_runs_three_controllers_before_the_brokers(tmp_path: Path) -> None:
+    plan = LocalCluster(tmp_path, 9876).plan()
+    assert [p.name for p in plan][:5] == ["namesrv-1", "namesrv-2", "controller-1", "controller-2", "controller-3"]
+    ctl = plan[2].argv
+    assert ctl[ctl.index("--controller-peers") + 1] == "127.0.0.1:9896/9898,127.0.0.1:9906/9908,127.0.0.1:9916/9918"
+    assert ctl[ctl.index("--secret-file") + 1] == str(tmp_path.resolve() / "controller-secret")
+    broker = plan[5].argv
+    assert "enableControllerMode=true" in broker and "allAckInSyncStateSet=true" in broker
+    assert "controllerAddr=127.0.0.1:9896;127.0.0.1:9906;127.0.0.1:9916" in broker
+    # without slaves there is nothing to fail over to: no controllers
+    assert not [p for p in LocalCluster(tmp_path, 9876, slaves=False).plan() if p.kind == "controller"]

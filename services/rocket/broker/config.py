@@ -168,6 +168,30 @@ class BrokerConfig:
     slave_sync_interval: int = 10_000
     #: Role a slave takes when promoted without an explicit one (ASYNC_MASTER or SYNC_MASTER).
     promoted_broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    #: Controller mode (RocketMQ 5 ``enableControllerMode``, RIP-44): roles and broker ids come from
+    #: the controllers at ``controllerAddr``, not from ``brokerRole``/``brokerId``
+    #: (``rocket.broker.controller_mode``).
+    enable_controller_mode: bool = False
+    #: Every controller's ``host:port``, ``;`` separated (RocketMQ ``controllerAddr``).
+    controller_addr: str = ""
+    #: The controllers count this broker dead after this long without a heartbeat (ms; RocketMQ
+    #: ``controllerHeartBeatTimeoutMills``, 10 s). A master fences itself (stops acknowledging
+    #: writes) after half of it without a confirmation from the controller leader.
+    controller_heart_beat_timeout_mills: int = 10_000
+    #: BROKER_HEARTBEAT period to every controller (ms; RocketMQ ``brokerHeartbeatInterval``, 1 s).
+    broker_heartbeat_interval: int = 1_000
+    #: GET_REPLICA_INFO poll period (ms; RocketMQ ``syncBrokerMetadataPeriod``, 5 s). The master
+    #: polls every ``brokerHeartbeatInterval``: each answer renews its lease.
+    sync_broker_metadata_period: int = 5_000
+    #: A SyncStateSet member not caught up for this long leaves the set (ms; RocketMQ
+    #: ``haMaxTimeSlaveNotCatchup``, 15 s).
+    ha_max_time_slave_not_catchup: int = 15_000
+    #: Controller mode: acknowledge a send only when every SyncStateSet member holds it (RocketMQ
+    #: ``allAckInSyncStateSet``, default false).
+    all_ack_in_sync_state_set: bool = False
+    #: Controller mode: copies (the master included) a send needs before it is acknowledged, and
+    #: the smallest SyncStateSet that accepts sends (RocketMQ ``minInSyncReplicas``, 1).
+    min_in_sync_replicas: int = 1
     #: Largest number of messages one pull returns.
     max_transfer_count_on_message_in_memory: int = 32
     #: Largest body of one pull response.
@@ -339,6 +363,8 @@ class BrokerConfig:
         for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
+        if self.enable_controller_mode and not self.controller_addr.strip(" ;,"):
+            raise ConfigError("enableControllerMode needs controllerAddr (host:port;host:port;...)")
         for name in ("slave_read_lag_bytes", "transaction_time_out"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_java_name(name)} must be >= 0")
@@ -372,6 +398,8 @@ class BrokerConfig:
 
 #: Settings that must be > 0 (:meth:`BrokerConfig.validate`).
 _POSITIVE_FIELDS = (
+    "controller_heart_beat_timeout_mills", "broker_heartbeat_interval", "sync_broker_metadata_period",
+    "ha_max_time_slave_not_catchup", "min_in_sync_replicas",
     "default_topic_queue_nums", "max_in_flight_sends", "max_in_flight_send_bytes", "max_message_size",
     "ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",

@@ -431,7 +431,7 @@ class BrokerController:
     async def _register_once(self) -> None:
         results = await self.outer_api.register_broker_all(self._identity(), self.registration_body())
         for result in results:
-            if result.ok and result.master_addr and self.config.is_slave:
+            if result.ok and result.master_addr and self.config.is_slave and not self.config.enable_controller_mode:
                 if result.master_addr != self.master_addr:
                     log.info("master of %s is %s (HA %s)", self.config.broker_name, result.master_addr,
                              result.ha_server_addr)

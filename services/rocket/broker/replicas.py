@@ -58,6 +58,7 @@ from rocket.auth.hook import ServerAuth
 from rocket.auth.signature import SessionCredentials
 from rocket.auth.store import AuthMetadataStore
 from rocket.broker.config import BrokerConfig
+from rocket.broker.controller_mode import ControllerReplicas
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
 from rocket.protocol import loads_lenient
@@ -102,6 +103,8 @@ def apply_persisted_role(config: BrokerConfig) -> bool:
 
     A malformed file is logged and ignored (the configured role stands).
     """
+    if config.enable_controller_mode:
+        return False  # the controllers choose roles (rocket.broker.controller_mode)
     path = ha_state_path(config.store_path_root_dir)
     try:
         obj = orjson.loads(path.read_bytes())
@@ -196,6 +199,9 @@ class ReplicationManager:
         self._demote_task: asyncio.Task[None] | None = None
         self._retry_task: asyncio.Task[None] | None = None
         self._started = False
+        #: Controller mode (``enableControllerMode``): the controllers choose the role.
+        self.controller: ControllerReplicas | None = (
+            ControllerReplicas(self) if broker.config.enable_controller_mode else None)
         broker.metrics.install_collector(HACollector(self.snapshot))
 
     # -- shortcuts ------------------------------------------------------------------------------
@@ -242,6 +248,8 @@ class ReplicationManager:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.epoch_file.load)
         cfg = self.config
+        if self.controller is not None:
+            await self.controller.prepare()  # a slave under its controller id until told otherwise
         if cfg.is_master:
             await self._ensure_epoch()
         else:
@@ -254,9 +262,13 @@ class ReplicationManager:
         if not cfg.namesrv_list():
             self.role_confirmed = True
         self._mark_settled()
+        if self.controller is not None:
+            self.controller.start()
 
     async def shutdown(self) -> None:
         """Stop replication in both directions."""
+        if self.controller is not None:
+            await self.controller.shutdown()
         for task in (self._demote_task, self._retry_task):
             if task is not None:
                 task.cancel()
@@ -301,10 +313,17 @@ class ReplicationManager:
             return "its replication role is changing"
         if not self.role_confirmed and self.config.is_master:
             return "it has not yet confirmed with a NameServer that it is still its group's master"
+        if self.controller is not None and self.config.is_master:
+            return self.controller.refuse_writes()
         return None
+
+    def _fenced(self) -> bool:
+        return self.controller is not None and not self.controller.lease_valid
 
     def _sync_status(self, result: PutMessageResult) -> PutMessageStatus | asyncio.Future[PutMessageStatus]:
         last = result.messages[-1]
+        if self._fenced():
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
         status = self.service.sync_status(last.physical_offset + last.size)
         if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
             self.metrics.sync_results.labels("slave_not_available").inc()
@@ -354,7 +373,7 @@ class ReplicationManager:
             return
         last = result.messages[-1]
         end = last.physical_offset + last.size
-        status = self.service.sync_now(end)
+        status = PutMessageStatus.SLAVE_NOT_AVAILABLE if self._fenced() else self.service.sync_now(end)
         if status is not None:
             if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
                 self.metrics.sync_results.labels("slave_not_available").inc()
@@ -383,8 +402,13 @@ class ReplicationManager:
         return self.epoch_file.last_epoch if self.config.is_master else None
 
     def on_registered(self, results: list[RegisterResult]) -> None:
-        """After a registration round: a master told of a newer live master steps down."""
+        """After a registration round: a master told of a newer live master steps down (not in
+        controller mode: there the controllers decide)."""
         cfg = self.config
+        if self.controller is not None:
+            self.role_confirmed = True
+            self._mark_settled()
+            return
         if not cfg.is_master:
             if self.master_ha_address():
                 if self.client.state in ("disconnected", "refused"):
@@ -458,12 +482,14 @@ class ReplicationManager:
                 continue
         return out
 
-    async def promote(self, broker_role: BrokerRole | str | None = None, *, force: bool = False) -> dict[str, Any]:
+    async def promote(self, broker_role: BrokerRole | str | None = None, *, force: bool = False,
+                      epoch: int | None = None) -> dict[str, Any]:
         """Make this slave its group's master (see the module doc); returns :meth:`status`.
 
         Raises :class:`RoleChangeError` when this broker is already master with
         another role, ``broker_role`` is not a master role, or (without
-        ``force``) a NameServer still lists another master of the group.
+        ``force``) a NameServer still lists another master of the group. ``epoch``: the new
+        epoch (controller mode: the controller's ``masterEpoch``); default ``max(known) + 1``.
         """
         cfg = self.config
         role = BrokerRole(str(broker_role)) if broker_role else cfg.promoted_broker_role
@@ -488,9 +514,17 @@ class ReplicationManager:
                 if whole < store.max_phy_offset:  # replication stopped inside a record
                     cut = await store.truncate(whole)
                     log.warning("promotion: dropped %d bytes of an incomplete replicated record at %d", cut, whole)
-                epoch = max(self.epoch_file.last_epoch, self.client.master_epoch) + 1
+                known = max(self.epoch_file.last_epoch, self.client.master_epoch)
                 start = store.max_phy_offset
-                await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, epoch, start)
+                if epoch is not None and epoch == self.epoch_file.last_epoch >= self.client.master_epoch:
+                    pass  # master again in the epoch it led before a restart: its log continues it
+                else:
+                    if epoch is None or epoch <= known:
+                        if epoch is not None:
+                            log.warning("controller epoch %d is not above the known epoch %d: using %d", epoch,
+                                        known, known + 1)
+                        epoch = known + 1
+                    await asyncio.get_running_loop().run_in_executor(None, self.epoch_file.append, epoch, start)
                 old_id = cfg.broker_id
                 cfg.broker_role = role
                 cfg.broker_id = 0
@@ -548,8 +582,11 @@ class ReplicationManager:
             bid += 1
         return bid
 
-    async def demote(self, master_addr: str, ha_addr: str | None, master_epoch: int = 0) -> dict[str, Any]:
-        """Step down to slave of ``master_addr`` (HA address ``ha_addr``); returns :meth:`status`."""
+    async def demote(self, master_addr: str, ha_addr: str | None, master_epoch: int = 0, *,
+                     broker_id: int | None = None) -> dict[str, Any]:
+        """Step down to slave of ``master_addr`` (HA address ``ha_addr``); returns :meth:`status`.
+        ``broker_id``: the slave id to take (controller mode: the controller id); default the
+        lowest free id the NameServers show."""
         cfg = self.config
         async with self._role_lock:
             if cfg.is_slave:
@@ -565,7 +602,7 @@ class ReplicationManager:
                 await self.broker.transaction.stop()
                 self.broker.timer.set_should_run_dequeue(False)
                 await store.commit_log.wait_idle()
-                cfg.broker_id = await self._free_slave_id()
+                cfg.broker_id = broker_id if broker_id is not None else await self._free_slave_id()
                 await self._persist_role()
                 self.broker.master_addr = master_addr
                 if ha_addr:
@@ -584,9 +621,24 @@ class ReplicationManager:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def process_role_change(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """NOTIFY_BROKER_ROLE_CHANGED (1008), RocketCluster form: ext ``role`` = MASTER (promote),
-        optional ``brokerRole`` (ASYNC_MASTER/SYNC_MASTER) and ``force``; body = status JSON."""
+    def epoch_file_bump(self, epoch: int) -> None:
+        """A master kept by a new controller election starts ``epoch`` at its log's end (if newer)."""
+        if epoch > self.epoch_file.last_epoch:
+            self.epoch_file.append(epoch, self.store.max_phy_offset)
+
+    async def process_role_change(self, request: RemotingCommand, conn: RemotingConnection
+                                  ) -> RemotingCommand | None:
+        """NOTIFY_BROKER_ROLE_CHANGED (1008). Controller mode: RocketMQ's form (oneway; header
+        ``masterAddress``, ``masterEpoch``, ``syncStateSetEpoch``, ``masterBrokerId``; body
+        SyncStateSet), see :mod:`rocket.broker.controller_mode`. Otherwise RocketCluster's form:
+        ext ``role`` = MASTER (promote), optional ``brokerRole`` (ASYNC_MASTER/SYNC_MASTER) and
+        ``force``; body = status JSON."""
+        if self.controller is not None:
+            if request.get("masterEpoch") is None:
+                return request.response(ResponseCode.SYSTEM_ERROR, "this broker is in controller mode: "
+                                        "elect a master through the controller (ELECT_MASTER)")
+            self.controller.process_notify(request, conn)
+            return None if request.is_oneway else request.response(ResponseCode.SUCCESS)
         role = (request.get("role") or "MASTER").upper()
         if role != "MASTER":
             return request.response(ResponseCode.SYSTEM_ERROR,
@@ -664,6 +716,7 @@ class ReplicationManager:
             "connectedSeconds": round(time.monotonic() - c.connected_at, 1),
         } for c in svc.connections]
         return {
+            "clusterName": cfg.broker_cluster_name,
             "brokerName": cfg.broker_name,
             "brokerId": cfg.broker_id,
             "brokerRole": str(cfg.broker_role),
@@ -675,6 +728,7 @@ class ReplicationManager:
             "maxOffset": store.max_phy_offset,
             "minOffset": store.min_phy_offset,
             "roleConfirmed": self.role_confirmed,
+            "controllerMode": None if self.controller is None else self.controller.status(),
             "slaves": slaves,
             "syncWaiters": len(svc.waiters),
             "master": None if cfg.is_master else {

@@ -422,11 +422,12 @@ class Admin:
         return dict(orjson.loads(response.body))
 
     async def failover(self, broker_name: str, *, broker_role: str | None = None,
-                       force: bool = False) -> dict[str, Any]:
-        """Promote the lowest-id slave of group ``broker_name`` that answers
-        (see :meth:`promote_broker`). Raises ``KeyError`` for an unknown group
-        or one without slaves, :class:`RemotingCommandError` when every slave
-        refused (the last refusal)."""
+                       force: bool = False, broker_id: int | None = None) -> dict[str, Any]:
+        """Promote a slave of group ``broker_name``: the lowest-id slave that answers (see
+        :meth:`promote_broker`), or, when the group runs in controller mode, through its
+        controllers (:meth:`controller_failover`). Raises ``KeyError`` for an unknown group
+        or one without slaves, :class:`RemotingCommandError` when every slave refused (the last
+        refusal) or the controller refused the election."""
         info = await self.cluster_info()
         bd = info.broker_addr_table.get(broker_name)
         if bd is None:
@@ -434,6 +435,14 @@ class Admin:
         slaves = [bd.broker_addrs[bid] for bid in sorted(bd.broker_addrs) if bid != MASTER_ID]
         if not slaves:
             raise KeyError(f"broker group {broker_name!r} has no registered slave to promote")
+        statuses: dict[str, dict[str, Any]] = {}
+        for addr in sorted(bd.broker_addrs.values()):
+            try:
+                statuses[addr] = await self.broker_ha_status(addr)
+            except (RemotingCommandError, RemotingConnectError, RemotingTimeoutError):
+                continue
+        if any(st.get("controllerMode") for st in statuses.values()):
+            return await self.controller_failover(broker_name, statuses, broker_id=broker_id)
         last: Exception | None = None
         for addr in slaves:
             try:
@@ -442,6 +451,60 @@ class Admin:
                 last = exc
         assert last is not None
         raise last
+
+    async def controller_failover(self, broker_name: str, statuses: Mapping[str, Mapping[str, Any]], *,
+                                  broker_id: int | None = None, wait: float = 20.0) -> dict[str, Any]:
+        """Controller mode: CONTROLLER_ELECT_MASTER (1002, ``designateElect=true``, as ``mqadmin
+        electMaster``) for ``broker_id`` (a controller broker id; default the lowest-id slave in
+        the SyncStateSet) to the controllers' leader, then wait up to ``wait`` seconds until
+        that broker reports itself master; returns its HA status. ``statuses``: the group's
+        brokers' HA status (907) by address. Raises ``KeyError`` when no slave qualifies,
+        :class:`RemotingCommandError` when the controller refuses (e.g. 2012: not an alive
+        member of the SyncStateSet) and ``TimeoutError`` when the broker does not switch."""
+        modes = {addr: st["controllerMode"] for addr, st in statuses.items() if st.get("controllerMode")}
+        any_mode = next(iter(modes.values()))
+        in_sync = set(max(modes.values(), key=lambda m: m.get("syncStateSetEpoch") or 0).get("syncStateSet") or [])
+        slaves = {m.get("controllerBrokerId"): addr for addr, m in modes.items()
+                  if statuses[addr].get("brokerRole") == "SLAVE"}
+        if broker_id is None:
+            eligible = sorted(b for b in slaves if b in in_sync)
+            if not eligible:
+                raise KeyError(f"broker group {broker_name!r} has no slave in its SyncStateSet {sorted(in_sync)}")
+            broker_id = eligible[0]
+        target = slaves.get(broker_id)
+        if target is None:
+            raise KeyError(f"broker group {broker_name!r} has no answering slave with controller id {broker_id}")
+        cluster = str(statuses[target].get("clusterName") or "")
+        controllers = [a for a in str(any_mode.get("controllerAddr") or "").replace(",", ";").split(";") if a]
+        fields = ext(clusterName=cluster, brokerName=broker_name, brokerId=str(broker_id), designateElect="true")
+        last: Exception | None = None
+        for _ in range(3):
+            for addr in controllers:
+                try:
+                    meta = await self.client.invoke(addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
+                    leader = meta.ext_fields.get("controllerLeaderAddress")
+                    if not leader:
+                        continue
+                    response = await self.client.invoke(leader, RequestCode.CONTROLLER_ELECT_MASTER, fields)
+                except (RemotingConnectError, RemotingTimeoutError) as exc:
+                    last = exc
+                    continue
+                if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
+                    continue
+                check_response(response, f"ELECT_MASTER of broker {broker_id} of {broker_name}")
+                deadline = asyncio.get_running_loop().time() + wait
+                while True:
+                    try:
+                        st = await self.broker_ha_status(target)
+                        if st.get("brokerRole") != "SLAVE":
+                            return st
+                    except (RemotingConnectError, RemotingTimeoutError):
+                        pass
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise TimeoutError(f"{target} did not become master within {wait} s")
+                    await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)
+        raise RemotingConnectError(f"no controller leader among {controllers}: {last}")
 
     # -- consumer groups ---------------------------------------------------------------
 

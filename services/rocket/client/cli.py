@@ -490,14 +490,17 @@ def cluster_failover(
     role: str | None = typer.Option(None, "--role", help="ASYNC_MASTER or SYNC_MASTER (default: the "
                                                          "broker's promotedBrokerRole)."),
     force: bool = typer.Option(False, "--force", help="Promote even while a NameServer lists a live master."),
+    broker_id: int | None = typer.Option(None, "--broker-id", help="Controller mode: the controller broker id "
+                                                                  "to elect (default: the lowest-id in-sync slave)."),
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
-    """Manual failover: promote the group's lowest-id slave to master (new epoch, brokerId 0)."""
+    """Manual failover: promote the group's lowest-id slave to master (new epoch, brokerId 0). In
+    controller mode the controllers elect it (ELECT_MASTER with designateElect, as mqadmin electMaster)."""
     from rocket.client import Admin
 
     async def main() -> dict[str, Any]:
         async with Admin(resolve_namesrv(namesrv)) as admin:
-            return await admin.failover(broker_name, broker_role=role, force=force)
+            return await admin.failover(broker_name, broker_role=role, force=force, broker_id=broker_id)
 
     _print_ha(_run(main()))
 

@@ -173,21 +173,34 @@ class ControllerClient:
         return self._replica_info(await self.call_leader(RequestCode.CONTROLLER_GET_REPLICA_INFO,
                                                          {"brokerName": broker_name}))
 
+    async def get_replica_info_at(self, addr: str, broker_name: str) -> ReplicaInfo:
+        """CONTROLLER_GET_REPLICA_INFO from the controller at ``addr`` (no redirect): for a
+        broker that has just checked that ``addr`` leads. Raises :class:`RemotingCommandError`
+        for an answer other than SUCCESS."""
+        resp = await self._invoke(addr, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": broker_name})
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemotingCommandError(resp.code, resp.remark, "controller GET_REPLICA_INFO")
+        return self._replica_info(resp)
+
     async def heartbeat(self, cluster: str, broker_name: str, broker_addr: str, broker_id: int, *, epoch: int,
                         max_offset: int, confirm_offset: int, timeout_ms: int = 10_000,
                         election_priority: int | None = None) -> None:
-        """BROKER_HEARTBEAT (oneway) to every controller; unreachable ones are skipped."""
+        """BROKER_HEARTBEAT (oneway) to every controller at once; unreachable ones are skipped (one
+        that does not take the frame within ``timeout`` seconds delays none of the others)."""
         fields: dict[str, object] = {
             "clusterName": cluster, "brokerName": broker_name, "brokerAddr": broker_addr, "brokerId": broker_id,
             "epoch": epoch, "maxOffset": max_offset, "confirmOffset": confirm_offset,
             "heartbeatTimeoutMills": timeout_ms, "electionPriority": election_priority}
         ext = {k: str(v) for k, v in fields.items() if v is not None}
-        for addr in self.addrs:
+
+        async def one(addr: str) -> None:
             try:
-                await self.client.invoke_oneway(addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT,
-                                                                      ext_fields=dict(ext)))
-            except (RemotingError, OSError):
-                continue
+                await asyncio.wait_for(self.client.invoke_oneway(
+                    addr, RemotingCommand(code=RequestCode.BROKER_HEARTBEAT, ext_fields=dict(ext))), self.timeout)
+            except (RemotingError, OSError, TimeoutError):
+                pass
+
+        await asyncio.gather(*(one(a) for a in self.addrs))
 
     @staticmethod
     def _replica_info(resp: RemotingCommand) -> ReplicaInfo:

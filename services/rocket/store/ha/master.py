@@ -183,6 +183,10 @@ class HAService:
         self.on_ack: Callable[[int], None] | None = None
         self._best_ack = -1
         self.transferred_bytes = 0
+        #: Controller mode: returns the offset up to which sends are acknowledged (the
+        #: SyncStateSet rule of ``rocket.broker.controller_mode``; ``1 << 62`` = no replica needed,
+        #: -1 = none yet). None: SYNC_MASTER's "some slave has it".
+        self.quorum: Callable[[], int] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -291,9 +295,21 @@ class HAService:
 
     # -- SYNC_MASTER --------------------------------------------------------------------------------
 
+    def recheck_quorum(self) -> None:
+        """Controller mode: the SyncStateSet changed; answer the waiters the new rule covers."""
+        if self.quorum is not None:
+            q = self.quorum()
+            if q >= 0:
+                n = self.waiters.ack(q)
+                if n:
+                    self.host.metrics.sync_results.labels("ok").inc(n)
+
     def sync_now(self, end: int) -> PutMessageStatus | None:
         """For a put ending at ``end``: PUT_OK when a slave already has it, SLAVE_NOT_AVAILABLE when
-        none can get it soon, None when it must wait (:meth:`sync_status`, ``waiters``)."""
+        none can get it soon, None when it must wait (:meth:`sync_status`, ``waiters``). With a
+        :attr:`quorum`: PUT_OK when the quorum holds it, else None (wait)."""
+        if self.quorum is not None:
+            return PutMessageStatus.PUT_OK if self.quorum() >= end else None
         best = self._best_ack
         if best < 0:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
@@ -313,12 +329,15 @@ class HAService:
         """For a put ending at ``end``: PUT_OK when a slave already has it, SLAVE_NOT_AVAILABLE
         when none can get it soon, else a future resolved by a report or the timeout."""
         best = self.best_ack
-        if best < 0:
-            return PutMessageStatus.SLAVE_NOT_AVAILABLE
-        if best >= end:
-            return PutMessageStatus.PUT_OK
         cfg = self.host.config
-        if self.host.store.max_phy_offset - best > cfg.ha_slave_fallbehind_max:
+        if self.quorum is not None:
+            if self.quorum() >= end:
+                return PutMessageStatus.PUT_OK
+        elif best < 0:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        elif best >= end:
+            return PutMessageStatus.PUT_OK
+        elif self.host.store.max_phy_offset - best > cfg.ha_slave_fallbehind_max:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         deadline = time.monotonic() + cfg.slave_timeout / 1000.0
         fut = self.waiters.add(end, deadline, asyncio.get_running_loop())
@@ -380,7 +399,7 @@ class HAService:
                 self._after_disconnect(conn)
 
     def _after_disconnect(self, conn: HAConnection) -> None:
-        if not self.connections:
+        if not self.connections and self.quorum is None:
             n = self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
             if n:
                 self.host.metrics.sync_results.labels("slave_not_available").inc(n)
@@ -454,7 +473,16 @@ class HAService:
             self._best_ack = offset
         elif prev == before:
             self._recompute_best_ack()  # the best slave went back (it truncated its log)
-        if offset > before:
+        if self.quorum is not None:
+            if offset > prev:
+                q = self.quorum()
+                n = self.waiters.ack(q) if q >= 0 else 0
+                if n:
+                    self.host.metrics.sync_results.labels("ok").inc(n)
+                if self.on_ack is not None and q >= 0:
+                    self.on_ack(min(q, self.host.store.max_phy_offset))
+                self._prune_samples()
+        elif offset > before:
             n = self.waiters.ack(offset)
             if n:
                 self.host.metrics.sync_results.labels("ok").inc(n)

@@ -8,7 +8,8 @@ Counted as they happen:
 * ``sync_wait_seconds``: how long SYNC_MASTER sends waited for a slave;
 * ``slave_connections_total``: slave connections accepted by a master;
 * ``truncations_total``/``truncated_bytes_total``: divergent tails cut by a returning master;
-* ``role_changes_total`` {to=master|slave}: promotions and demotions.
+* ``role_changes_total`` {to=master|slave|fenced}: promotions, demotions and (controller mode)
+  masters fencing themselves.
 
 Read at scrape time (:class:`HACollector`):
 
@@ -80,7 +81,7 @@ class HAMetrics:
                                    registry=r)
         self.truncated_bytes = Counter(PREFIX + "truncated_bytes", "CommitLog bytes cut as divergent",
                                        registry=r)
-        self.role_changes = Counter(PREFIX + "role_changes", "Promotions and demotions", ["to"], registry=r)
+        self.role_changes = Counter(PREFIX + "role_changes", "Promotions, demotions and fencings", ["to"], registry=r)
 
 
 class HACollector(Collector):
