@@ -32,20 +32,15 @@ import orjson
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
 from rocket.message import (
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
     MessageFormatError,
     decode_record,
-    encode_properties,
-    tags_hash_code,
 )
 from rocket.protocol import loads_lenient
-from rocket.store.api import GetMessageStatus, PutMessageRequest, PutMessageStatus
+from rocket.store.api import GetMessageStatus, PutMessageStatus, reput_request
 
 if TYPE_CHECKING:
     from rocket.store import DefaultMessageStore
@@ -277,21 +272,7 @@ class ScheduleMessageService:
             return False
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
-        req = PutMessageRequest(
-            topic=real_topic,
-            queue_id=real_qid,
-            body=msg.body,
-            properties=encode_properties(props),
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-            tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
-            keys=[k for k in props.get(PROPERTY_KEYS, "").split(" ") if k],
-            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-            wait_store_msg_ok=False,
-        )
+        req = reput_request(msg, real_topic, real_qid, props)
         try:
             result = await self.store.put_message(req)
         except Exception:

@@ -12,6 +12,15 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rocket.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MessageExt,
+    encode_properties,
+    tags_hash_code,
+)
+
 
 class FlushDiskType(enum.StrEnum):
     """``flushDiskType`` (``FlushDiskType``)."""
@@ -146,6 +155,30 @@ class PutMessageRequest:
     uniq_key: str | None = None
     #: False when the message's WAIT property is "false": no waiting for flush.
     wait_store_msg_ok: bool = True
+
+
+def reput_request(msg: MessageExt, topic: str, queue_id: int, properties: dict[str, str]) -> PutMessageRequest:
+    """The put of a stored message ``msg`` again, to ``topic``/``queue_id`` with ``properties`` (the
+    delayed-delivery and timer services' re-put: RocketMQ's ``ScheduleMessageService``
+    ``messageTimeup`` and ``TimerMessageStore.convertMessage``). Body, flag, sysFlag, born time and
+    host and reconsume count are kept; tags code, keys and UNIQ_KEY come from ``properties``; the
+    put does not wait for a flush."""
+    keys = properties.get(PROPERTY_KEYS)
+    return PutMessageRequest(
+        topic=topic,
+        queue_id=queue_id,
+        body=msg.body,
+        properties=encode_properties(properties),
+        flag=msg.flag,
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        reconsume_times=msg.reconsume_times,
+        tags_code=tags_hash_code(properties.get(PROPERTY_TAGS)),
+        keys=[k for k in keys.split(" ") if k] if keys else [],
+        uniq_key=properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
+        wait_store_msg_ok=False,
+    )
 
 
 @dataclass(slots=True)

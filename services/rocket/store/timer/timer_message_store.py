@@ -54,10 +54,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocket.message import (
-    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
@@ -65,11 +63,9 @@ from rocket.message import (
     MessageFormatError,
     decode_properties,
     decode_record,
-    encode_properties,
     java_string_hash,
-    tags_hash_code,
 )
-from rocket.store.api import PutMessageRequest, PutMessageResult, PutMessageStatus
+from rocket.store.api import PutMessageRequest, PutMessageResult, PutMessageStatus, reput_request
 from rocket.store.consumequeue import ENTRY as _ENTRY
 from rocket.store.timer.checkpoint import TimerCheckpoint
 from rocket.store.timer.log import (
@@ -622,22 +618,7 @@ class TimerMessageStore:
                 queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
             except ValueError:
                 queue_id = 0
-        keys = props.get(PROPERTY_KEYS)
-        return PutMessageRequest(
-            topic=topic,
-            queue_id=queue_id,
-            body=msg.body,
-            properties=encode_properties(props),
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-            tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
-            keys=[k for k in keys.split(" ") if k] if keys else [],
-            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
-            wait_store_msg_ok=False,
-        )
+        return reput_request(msg, topic, queue_id, props)
 
     async def _deliver(self, msg: MessageExt, enqueue_time: int, magic: int, *, immediate: bool = False) -> None:
         """Put ``msg`` to its real topic (or back to the timer topic for a roll); retries a
