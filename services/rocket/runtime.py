@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,6 +67,17 @@ async def until_stopped(stop: Callable[[], Coroutine[Any, Any, None]]) -> str:
             return await received
         finally:
             await stop()
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel every task of ``tasks`` (a snapshot is taken first), then wait for each to end; their
+    exceptions, cancellation included, are swallowed: this is for stopping a service's loops."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 class LoopService:

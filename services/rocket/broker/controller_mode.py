@@ -65,6 +65,7 @@ from rocket.controller.client import ControllerClient, ReplicaInfo
 from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.protocol.controller import parse_sync_state_set
 from rocket.remoting import RemotingCommand, RemotingCommandError, RemotingConnection, RemotingError
+from rocket.runtime import cancel_and_wait
 from rocket.store.api import BrokerRole
 
 if TYPE_CHECKING:
@@ -203,12 +204,7 @@ class ControllerReplicas:
 
     async def shutdown(self) -> None:
         """Stop the loops and close the controller connections."""
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(self._tasks)
         await self.client.close()
 
     # -- broker id ------------------------------------------------------------------------------------

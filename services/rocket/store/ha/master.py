@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rocket.runtime import cancel_and_wait
 from rocket.store.api import PutMessageStatus
 from rocket.store.ha.protocol import (
     HAProtocolError,
@@ -206,12 +207,7 @@ class HAService:
         if self._server is not None:
             self._server.close()
         self.drop_all("shutting down")
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(self._tasks)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2):
