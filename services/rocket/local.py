@@ -629,13 +629,11 @@ def namesrv_from_state(data_dir: Path | str = DEFAULT_DIR) -> str | None:
 
 
 def print_state(state: ClusterState) -> None:
-    """A rich table of the cluster's processes."""
-    from rich.console import Console
-    from rich.table import Table
+    """A rich table of the cluster's processes (cells never cut: see :func:`stdout_console`)."""
+    from rocket.client.output import new_table, stdout_console
 
-    table = Table(title=f"local cluster in {state.data_dir}")
-    for col in ("process", "role", "address", "http", "pid"):
-        table.add_column(col, no_wrap=True)
+    table = new_table([(col, "left") for col in ("process", "role", "address", "http", "pid")],
+                      title=f"local cluster in {state.data_dir}")
     for p in state.processes:
         if p.kind == "controller":
             role = "controller"
@@ -646,7 +644,7 @@ def print_state(state: ClusterState) -> None:
         else:
             role = "broker (slave)" if "SLAVE" in p.argv else "broker (master)"
         table.add_row(p.name, role, p.addr, f"127.0.0.1:{p.http_port}", str(p.pid))
-    console = Console()
+    console = stdout_console()
     console.print(table)
     console.print(f"data and logs: {state.data_dir} (logs/<process>.log)")
     console.print(f"NameServers: [bold]{state.namesrv}[/bold]   (export ROCKET_NAMESRV='{state.namesrv}')")
@@ -773,10 +771,11 @@ async def run_demo(namesrv: str, logs: dict[str, list[str]], *, concurrency: int
 
 def print_demo(figures: dict[str, Any], source: Path) -> None:
     """The demo summary as rich tables."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from rocket.client.output import stdout_console
+
+    console = stdout_console()
     table = Table(title=f"LogHub through RocketCluster ({source})")
     for col in ("system", "topic", "sent", "received"):
         table.add_column(col, justify="right" if col in ("sent", "received") else "left")
@@ -810,9 +809,9 @@ def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool 
     summary, stop. ``secure``: ACL on (as ``rocket local up --secure``); the demo's clients
     sign with the admin credentials (``ROCKET_CREDENTIALS_FILE``). Returns the process exit
     code (0 when every message came back)."""
-    from rich.console import Console
+    from rocket.client.output import stdout_console
 
-    console = Console()
+    console = stdout_console()
     tmp = None
     if data_dir is None:
         tmp = tempfile.mkdtemp(prefix="rocket-demo-")
