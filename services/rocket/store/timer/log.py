@@ -180,21 +180,22 @@ class TimerLog:
             unit = UNIT.unpack_from(self._maps[0], last)
             if unit[0] == UNIT_SIZE and unit[5] >= min_commit_log_offset:
                 break
-            start = self._starts.pop(0)
-            self._maps.pop(0).close()
-            os.close(self._fds.pop(0))
-            os.unlink(self.dir / offset_name(start))
+            self._delete_first_file()
             n += 1
         return n
+
+    def _delete_first_file(self) -> None:
+        """Unmap, close and unlink the oldest file."""
+        start = self._starts.pop(0)
+        self._maps.pop(0).close()
+        os.close(self._fds.pop(0))
+        os.unlink(self.dir / offset_name(start))
 
     def delete_files_before(self, offset: int) -> int:
         """Delete whole files that end at or before ``offset`` (never the last); returns how many."""
         n = 0
         while len(self._starts) > 1 and self._starts[0] + self.file_size <= offset:
-            start = self._starts.pop(0)
-            self._maps.pop(0).close()
-            os.close(self._fds.pop(0))
-            os.unlink(self.dir / offset_name(start))
+            self._delete_first_file()
             n += 1
         return n
 
