@@ -99,7 +99,7 @@ def run_driver(settings: Settings, home: Path, command: str, args: list[str], ti
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"driver {command} {' '.join(args)} ran over {timeout:.0f} s") from exc
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    results = java.driver_results(proc.stdout)
     if not results:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
         raise RuntimeError(f"driver {command} exited {proc.returncode} without a result:\n{tail}")

@@ -26,11 +26,13 @@ deployed and ``rocketmq-tools`` holds none), so the load generator is ours.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 DEFAULT_VERSION = "5.4.0"
 #: The artifacts we need; their dependencies come along.
@@ -166,6 +168,15 @@ def ensure_tools_jars(rocketmq_version: str | None = None, *, quiet: bool = True
     Raises :class:`JavaSetupError` as :func:`ensure_jars`.
     """
     return ensure_jars(rocketmq_version, TOOLS_ARTIFACTS, quiet=quiet)
+
+
+#: The prefix of a driver's result lines: ``RESULT <one JSON object>``.
+RESULT_PREFIX = "RESULT "
+
+
+def driver_results(stdout: str) -> list[dict[str, Any]]:
+    """The JSON objects a driver printed on its :data:`RESULT_PREFIX` lines, in order."""
+    return [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
 
 
 def classpath(lib: Path, *extra: Path) -> str:

@@ -11,7 +11,6 @@ Markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -33,10 +32,10 @@ def one(system: str, lib: Path, classes: Path, precision: int, n: int, window: f
                                 f"topic=TimerBench{precision}", f"n={n}", f"window={window}", "threads=16",
                                 f"throughput={tput}", jvm=("-Xms256m", "-Xmx512m"), main="TimerDriver")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=window + 600, check=False)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        if not lines:
+        results = java.driver_results(proc.stdout)
+        if not results:
             raise RuntimeError(f"{system}: no result (exit {proc.returncode}): {proc.stderr[-2000:]}")
-        return dict(json.loads(lines[-1][len("RESULT "):]))
+        return dict(results[-1])
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -38,11 +38,11 @@ def run_java(program: tuple[Path, Path], home: Path, *args: str, timeout: float,
     lib, classes = program
     argv = java.driver_argv(lib, classes, home, args[0], *args[1:], jvm=(*SMALL_HEAP, *jvm), main="PullCheck")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
+    results = java.driver_results(proc.stdout)
+    if proc.returncode != 0 or not results:
         raise AssertionError(f"PullCheck {args[0]} exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                              f"stderr:\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
+    result: dict[str, Any] = results[-1]
     return result
 
 

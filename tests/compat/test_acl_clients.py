@@ -59,9 +59,9 @@ class AclCluster:
         argv = java.driver_argv(self.lib, self.classes, self.home, *args, f"namesrv={self.namesrv}",
                                 jvm=("-Xms64m", "-Xmx256m"), main="AclDriver")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        assert lines, f"AclDriver {args} printed no result (exit {proc.returncode})\n{proc.stderr[-3000:]}"
-        result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
+        results = java.driver_results(proc.stdout)
+        assert results, f"AclDriver {args} printed no result (exit {proc.returncode})\n{proc.stderr[-3000:]}"
+        result: dict[str, Any] = results[-1]
         return result
 
     def mqadmin(self, *args: str, home: Path | None = None, check: bool = True) -> str:

@@ -19,7 +19,6 @@ client, or javac/java are missing, these tests fail and say why.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -59,14 +58,14 @@ def roundtrip(java_client: tuple[Path, Path], tmp_path_factory: pytest.TempPathF
                                 "batches=2", "batchSize=32", f"vip={0 if tap else 1}", "consumers=push,pull",
                                 "timeout=40", "pullTimeout=15")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):]) if lines else {}
+        results = java.driver_results(proc.stdout)
+        result: dict[str, Any] = results[-1] if results else {}
         result["_context"] = (f"driver exit {proc.returncode}; stderr tail:\n"
                               + "\n".join(proc.stderr.splitlines()[-25:])
                               + f"\n--- the Java client's warnings ---\n{_client_warnings(root / 'home')}"
                               + f"\n{cluster.logs()}"
                               + (f"\nwiretap: {root / 'wiretap.jsonl'}" if tap else ""))
-        if not lines:
+        if not results:
             pytest.fail(f"the Java driver printed no result\n{result['_context']}", pytrace=False)
         yield result
     if tap:

@@ -19,7 +19,6 @@ If Maven cannot fetch the client, or javac/java are missing, these tests fail an
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,11 +50,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         argv = java.driver_argv(lib, classes, root / "home", "run", f"namesrv={cluster.namesrv}", f"topic={topic}",
                                 "settle=4", "timeout=40", jvm=("-Xms128m", "-Xmx384m"), main="TransactionDriver")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):]) if lines else {}
+        results = java.driver_results(proc.stdout)
+        result: dict[str, Any] = results[-1] if results else {}
         result["_context"] = (f"driver exit {proc.returncode}; stderr tail:\n"
                               + "\n".join(proc.stderr.splitlines()[-40:]) + f"\n{cluster.logs()}")
-        if not lines:
+        if not results:
             pytest.fail(f"the Java driver printed no result\n{result['_context']}", pytrace=False)
         yield result
 
