@@ -12,12 +12,12 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocket.client import Producer
-from rocket.client.producer import build_message
+from rocket.client.producer import SendResult
 from rocket.remoting import RemotingClient, ResponseCode
 from tests.integration.broker_harness import (
     BrokerProc,
@@ -29,7 +29,7 @@ from tests.integration.broker_harness import (
     route,
 )
 from tests.integration.controller_support import SECRET, ControllerCluster
-from tests.integration.replication_support import FAST_HA, TRANSIENT, ha_status
+from tests.integration.replication_support import FAST_HA, TRANSIENT, SendLoad, ha_status
 from tests.support import eventually
 
 #: Controller-mode settings of every broker in these tests.
@@ -111,42 +111,14 @@ def controller_group(tmp: Path, name: str = "fo-a", *, extra: dict[str, str] | N
 
 
 @dataclass
-class AckLog:
+class AckLog(SendLoad[tuple[float, int]]):
     """A producer load that records every acknowledged id with the time it was acknowledged and
     the port of the broker that stored it (from the offset message id: host, port, offset)."""
 
-    producer: Producer
-    topic: str
     workers: int = 8
-    acked: dict[bytes, tuple[float, int]] = field(default_factory=dict)
-    not_ok: dict[str, int] = field(default_factory=dict)
-    _stop: bool = False
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def start(self) -> None:
-        for w in range(self.workers):
-            self._tasks.append(asyncio.create_task(self._run(w)))
-
-    async def _run(self, worker: int) -> None:
-        i = 0
-        while not self._stop:
-            body = f"w{worker}-{i}".encode()
-            i += 1
-            try:
-                r = await self.producer.send(build_message(self.topic, body), timeout=3.0)
-            except Exception as exc:
-                key = type(exc).__name__
-                self.not_ok[key] = self.not_ok.get(key, 0) + 1
-                await asyncio.sleep(0.05)
-                continue
-            if r.ok:
-                self.acked[body] = (time.monotonic(), int(r.offset_msg_id[8:16], 16))
-            else:
-                self.not_ok[r.status.name] = self.not_ok.get(r.status.name, 0) + 1
-
-    async def stop(self) -> None:
-        self._stop = True
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    def _ack(self, result: SendResult) -> tuple[float, int]:
+        return time.monotonic(), int(result.offset_msg_id[8:16], 16)
 
     def first_ack_after(self, t: float, not_port: int | None = None) -> float | None:
         """When the first send acknowledged after ``t`` (by a broker not on ``not_port``) was."""

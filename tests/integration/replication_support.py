@@ -8,13 +8,15 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 
 from rocket.client import Producer
-from rocket.client.producer import build_message
+from rocket.client.producer import SendResult, build_message
 from tests.integration.broker_harness import BrokerProc, broker_process
+
+V = TypeVar("V")
 
 #: Errors a poll of a broker that is starting, stopping or failing over may meet: "not yet".
 TRANSIENT = (TimeoutError, aiohttp.ClientError, OSError)
@@ -70,20 +72,25 @@ def commitlog_bytes(store: Path, end: int, segment_size: int) -> bytes:
 
 
 @dataclass
-class Load:
+class SendLoad(Generic[V]):
     """A sustained produce: ``workers`` tasks sending unique bodies until stopped.
 
-    ``acked``: body → broker name, for every SEND_OK; ``not_ok``: status or error name → count.
+    ``acked``: body → what :meth:`_ack` records of its SEND_OK; ``not_ok``: status or error name →
+    count; ``sent``: sends tried.
     """
 
     producer: Producer
     topic: str
     workers: int = 16
-    acked: dict[bytes, str] = field(default_factory=dict)
+    acked: dict[bytes, V] = field(default_factory=dict)
     not_ok: dict[str, int] = field(default_factory=dict)
     sent: int = 0
     _stop: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def _ack(self, result: SendResult) -> V:
+        """What to record of an acknowledged send."""
+        raise NotImplementedError
 
     def start(self) -> None:
         for w in range(self.workers):
@@ -103,13 +110,21 @@ class Load:
                 await asyncio.sleep(0.05)
                 continue
             if r.ok:
-                self.acked[body] = r.queue.broker_name
+                self.acked[body] = self._ack(r)
             else:
                 self.not_ok[r.status.name] = self.not_ok.get(r.status.name, 0) + 1
 
     async def stop(self) -> None:
         self._stop = True
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+@dataclass
+class Load(SendLoad[str]):
+    """A :class:`SendLoad` recording the broker name that stored each acknowledged body."""
+
+    def _ack(self, result: SendResult) -> str:
+        return result.queue.broker_name
 
     def acked_on(self, broker_name: str) -> set[bytes]:
         return {b for b, name in self.acked.items() if name == broker_name}
