@@ -49,15 +49,18 @@ def _run_server(command: str, main: Coroutine[Any, Any, None], log_level: str,
                 failures: tuple[type[Exception], ...] = (OSError,)) -> None:
     """Set up logging at ``log_level`` and run the server coroutine ``main`` until it returns (a signal).
 
-    A ``failures`` error (a port taken; for a broker also a store that cannot be recovered) is printed
+    A ``failures`` error (a port taken; for a broker also a store that cannot be recovered) or a TLS
+    certificate that does not load is printed
     as ``rocket <command>: <error>`` and raises ``typer.Exit(1)``.
     """
+    from rocket.remoting.tls import TlsConfigError
     from rocket.runtime import run, setup_logging
 
     setup_logging(log_level)
+    caught: tuple[type[Exception], ...] = (*failures, TlsConfigError)
     try:
         run(main)
-    except failures as exc:
+    except caught as exc:
         typer.echo(f"rocket {command}: {exc}", err=True)
         raise typer.Exit(1) from None
 
@@ -79,6 +82,24 @@ def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | No
     cfg.resolve_self(port)
     cfg.validate()
     return cfg
+
+
+_TLS_MODE_HELP = ("TLS on the remoting and HTTP ports: disabled, permissive (TLS and plaintext on one port) or "
+                  "enforcing (RocketMQ's tls.server.mode).")
+_TLS_CONFIG_HELP = ("A Java properties file of RocketMQ's tls.* keys (tls.server.certPath, tls.server.keyPath, "
+                    "tls.enable, tls.client.trustCertPath, ...; RocketMQ's tls.config.file).")
+
+
+def _tls_settings(base: Any, mode: str | None, config_file: Path | None) -> Any:
+    """``base`` (a TlsConfig) with ``--tls-mode`` and ``--tls-config`` applied (raises TlsConfigError)."""
+    from rocket.remoting.tls import TlsConfig
+
+    values: dict[str, str] = {}
+    if mode is not None:
+        values["tlsMode"] = mode
+    if config_file is not None:
+        values["tls.config.file"] = str(config_file)
+    return TlsConfig.from_properties(values, base=base) if values else base
 
 
 _PEERS_HELP = ("Every controller's remoting address, each optionally with '/<raft port>': "
@@ -105,10 +126,13 @@ def nameserver(
     controller_data_dir: Path | None = typer.Option(None, "--controller-data-dir", help="Raft journal and "
                                                     "snapshots (default ./controller-data)."),
     secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
+    tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
+    tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
 ) -> None:
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
     from rocket.nameserver.server import serve
+    from rocket.remoting.tls import TlsConfigError
 
     try:
         base = load_config_file(config) if config is not None else NameServerConfig()
@@ -119,9 +143,10 @@ def nameserver(
             scan_interval=scan_interval,
             broker_timeout=broker_timeout,
             log_level=log_level,
+            tls=_tls_settings(base.tls, tls_mode, tls_config),
         )
         settings.validate()
-    except ConfigError as exc:
+    except (ConfigError, TlsConfigError) as exc:
         raise _bad_config("nameserver", exc) from None
     controller_cfg = None
     if enable_controller:
@@ -134,6 +159,7 @@ def nameserver(
                 peers=controller_peers, self_addr=self_addr, raft_port=raft_port, data_dir=controller_data_dir,
                 secret_file=secret_file, port=settings.port, host=None, unclean=None, heartbeat_timeout_ms=None,
                 log_level=None)
+            controller_cfg.tls = settings.tls
         except ControllerConfigError as exc:
             raise _bad_config("nameserver", exc) from None
     _run_server("nameserver", serve(settings, controller_cfg), settings.log_level)
@@ -157,17 +183,21 @@ def controller(
     heartbeat_timeout_ms: int | None = typer.Option(None, "--heartbeat-timeout-ms", help="Broker heartbeat "
                                                     "timeout when a heartbeat carries none (default 10000)."),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
+    tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
 ) -> None:
     """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
     from rocket.controller.config import ConfigError
     from rocket.controller.server import serve
+    from rocket.remoting.tls import TlsConfigError
 
     try:
         cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
                                  data_dir=data_dir, secret_file=secret_file, port=port, host=host,
                                  unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
                                  http_port=http_port)
-    except ConfigError as exc:
+        cfg.tls = _tls_settings(cfg.tls, tls_mode, tls_config)
+    except (ConfigError, TlsConfigError) as exc:
         raise _bad_config("controller", exc) from None
     _run_server("controller", serve(cfg), log_level)
 

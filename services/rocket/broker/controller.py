@@ -129,6 +129,11 @@ class BrokerController:
         self.store = DefaultMessageStore(config.store_config())
         self.metadata = BrokerMetadata(Path(config.store_path_root_dir) / "config")
         self.metrics = BrokerMetrics()
+        tls = config.tls_config()
+        #: TLS of the remoting, VIP, HA and HTTP ports (None: plaintext; ``tlsMode``).
+        self.tls = tls.server()
+        #: TLS of this broker's own connections: NameServers, its master, controllers (``tls.enable``).
+        self.client_tls = tls.client()
         #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
         self.stats = BrokerStats()
@@ -178,6 +183,7 @@ class BrokerController:
             self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
             rpc_hook=self.auth,
             flow_control=config.flow_control(),
+            tls=self.tls,
         )
         self.vip_remoting: RemotingServer | None = None
         if config.vip_channel_enable:
@@ -185,9 +191,13 @@ class BrokerController:
                 self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip",
                 rpc_hook=self.auth,
                 flow_control=config.flow_control(),
+                tls=self.tls,
             )
         for server in self._servers():
             server.on_connection_closed.append(self._connection_closed)
+        self.outer_api.client.tls = self.ha.sync.client.tls = self.client_tls
+        if self.ha.controller is not None:
+            self.ha.controller.client.client.tls = self.client_tls
         if self.inner_credentials is not None:
             self.outer_api.client.rpc_hook = self.inner_credentials.sign
             self.ha.sync.client.rpc_hook = self.inner_credentials.sign
@@ -323,7 +333,7 @@ class BrokerController:
             if cfg.http_port:
                 from rocket.broker.http import BrokerHttpServer
 
-                self._http = BrokerHttpServer(self)
+                self._http = BrokerHttpServer(self, self.tls)
                 self.http_port = await self._http.start(cfg.bind_address, cfg.http_port)
         except BaseException:
             for server in started:

@@ -42,6 +42,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.remoting import ResponseCode
+from rocket.remoting.http import HttpServer
+from rocket.remoting.tls import ServerTls
 
 if TYPE_CHECKING:
     from rocket.broker.interfaces import HttpBroker
@@ -70,32 +72,12 @@ def build_app(broker: HttpBroker) -> web.Application:
     return app
 
 
-class BrokerHttpServer:
-    """Runs :func:`build_app` on a TCP port."""
+class BrokerHttpServer(HttpServer):
+    """Runs :func:`build_app` on a TCP port (``tls``: the broker's ``tlsMode``, see :mod:`rocket.remoting.http`)."""
 
-    def __init__(self, broker: HttpBroker) -> None:
+    def __init__(self, broker: HttpBroker, tls: ServerTls | None = None) -> None:
+        super().__init__(build_app(broker), tls, name="broker-http")
         self.broker = broker
-        self._runner: web.AppRunner | None = None
-
-    async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0 = any free port); returns the bound port. Raises ``OSError``."""
-        runner = web.AppRunner(build_app(self.broker), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        addresses = runner.addresses
-        return int(addresses[0][1]) if addresses else port
-
-    async def stop(self) -> None:
-        """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
 
 def _broker(request: web.Request) -> HttpBroker:

@@ -69,6 +69,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import ClientTls, ServerTls
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.ha.epoch import EPOCH_FILE_NAME, EpochFile
 from rocket.store.ha.master import HAService
@@ -158,6 +159,9 @@ class ReplicationBroker(Protocol):
     #: The request check (None when ACL is off) and what this broker signs with.
     auth: ServerAuth | None
     inner_credentials: SessionCredentials | None
+    #: TLS of this broker's ports (None: plaintext) and of its own connections (None: plaintext).
+    tls: ServerTls | None
+    client_tls: ClientTls | None
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
     ha_master_addr: str | None
@@ -231,6 +235,16 @@ class ReplicationManager:
         if self.broker.auth is None:
             return None
         return verify_hello(hello, self.broker.auth_store)
+
+    @property
+    def server_tls(self) -> ServerTls | None:
+        """TLS of the HA port: the broker's (``tlsMode``)."""
+        return self.broker.tls
+
+    @property
+    def client_tls(self) -> ClientTls | None:
+        """TLS of the slave's HA connection: the broker's own (``tls.enable``)."""
+        return self.broker.client_tls
 
     def master_ha_address(self) -> str | None:
         """Where a slave replicates from: ``haMasterAddress``, else the NameServer's answer."""

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
 from rocket.remoting.connection import parse_addr
+from rocket.remoting.tls import TlsConfig
 
 #: Environment variable holding the Raft secret.
 SECRET_ENV = "ROCKET_CONTROLLER_SECRET"
@@ -140,6 +141,8 @@ class ControllerConfig:
     raft_connection_retry_s: float = 1.0
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     log_level: str = "INFO"
+    #: TLS of the remoting and HTTP ports, and of the notifications sent to brokers (``tls.enable``).
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
     def self_peer(self) -> Peer:
