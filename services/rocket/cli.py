@@ -22,6 +22,15 @@ def _root(
     credentials_file: Path | None = typer.Option(None, "--credentials-file", envvar="ROCKET_CREDENTIALS_FILE",
                                                  show_envvar=True,
                                                  help="File with AccessKey=... and SecretKey=... lines."),
+    tls: bool | None = typer.Option(None, "--tls/--no-tls", envvar="ROCKET_TLS", show_envvar=True,
+                                    help="Connect with TLS (RocketMQ's useTLS); on by itself with --tls-ca."),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", envvar="ROCKET_TLS_CA", show_envvar=True,
+                                       help="PEM file of the CAs that sign the servers' certificates "
+                                       "(default: the system's)."),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", envvar="ROCKET_TLS_CERT", show_envvar=True,
+                                         help="Client certificate (PEM), for servers that ask for one."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", envvar="ROCKET_TLS_KEY", show_envvar=True,
+                                        help="Private key (PEM) of --tls-cert."),
 ) -> None:
     """RocketCluster command line."""
     import os
@@ -37,6 +46,11 @@ def _root(
     if creds is not None:  # clients (MQClient) sign with these
         os.environ["ROCKET_ACCESS_KEY"] = creds.access_key
         os.environ["ROCKET_SECRET_KEY"] = creds.secret_key
+    # clients (MQClient) connect as these say (rocket.remoting.tls.client_tls_from_env)
+    for name, value in (("ROCKET_TLS", None if tls is None else str(tls).lower()), ("ROCKET_TLS_CA", tls_ca),
+                        ("ROCKET_TLS_CERT", tls_cert), ("ROCKET_TLS_KEY", tls_key)):
+        if value is not None:
+            os.environ[name] = str(value)
 
 
 def _bad_config(command: str, exc: Exception) -> typer.Exit:
@@ -277,7 +291,8 @@ def local_up(
     foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
     secure: bool = typer.Option(False, "--secure", help="ACL on (an admin user whose keys are written to "
-                                                        "<dir>/secrets/admin.credentials) and a locked HTTP API."),
+                                                        "<dir>/secrets/admin.credentials), a locked HTTP API and "
+                                                        "TLS enforced on every port (CA: <dir>/secrets/tls/ca.pem)."),
 ) -> None:
     """Start 2 NameServers, 3 controllers and broker-a/broker-b (master + slave each) as local processes."""
     from rocket.local import LocalCluster, LocalClusterError, print_state

@@ -108,6 +108,17 @@ def self_signed(hosts: Sequence[str], days: int = DEFAULT_DAYS) -> tuple[bytes, 
     return pair.cert_pem, pair.key_pem
 
 
+def expires_within(cert_pem: bytes, days: float) -> bool:
+    """True when the PEM certificate's ``notAfter`` is less than ``days`` days away (or past), or it
+    does not load."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        return True
+    left = cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
+    return left < datetime.timedelta(days=days)
+
+
 def write_pem(path: Path, data: bytes, *, private: bool = False) -> None:
     """Write ``data`` to ``path`` atomically (a temporary file renamed over it, so a reader sees the
     old file or the new one, never half of one); mode 0600 when ``private``. Raises ``OSError``."""
