@@ -207,6 +207,11 @@ class HAService:
         self._spawn(self._sweep(), "ha-sync-timeouts")
         return self.port
 
+    @property
+    def listener(self) -> Listener | None:
+        """The HA port's listener (its TLS counters), None before :meth:`start`."""
+        return self._server
+
     async def stop(self) -> None:
         """Stop listening, drop every slave, fail waiting sends (SLAVE_NOT_AVAILABLE)."""
         if self._server is not None:
