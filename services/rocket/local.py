@@ -304,26 +304,29 @@ class LocalCluster:
     (brokerId 1, ``slaveReadEnable``); ``flush``: ``ASYNC_FLUSH`` or
     ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags; ``failover``:
     ``"controller"`` (3 controllers elect the masters; the default with slaves) or ``"manual"``
-    (fixed roles; always so without slaves, and with ``secure``).
+    (fixed roles; always so without slaves, and with ACL).
     ``secure``: ACL on every NameServer and broker (``aclEnable``), an admin Super user whose
     keys are written to ``<data_dir>/secrets/admin.credentials`` (mode 0600, kept across runs) and
     a bearer token for the HTTP API in ``<data_dir>/secrets/http.token``; and TLS enforced on every
     port (``tlsMode=enforcing``, remoting, HA and HTTP; brokers connect with ``tls.enable``), with
     a CA made for this folder (``<data_dir>/secrets/tls/ca.pem``, kept across runs; its key stays
     there, 0600) and a certificate for 127.0.0.1/localhost (``server.pem``/``server.key``).
+    ``acl`` / ``tls`` (default: ``secure``) turn either half on alone (the benchmarks compare them).
     """
 
     def __init__(self, data_dir: Path | str = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, *,
                  brokers: int = 2, nameservers: int = 2, flush: str = "ASYNC_FLUSH",
                  extra_broker_args: Sequence[str] = (), slaves: bool = True, secure: bool = False,
-                 failover: str = "controller") -> None:
+                 failover: str = "controller", acl: bool | None = None, tls: bool | None = None) -> None:
         if failover not in ("controller", "manual"):
             raise LocalClusterError(f"failover must be 'controller' or 'manual', not {failover!r}")
         # ACL (``secure``) runs without controllers for now: the standalone controllers do not
         # sign their requests to brokers (only a NameServer-embedded one does)
-        self.controllers = failover == "controller" and slaves and not secure
+        self.acl = secure if acl is None else acl
+        self.tls = secure if tls is None else tls
+        self.secure = self.acl or self.tls
+        self.controllers = failover == "controller" and slaves and not self.acl
         self.data_dir = Path(data_dir).resolve()
-        self.secure = secure
         self.base_port = base_port
         self.brokers = max(1, min(brokers, len(BROKER_NAMES)))
         self.nameservers = max(1, min(nameservers, 2))
@@ -418,18 +421,24 @@ class LocalCluster:
         return ca_file, props
 
     def _secure_args(self) -> tuple[list[str], list[str]]:
-        """(NameServer flags, broker flags) turning ACL and TLS on."""
+        """(NameServer flags, broker flags) turning ACL and/or TLS on."""
         if not self.secure:
             return [], []
-        _, init_user, token = self.ensure_secrets()
-        _, tls_props = self.ensure_tls()
-        ns_config = self.secrets_dir / "namesrv-acl.json"
-        ns_config.write_text(json.dumps({"acl_enable": True, "init_authentication_user": str(init_user),
-                                         "auth_sync_interval": 2.0, "http_auth_token_file": str(token),
-                                         "tlsMode": "enforcing", "tls.config.file": str(tls_props)}))
-        broker = ["--set", "aclEnable=true", "--set", f"initAuthenticationUser={init_user}",
-                  "--set", f"httpAuthTokenFile={token}",
-                  "--set", "tlsMode=enforcing", "--set", f"tls.config.file={tls_props}"]
+        ns_settings: dict[str, Any] = {}
+        broker: list[str] = []
+        if self.acl:
+            _, init_user, token = self.ensure_secrets()
+            ns_settings.update({"acl_enable": True, "init_authentication_user": str(init_user),
+                                "auth_sync_interval": 2.0, "http_auth_token_file": str(token)})
+            broker += ["--set", "aclEnable=true", "--set", f"initAuthenticationUser={init_user}",
+                       "--set", f"httpAuthTokenFile={token}"]
+        if self.tls:
+            _, tls_props = self.ensure_tls()
+            ns_settings.update({"tlsMode": "enforcing", "tls.config.file": str(tls_props)})
+            broker += ["--set", "tlsMode=enforcing", "--set", f"tls.config.file={tls_props}"]
+        self.secrets_dir.mkdir(parents=True, exist_ok=True)
+        ns_config = self.secrets_dir / "namesrv-security.json"
+        ns_config.write_text(json.dumps(ns_settings))
         return ["--config", str(ns_config)], broker
 
     def plan(self) -> list[ProcessInfo]:
@@ -453,7 +462,9 @@ class LocalCluster:
                 plan.append(ProcessInfo(name, "controller", port, http, str(logs / f"{name}.log"), [
                     *exe, "controller", "--controller-peers", peers, "--port", str(port), "--host", "127.0.0.1",
                     "--http-port", str(http), "--data-dir", str(self.data_dir / name),
-                    "--secret-file", str(self.data_dir / CONTROLLER_SECRET_FILE)]))
+                    "--secret-file", str(self.data_dir / CONTROLLER_SECRET_FILE),
+                    *(["--tls-mode", "enforcing", "--tls-config", str(self.tls_dir / "tls.properties")]
+                      if self.tls else [])]))
             addrs = ";".join(f"127.0.0.1:{layout[n][0]}" for n in CONTROLLER_NAMES)
             controller_args = ["--set", "enableControllerMode=true", "--set", f"controllerAddr={addrs}",
                                "--set", "allAckInSyncStateSet=true"]
@@ -499,9 +510,10 @@ class LocalCluster:
         self.state = ClusterState(str(self.data_dir), self.base_port, self.namesrv, plan)
         if self.controllers:
             _ensure_secret(self.data_dir / CONTROLLER_SECRET_FILE)
-        if self.secure:
+        if self.acl:
             self.state.credentials_file = str(self.secrets_dir / "admin.credentials")
             self.state.http_token_file = str(self.secrets_dir / "http.token")
+        if self.tls:
             self.state.tls_ca_file = str(self.tls_dir / "ca.pem")
         try:
             for info in plan:
