@@ -6,6 +6,7 @@ ours (processes):
   ``tls.client.trustCertPath``; ``tls.test.mode.enable=false``) produces and consumes; the same
   client without TLS cannot send (the servers close its connections) and the servers log why; a
   TLS client trusting another CA cannot either;
+* ``mqadmin`` (5.4.0) in the same TLS mode lists the enforcing cluster;
 * ``permissive`` (another NameServer and broker): the Java client with and without TLS both
   produce, on the same ports, and a plaintext consumer receives both.
 
@@ -52,14 +53,16 @@ class TlsClusters:
     def logs(self) -> str:
         return "\n".join(p.log_tail() for p in self.procs)
 
+    def tls_jvm(self, ca: Path) -> tuple[str, ...]:
+        """The Java client's TLS mode (``TlsSystemConfig`` properties), verifying servers against ``ca``."""
+        return ("-Dtls.enable=true", "-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true",
+                f"-Dtls.client.trustCertPath={ca}", f"-Dtls.config.file={self.home / 'none.properties'}")
+
     def java(self, namesrv: str, *args: str, tls: Path | None = None, version: str = "5.4.0",
              timeout: float = 120) -> dict[str, Any]:
         """Run AclDriver (unsigned) of ``version``; with TLS trusting ``tls`` when given."""
         lib, classes = self.drivers[version]
-        jvm: tuple[str, ...] = ("-Xms64m", "-Xmx256m")
-        if tls is not None:
-            jvm += ("-Dtls.enable=true", "-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true",
-                    f"-Dtls.client.trustCertPath={tls}", f"-Dtls.config.file={self.home / 'none.properties'}")
+        jvm: tuple[str, ...] = ("-Xms64m", "-Xmx256m", *(self.tls_jvm(tls) if tls is not None else ()))
         argv = java.driver_argv(lib, classes, self.home, *args, f"namesrv={namesrv}", jvm=jvm, main="AclDriver")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         results = java.driver_results(proc.stdout)
@@ -142,6 +145,16 @@ def test_enforcing_refuses_plaintext_and_untrusted_java_clients(clusters: TlsClu
     assert "insecure connection while this server is running in TLS enforcing mode" in log
     untrusted = c.java(c.enforcing, "produce", f"topic={topic}", "group=PID_untrusted", "count=1", tls=c.other_ca)
     assert untrusted["sent"] == 0 and untrusted["error"], untrusted
+
+
+def test_mqadmin_over_tls(clusters: TlsClusters) -> None:
+    c = clusters
+    lib, _ = c.drivers["5.4.0"]
+    argv = [java.java(), "-Xms64m", "-Xmx256m", java.QUIET_LOGBACK, f"-Drocketmq.home.dir={c.home}",
+            f"-Duser.home={c.home}", *c.tls_jvm(c.ca), "-cp", java.classpath(lib),
+            "org.apache.rocketmq.tools.command.MQAdminStartup", "clusterList", "-n", c.enforcing]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "broker-enforcing" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_permissive_serves_java_clients_with_and_without_tls(clusters: TlsClusters) -> None:

@@ -72,7 +72,7 @@ def test_broker_config_keys_toml_dotted_and_masked_passwords(tmp_path: Path, pki
     props = cfg.to_properties()
     assert props["tlsMode"] == "enforcing" and props["tls.server.certPath"] == str(folder / "server.pem")
     assert props["tls.server.keyPassword"] == "******" and props["tls.client.keyPassword"] == ""
-    with pytest.raises(ConfigError, match="tls.server.certPath"):
+    with pytest.raises(ConfigError, match=r"tls\.server\.certPath"):
         BrokerConfig(broker_name="b").update({"tlsMode": "enforcing"})
 
 
