@@ -128,3 +128,30 @@ def test_client_tls_from_the_environment(pki: tuple[Path, certs.KeyPair]) -> Non
     assert insecure is not None and not insecure.verify
     with pytest.raises(TlsConfigError, match="ROCKET_TLS must be true or false"):
         client_tls_from_env({"ROCKET_TLS": "yes please"})
+
+
+def test_local_secure_plan_enforces_tls_with_a_kept_ca(tmp_path: Path) -> None:
+    from rocket.local import LocalCluster
+
+    cluster = LocalCluster(tmp_path, 30000, brokers=1, secure=True)
+    plan = cluster.plan()
+    tls_dir = tmp_path / "secrets" / "tls"
+    props = TlsConfig.from_properties({"tls.config.file": str(tls_dir / "tls.properties")})
+    assert props.enable and props.client_trust_cert_path == str(tls_dir / "ca.pem")
+    assert (tls_dir / "ca.key").stat().st_mode & 0o777 == 0o600
+    assert ServerTls(TlsConfig.from_properties({"tlsMode": "enforcing", "tls.config.file": props.config_file}))
+    ns_settings = json.loads((tmp_path / "secrets" / "namesrv-security.json").read_text())
+    assert ns_settings["tlsMode"] == "enforcing" and ns_settings["acl_enable"] is True
+    broker = " ".join(next(p for p in plan if p.kind == "broker").argv)
+    assert "tlsMode=enforcing" in broker and f"tls.config.file={tls_dir / 'tls.properties'}" in broker
+    ca = (tls_dir / "ca.pem").read_bytes()
+    LocalCluster(tmp_path, 30000, brokers=1, secure=True).plan()
+    assert (tls_dir / "ca.pem").read_bytes() == ca  # kept across runs
+    # either half alone (the benchmark's setups); TLS alone keeps the controllers, over TLS
+    tls_only = LocalCluster(tmp_path / "t", 30000, brokers=1, tls=True)
+    argv = [" ".join(p.argv) for p in tls_only.plan()]
+    assert tls_only.controllers and all("aclEnable" not in a for a in argv)
+    assert all("--tls-mode enforcing" in a for a, p in zip(argv, tls_only.plan(), strict=True)
+               if p.kind == "controller")
+    acl_only = " ".join(LocalCluster(tmp_path / "a", 30000, brokers=1, acl=True).plan()[-1].argv)
+    assert "aclEnable=true" in acl_only and "tlsMode" not in acl_only
