@@ -38,7 +38,7 @@ from bench.bench_broker import (
     _proc_cpu,
     _send_worker,
 )
-from rocket.local import LocalCluster, find_free_base_port, percentile
+from rocket.local import LocalCluster, LocalClusterError, find_free_base_port, percentile
 
 #: Setup name -> the share of plain throughput it should reach (issue #14).
 TARGETS = {"ACL on, stateless": 0.90, "ACL on, stateful": 0.90, "TLS": 0.70}
@@ -67,9 +67,18 @@ def _start(secure: bool, strategy: str = "stateless", *, tls: bool = False) -> S
 
     name = "TLS" if tls else f"ACL on, {strategy}" if secure else "plain"
     folder = Path(tempfile.mkdtemp(prefix=f"rocket-bench-{'tls' if tls else strategy if secure else 'plain'}-"))
-    cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, slaves=False, acl=secure, tls=tls,
-                           extra_broker_args=["--set", f"authenticationStrategy={strategy}"] if secure else [])
-    state = cluster.start(detach=False, timeout=90)
+    for attempt in range(3):  # another process may take a port of the block between the check and the bind
+        cluster = LocalCluster(folder, find_free_base_port(), nameservers=1, brokers=1, slaves=False, acl=secure,
+                               tls=tls, extra_broker_args=["--set", f"authenticationStrategy={strategy}"] if secure
+                               else [])
+        try:
+            state = cluster.start(detach=False, timeout=90)
+            break
+        except LocalClusterError:
+            if attempt == 2:
+                raise
+    else:  # pragma: no cover - the loop breaks or raises
+        raise AssertionError("unreachable")
     broker = next(p for p in state.processes if p.kind == "broker")
     admin_creds = parse_credentials_file(state.credentials_file) if secure else None
     client_tls = ClientTls.trusting(state.tls_ca_file) if tls else False
