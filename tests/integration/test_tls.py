@@ -166,6 +166,14 @@ async def test_enforcing_serves_tls_and_closes_plaintext_cleanly(tmp_path: Path,
             await client.invoke(namesrv, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO))
         await client.close()
 
+        # no request can turn TLS off (UPDATE_BROKER_CONFIG of a tls key is refused, nothing applied)
+        update = RemotingCommand(code=RequestCode.UPDATE_BROKER_CONFIG, body=b"tlsMode=disabled\n")
+        client = RemotingClient(tls=tls)
+        answer = await client.invoke(broker.config.broker_addr, update)
+        await client.close()
+        assert answer.code == 1 and "tlsMode" in (answer.remark or ""), answer.remark
+        assert broker.config.tls_mode == "enforcing"
+
         # HTTP: HTTPS only
         url = f"127.0.0.1:{broker.http_port}/healthz"
         async with aiohttp.ClientSession() as session:

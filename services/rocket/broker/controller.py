@@ -34,6 +34,7 @@ from rocket.auth.processor import AuthAdminProcessor
 from rocket.broker.client_manager import ConsumerManager, ProducerManager
 from rocket.broker.config import (
     BrokerConfig,
+    ConfigError,
     changed_keys,
     format_properties,
     parse_properties,
@@ -82,6 +83,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.timer import TimerMessageStore
@@ -694,8 +696,14 @@ class BrokerController:
 
         All or nothing: raises :class:`~rocket.broker.config.ConfigError` for an
         unknown key or a bad value without applying any. Settings read only at
-        start-up (ports, store path, delay levels) take effect on restart.
+        start-up (ports, store path, delay levels) take effect on restart. The TLS settings
+        (``tlsMode``, ``tls.*``) are refused: they come from the broker's own files only, so that
+        no request can turn TLS off or swap its certificates (as RocketMQ's ``configBlackList``).
         """
+        tls_keys = sorted(k for k in values if is_tls_key(k))
+        if tls_keys:
+            raise ConfigError(f"{', '.join(tls_keys)}: TLS settings are read at start from the broker's config "
+                              "file and cannot be changed by a request")
         cfg = self.config
         candidate = dataclasses.replace(cfg, store_overrides=dict(cfg.store_overrides))
         candidate.update(values, strict=True)
