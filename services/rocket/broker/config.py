@@ -44,6 +44,12 @@ fileReservedTime                    hours    72 (store; ``file_reserved_time_hou
 deleteWhen                          hour     ``04`` (store; hours of the day, ``;``-separated)
 ==================================  =======  ===========================================
 
+TLS: ``tlsMode`` (``disabled`` / ``permissive`` / ``enforcing``; RocketMQ's ``tls.server.mode``) and
+RocketMQ's ``tls.*`` keys written as RocketMQ writes them (``tls.server.certPath``, ``tls.enable``,
+``tls.client.trustCertPath``, ``tls.config.file`` ...; :data:`rocket.remoting.tls.TLS_KEYS`); in a
+TOML file ``tls.server.certPath = "..."`` is a dotted key and works as is. They are read at start
+and refused by UPDATE_BROKER_CONFIG.
+
 A millisecond value must be an integer, as in Java (``flushIntervalCommitLog=0.5`` is an
 error, not half a millisecond). The store keeps its intervals in seconds
 (:class:`~rocket.store.api.MessageStoreConfig`); :meth:`BrokerConfig.store_config` converts.
