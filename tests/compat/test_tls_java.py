@@ -18,7 +18,6 @@ missing, these tests fail and say why.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import subprocess
 from collections.abc import Iterator
@@ -29,10 +28,9 @@ from typing import Any
 import pytest
 from bench.compare import java
 
-from rocket.client import Admin
 from rocket.remoting import certs
 from rocket.remoting.tls import ClientTls
-from tests.compat.cluster import CLUSTER_NAME, Proc, _broker_proc, pick_port
+from tests.compat.cluster import Proc, _broker_proc, masters_registered, pick_port
 from tests.support import rocket_command, unique, wait_for, wait_port
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
@@ -71,16 +69,6 @@ class TlsClusters:
         return result
 
 
-def _registered(namesrv: str, ca: Path) -> bool:
-    async def check() -> bool:
-        async with Admin(namesrv, timeout=2, tls=ClientTls.trusting(ca)) as admin:
-            return bool((await admin.cluster_info()).masters(CLUSTER_NAME))
-    try:
-        return asyncio.run(check())
-    except Exception:
-        return False
-
-
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsClusters]:
     try:
@@ -114,7 +102,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsClusters]:
             broker.start()
             namesrvs[mode] = ns.addr
         for addr in namesrvs.values():
-            wait_for(functools.partial(_registered, addr, root / "ca.pem"), 30,
+            wait_for(functools.partial(masters_registered, addr, tls=ClientTls.trusting(root / "ca.pem")), 30,
                      what="the broker to register over TLS")
         yield TlsClusters(namesrvs["enforcing"], namesrvs["permissive"], root / "ca.pem", root / "other-ca.pem",
                           drivers, root / "home", procs)

@@ -65,7 +65,6 @@ import enum
 import json
 import logging
 import os
-import re
 import socket
 import tomllib
 import typing
@@ -74,6 +73,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocket.protocol.body import format_properties as format_properties
+from rocket.protocol.body import parse_properties as parse_properties
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
 from rocket.remoting.tls import TlsConfig, TlsConfigError, flatten_tables, norm_key
@@ -567,37 +568,6 @@ def _convert(kind: Any, raw: Any, key: str) -> Any:
     except ValueError as exc:
         raise ConfigError(f"{key}: {exc}") from None
     return raw
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text: ``key=value`` or ``key: value``, ``#``/``!`` comments.
-
-    Line continuations (trailing backslash) are joined; other escapes are kept
-    as written (broker configs do not use them).
-    """
-    result: dict[str, str] = {}
-    pending = ""
-    for raw_line in text.splitlines():
-        line = pending + raw_line.strip()
-        pending = ""
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            result[match.group(1)] = match.group(2).strip()
-        else:
-            result[line] = ""
-    if pending:
-        result.setdefault(pending, "")
-    return result
-
-
-def format_properties(values: Mapping[str, str]) -> str:
-    """``key=value`` lines, sorted by key (GET_BROKER_CONFIG body, persisted overrides)."""
-    return "".join(f"{key}={value}\n" for key, value in sorted(values.items()))
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

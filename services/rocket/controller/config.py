@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rocket.protocol.body import parse_properties as parse_properties
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
 from rocket.remoting.connection import parse_addr
 from rocket.remoting.tls import TlsConfig
@@ -252,19 +253,3 @@ class ControllerConfig:
         for name, value in staged.items():
             setattr(self, name, value)
         return sorted(k for k in props if k in self.PROPERTIES)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java properties text to a dict: ``key=value`` or ``key:value`` lines; ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        eq = [i for i in (stripped.find("="), stripped.find(":")) if i >= 0]
-        if not eq:
-            out[stripped] = ""
-            continue
-        i = min(eq)
-        out[stripped[:i].strip()] = stripped[i + 1:].strip()
-    return out

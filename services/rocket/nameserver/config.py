@@ -45,6 +45,7 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
+from rocket.protocol.body import parse_properties
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
 from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
 from rocket.remoting.tls import TlsConfig, TlsConfigError, flatten_tables, is_tls_key
@@ -261,18 +262,8 @@ def to_java_properties(config: NameServerConfig) -> dict[str, str]:
     return out
 
 
-def parse_java_properties(text: str) -> dict[str, str]:
-    """``key=value`` / ``key: value`` lines (``#``/``!`` comments skipped), as Java's ``Properties.load``
-    reads mqadmin's body (no escapes are used by it)."""
-    result: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        key, value = (line[:cut], line[cut + 1:]) if cut >= 0 else (line, "")
-        result[key.strip()] = value.strip()
-    return result
+#: The bodies of UPDATE_NAMESRV_CONFIG (mqadmin updateNamesrvConfig): Java properties text.
+parse_java_properties = parse_properties
 
 
 def runtime_update(config: NameServerConfig, values: dict[str, str]) -> dict[str, Any]:

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocket.protocol.body import parse_properties
+
 log = logging.getLogger("rocket.remoting.tls")
 
 #: First byte of a TLS record of type handshake (RFC 8446 ``ContentType.handshake``; RocketMQ's
@@ -165,7 +167,7 @@ class TlsConfig:
                 text = path.read_text()
             except OSError as exc:
                 raise TlsConfigError(f"tls.config.file {path}: {exc.strerror or exc}") from None
-            config = _apply(config, _parse_properties(text), f"{path}: ")
+            config = _apply(config, parse_properties(text), f"{path}: ")
         config.validate()
         return config
 
@@ -254,19 +256,6 @@ def _convert(name: str, raw: Any, key: str) -> Any:
             raise TlsConfigError(f"{key} must be true or false, got {raw!r}")
         return text == "true"
     return str(raw).strip()
-
-
-def _parse_properties(text: str) -> dict[str, str]:
-    """``key=value`` / ``key: value`` lines of a Java properties file; ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        cuts = [i for i in (stripped.find("="), stripped.find(":")) if i >= 0]
-        if cuts:
-            out[stripped[:min(cuts)].strip()] = stripped[min(cuts) + 1:].strip()
-    return out
 
 
 # -- contexts that reload ---------------------------------------------------------------------------
