@@ -298,3 +298,30 @@ async def test_controller_port_and_broker_to_controller_over_tls(tmp_path: Path,
         await broker.shutdown()
         await ns.stop()
         await controller.stop()
+
+
+async def test_client_certificates_when_the_server_requires_them(tmp_path: Path, pki: Pki) -> None:
+    """``tls.server.need.client.auth=require``: a client certificate signed by the trusted CA gets in,
+    a client without one (or with one of another CA) does not."""
+    client_cert, client_key = certs.write_pair(pki.folder, "client", certs.issue_cert(pki.ca, "app", ["app"]))
+    stranger = certs.issue_cert(certs.issue_ca("stranger CA"), "x", ["x"])
+    other_cert, other_key = certs.write_pair(pki.folder, "stranger", stranger)
+    ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=None, tls=TlsConfig.from_properties(
+        pki.config("enforcing", **{"tls.server.need.client.auth": "require",
+                                   "tls.server.trustCertPath": str(pki.ca_file)}))))
+    await ns.start()
+    addr = f"127.0.0.1:{ns.port}"
+    request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+    try:
+        ok = RemotingClient(tls=ClientTls.trusting(pki.ca_file, cert_file=str(client_cert), key_file=str(client_key)))
+        assert (await ok.invoke(addr, request)).code == 0
+        await ok.close()
+        for tls in (ClientTls.trusting(pki.ca_file),
+                    ClientTls.trusting(pki.ca_file, cert_file=str(other_cert), key_file=str(other_key))):
+            refused = RemotingClient(tls=tls)
+            with pytest.raises((RemotingConnectError, TimeoutError)):
+                await refused.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO), timeout=3)
+            await refused.close()
+        assert ns.remoting.listener is not None and ns.remoting.listener.handshake_failures >= 1
+    finally:
+        await ns.stop()
