@@ -59,6 +59,7 @@ from rocket.auth.signature import SessionCredentials
 from rocket.auth.store import AuthMetadataStore
 from rocket.broker.config import BrokerConfig
 from rocket.broker.controller_mode import ControllerReplicas
+from rocket.broker.metadata.replication import METADATA_TOPIC
 from rocket.broker.slave_sync import SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
 from rocket.protocol import loads_lenient
@@ -564,7 +565,7 @@ class ReplicationManager:
         configs = self.broker.metadata.topic_configs
         made = []
         for topic in store.topics():
-            if configs.get(topic) is None:
+            if configs.get(topic) is None and topic != METADATA_TOPIC:
                 tc = self.replicated_topic_config(topic)
                 if tc is not None:
                     made.append(tc)
@@ -729,6 +730,7 @@ class ReplicationManager:
             "minOffset": store.min_phy_offset,
             "roleConfirmed": self.role_confirmed,
             "controllerMode": None if self.controller is None else self.controller.status(),
+            "metadataReplication": self._metadata_replication_status(),
             "slaves": slaves,
             "syncWaiters": len(svc.waiters),
             "master": None if cfg.is_master else {
@@ -744,6 +746,10 @@ class ReplicationManager:
                 "configSyncError": self.sync.last_error,
             },
         }
+
+    def _metadata_replication_status(self) -> dict[str, Any] | None:
+        replicator = getattr(self.broker, "metadata_replication", None)
+        return None if replicator is None else dict(replicator.status())
 
     def snapshot(self) -> HASnapshot:
         """Scrape-time values for :class:`~rocket.store.ha.metrics.HACollector`."""

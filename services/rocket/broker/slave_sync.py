@@ -12,7 +12,10 @@ the interval if shorter) for
   durably when they changed; ``rocket.auth.sync``),
 
 so that a promoted slave serves consumers where they were and delivers
-delayed messages from where the master stopped. Each step fails on its own
+delayed messages from where the master stopped. A controller-mode master also writes its
+topic, subscription-group and offset changes into the CommitLog
+(:mod:`rocket.broker.metadata.replication`); the records a slave applies while a round runs
+are applied again after it, so the round's older snapshots never undo them. Each step fails on its own
 (logged once per distinct error) and is retried at the next round.
 """
 
@@ -101,6 +104,22 @@ class SlaveSynchronize(LoopService):
         if not addr:
             return False
         self.rounds += 1
+        replicator = getattr(self.broker, "metadata_replication", None)
+        if replicator is not None:
+            replicator.open_window()
+        try:
+            ok = await self._round(addr)
+        finally:
+            if replicator is not None:
+                replicator.close_window()  # records newer than the snapshots win
+        if ok:
+            self.last_success = asyncio.get_running_loop().time()
+            if self.last_error:
+                log.info("config sync from master %s works again", addr)
+            self.last_error = ""
+        return ok
+
+    async def _round(self, addr: str) -> bool:
         ok = True
         for name, code, apply in (
             ("topic configs", RequestCode.GET_ALL_TOPIC_CONFIG, self._apply_topics),
@@ -125,11 +144,6 @@ class SlaveSynchronize(LoopService):
                 if text != self.last_error:
                     log.warning("%s", text)
                 self.last_error = text
-        if ok:
-            self.last_success = asyncio.get_running_loop().time()
-            if self.last_error:
-                log.info("config sync from master %s works again", addr)
-            self.last_error = ""
         return ok
 
     async def _sync_timer_checkpoint(self, addr: str) -> None:
