@@ -143,12 +143,16 @@ async def test_answers_wait_for_replication_and_say_when_it_failed(tmp_path: Pat
         master.metadata.consumer_offsets.commit("CG", "T", 0, 5)
         answer = respond_when_replicated(master.metadata_replication, request, request.response())
         assert isinstance(answer, asyncio.Future) and not answer.done()
-        assert len(pending) == 1  # the barrier wrote the pending change at once
+        assert not pending  # the barrier waits for the record of this turn of the loop ...
+        await asyncio.sleep(0)
+        assert len(pending) == 1  # ... written at its end
+        assert not answer.done()
         pending[0].set_result(PutMessageResult(PutMessageStatus.PUT_OK))
         assert (await answer).code == ResponseCode.SUCCESS
 
         master.metadata.consumer_offsets.commit("CG", "T", 0, 6)
         answer = respond_when_replicated(master.metadata_replication, request, request.response())
+        await asyncio.sleep(0)
         pending[1].set_result(PutMessageResult(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, [object()]))  # type: ignore[list-item]
         failed = await answer  # type: ignore[misc]
         assert failed.code == ResponseCode.SYSTEM_ERROR and "FLUSH_SLAVE_TIMEOUT" in (failed.remark or "")

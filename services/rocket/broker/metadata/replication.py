@@ -125,6 +125,8 @@ class MetadataReplicator:
         self.broker = broker
         self._pending: dict[str, set[str]] = {k: set() for k in _KINDS}
         self._scheduled = False
+        #: Barriers waiting for the pending changes to be written.
+        self._waiters: list[asyncio.Future[str | None]] = []
         #: The final result (replicated, or why not) of the last record written.
         self._last: PutMessageResult | asyncio.Future[PutMessageResult] | None = None
         self._window: list[bytes] | None = None
@@ -197,23 +199,30 @@ class MetadataReplicator:
             yield encode_record(parts["topics"], parts["groups"], parts["offsets"])
 
     def flush(self) -> None:
-        """Write the pending changes now (one record, or a few for a very large change)."""
-        pending = self._pending
-        if not any(pending.values()) or not self.active:
+        """Write the pending changes now (one record, or a few for a very large change), and bind
+        the barriers waiting for them to that write."""
+        pending, waiters = self._pending, self._waiters
+        if not any(pending.values()):
             return
         self._pending = {k: set() for k in _KINDS}
+        self._waiters = []
+        if not self.active:  # demoted (or stopping) since the change: the slaves get it elsewhere
+            for w in waiters:
+                _bind(w, "this broker is no longer a recording master")
+            return
         reqs = [PutMessageRequest(METADATA_TOPIC, 0, body, born_host=self.broker.config.broker_addr)
                 for body in self._bodies(pending)]
         put = self.broker.store.put_messages_nowait(reqs)
         if isinstance(put, PutMessageResult) and put.status is not PutMessageStatus.PUT_OK:
             self._refused(put, pending)
             self._last = put
-            return
-        self.records_written += len(reqs)
-        final = self.broker.ha.replicate_nowait(put)
-        self._last = final
-        if isinstance(final, asyncio.Future):
-            final.add_done_callback(lambda f: self._written(f, pending))
+        else:
+            self.records_written += len(reqs)
+            self._last = self.broker.ha.replicate_nowait(put)
+            if isinstance(self._last, asyncio.Future):
+                self._last.add_done_callback(lambda f: self._written(f, pending))
+        for w in waiters:
+            _bind(w, self._last)
 
     def _written(self, fut: asyncio.Future[PutMessageResult], pending: dict[str, set[str]]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -235,31 +244,18 @@ class MetadataReplicator:
     def barrier(self) -> asyncio.Future[str | None] | None:
         """After a change: a future of None once every change recorded so far is held by the
         replicas the send rule requires, or of the reason it is not (the change stays on this
-        master and reaches the slaves with a later record or the 10 s copy). None when there is
-        nothing to wait for (not a recording master, or everything already acknowledged)."""
+        master and reaches the slaves with a later record or the 10 s copy). Changes still pending
+        are not written early: the barrier waits for the coalesced record of this turn of the loop.
+        None when there is nothing to wait for (not a recording master, nothing written yet)."""
         if not self.active:
             return None
-        self.flush()
-        last = self._last
-        if last is None:
-            return None
-        loop = asyncio.get_running_loop()
-        out: asyncio.Future[str | None] = loop.create_future()
-        if isinstance(last, PutMessageResult):
-            out.set_result(_failure(last))
+        out: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        if any(self._pending.values()):
+            self._waiters.append(out)
             return out
-
-        def done(f: asyncio.Future[PutMessageResult]) -> None:
-            if out.done():
-                return
-            if f.cancelled():
-                out.set_result("cancelled")
-            elif f.exception() is not None:
-                out.set_result(f"{type(f.exception()).__name__}: {f.exception()}")
-            else:
-                out.set_result(_failure(f.result()))
-
-        last.add_done_callback(done)
+        if self._last is None:
+            return None
+        _bind(out, self._last)
         return out
 
     # -- slave: applying ------------------------------------------------------------------------------
@@ -321,6 +317,31 @@ class MetadataReplicator:
         """Counters for ``/api/v1/ha``."""
         return {"active": self.active, "recordsWritten": self.records_written,
                 "recordsApplied": self.records_applied, "changesRecorded": self.changes_recorded}
+
+
+def _bind(out: asyncio.Future[str | None],
+          final: PutMessageResult | asyncio.Future[PutMessageResult] | str | None) -> None:
+    """Resolve ``out`` with the failure text of ``final`` (None: replicated) once it is known."""
+    if out.done():
+        return
+    if final is None or isinstance(final, str):
+        out.set_result(final)
+        return
+    if isinstance(final, PutMessageResult):
+        out.set_result(_failure(final))
+        return
+
+    def done(f: asyncio.Future[PutMessageResult]) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.set_result("cancelled")
+        elif f.exception() is not None:
+            out.set_result(f"{type(f.exception()).__name__}: {f.exception()}")
+        else:
+            out.set_result(_failure(f.result()))
+
+    final.add_done_callback(done)
 
 
 def _failure(result: PutMessageResult) -> str | None:
