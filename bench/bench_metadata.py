@@ -12,6 +12,8 @@ median round of each counts:
   ``CONCURRENCY`` requests in flight in a closed loop over 16 queues x 4 groups; commits/s and
   latency p50/p99. With replication on, each answer waits until the slave holds the record that
   carries the commit (commits arriving in one turn of the master's loop share one record);
+* master and slave CPU per two-way commit (``/proc``), the figure load on a shared machine
+  disturbs least;
 * **one-way** UPDATE_CONSUMER_OFFSET (what the Java client's offset store sends): ``ONEWAY_BURST``
   commits written as fast as the socket takes them, then one QUERY_CONSUMER_OFFSET; commits/s the
   master absorbs.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -33,6 +36,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.bench_broker import _proc_cpu
 from rocket.local import LocalCluster, find_free_base_port
 from rocket.percentiles import percentile
 from rocket.protocol import RequestCode
@@ -41,7 +45,8 @@ from rocket.remoting import RemotingClient, RemotingCommand, ResponseCode
 TOPIC = "BenchOffsets"
 QUEUES = 16
 GROUPS = 4
-CONCURRENCY = 64
+#: Two-way commits in flight (``ROCKET_BENCH_IN_FLIGHT`` overrides).
+CONCURRENCY = int(os.environ.get("ROCKET_BENCH_IN_FLIGHT", "64"))
 ONEWAY_BURST = 20_000
 
 
@@ -50,20 +55,19 @@ def _ha(http_port: int) -> dict[str, Any]:
         return dict(json.loads(resp.read()))
 
 
-def _master(state: Any, timeout: float = 60.0) -> tuple[str, int]:
-    """(remoting address, HTTP port) of the master with its slave in the SyncStateSet."""
+def _master(state: Any, timeout: float = 60.0) -> tuple[Any, Any]:
+    """(master, slave) ``ProcessInfo`` once the master has its slave in the SyncStateSet."""
     deadline = time.monotonic() + timeout
+    brokers = [p for p in state.processes if p.kind == "broker"]
     while time.monotonic() < deadline:
-        for p in state.processes:
-            if p.kind != "broker":
-                continue
+        for p in brokers:
             try:
                 st = _ha(p.http_port)
             except OSError:
                 continue
             cm = st.get("controllerMode") or {}
             if st["brokerRole"] != "SLAVE" and len(cm.get("syncStateSet") or []) >= 2:
-                return p.addr, p.http_port
+                return p, next(b for b in brokers if b is not p)
         time.sleep(0.2)
     raise RuntimeError("no master with a slave in its SyncStateSet")
 
@@ -117,9 +121,10 @@ async def _one_way(client: RemotingClient, addr: str, count: int, base: int) -> 
     return count / (time.monotonic() - start)
 
 
-async def _measure(addr: str, http_port: int, rounds: int, seconds: float, burst: int) -> dict[str, Any]:
+async def _measure(addr: str, http_port: int, pids: tuple[int, int], rounds: int, seconds: float,
+                   burst: int) -> dict[str, Any]:
     client = RemotingClient()
-    results: dict[bool, dict[str, list[Any]]] = {on: {"tps": [], "lat": [], "err": [], "oneway": []}
+    results: dict[bool, dict[str, list[Any]]] = {on: {"tps": [], "lat": [], "err": [], "oneway": [], "cpu": []}
                                                   for on in (True, False)}
     try:
         create = RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
@@ -136,12 +141,15 @@ async def _measure(addr: str, http_port: int, rounds: int, seconds: float, burst
                 await _switch(client, addr, on)
                 base += 10_000_000
                 before = _ha(http_port)["metadataReplication"]["changesRecorded"]
+                cpu0 = [_proc_cpu(pid) for pid in pids]
                 tps, lat, err = await _two_way(client, addr, seconds, base)
+                cpu1 = [_proc_cpu(pid) for pid in pids]
                 if on:
                     changes += _ha(http_port)["metadataReplication"]["changesRecorded"] - before
                 base += 10_000_000
                 oneway = await _one_way(client, addr, burst, base)
                 res = results[on]
+                res["cpu"].append([1e6 * (b - a) / max(1, len(lat)) for a, b in zip(cpu0, cpu1, strict=True)])
                 res["tps"].append(tps)
                 res["lat"].append(lat)
                 res["err"].append(err)
@@ -155,7 +163,9 @@ async def _measure(addr: str, http_port: int, rounds: int, seconds: float, burst
         i = sorted(range(rounds), key=lambda k: res["tps"][k])[rounds // 2]
         lat = sorted(res["lat"][i])
         out["on" if on else "off"] = {"tps": res["tps"][i], "p50": percentile(lat, 50), "p99": percentile(lat, 99),
-                                      "errors": sum(res["err"]), "oneway": statistics.median(res["oneway"])}
+                                      "errors": sum(res["err"]), "oneway": statistics.median(res["oneway"]),
+                                      "master_us": statistics.median(c[0] for c in res["cpu"]),
+                                      "slave_us": statistics.median(c[1] for c in res["cpu"])}
     records = written1["recordsWritten"] - written0["recordsWritten"]
     out["changes_per_record"] = (written1["changesRecorded"] - written0["changesRecorded"]) / max(1, records)
     out["two_way_changes"] = changes
@@ -169,8 +179,9 @@ def run(short: bool = False) -> None:
     cluster = LocalCluster(root, find_free_base_port(), brokers=1, nameservers=1)
     try:
         state = cluster.start(detach=False, timeout=90.0)
-        addr, http_port = _master(state)
-        res = asyncio.run(_measure(addr, http_port, rounds, seconds, burst))
+        master, slave = _master(state)
+        pids = (cluster.procs[master.name].pid, cluster.procs[slave.name].pid)
+        res = asyncio.run(_measure(master.addr, master.http_port, pids, rounds, seconds, burst))
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -178,8 +189,9 @@ def run(short: bool = False) -> None:
     print(f"controller mode, 1 master + 1 slave, allAckInSyncStateSet, ASYNC_FLUSH; {rounds} alternating rounds "
           f"of {seconds:.0f} s, median round; {CONCURRENCY} two-way commits in flight, one-way bursts of {burst}")
     print(f"{'enableMetadataReplication':<28}{'two-way commits/s':>18}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
-          f"{'one-way commits/s':>19}")
+          f"{'master µs/commit':>18}{'slave µs/commit':>17}{'one-way commits/s':>19}")
     for name, r in (("false", off), ("true", on)):
-        print(f"{name:<28}{r['tps']:>18,.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}{r['errors']:>8}{r['oneway']:>19,.0f}")
+        print(f"{name:<28}{r['tps']:>18,.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}{r['errors']:>8}{r['master_us']:>18.1f}"
+              f"{r['slave_us']:>17.1f}{r['oneway']:>19,.0f}")
     print(f"ratio true/false: two-way {on['tps'] / off['tps']:.2f}, one-way {on['oneway'] / off['oneway']:.2f}; "
           f"{res['changes_per_record']:.1f} changed offset entries per metadata record")

@@ -23,6 +23,7 @@ from rocket.broker.metadata.replication import (
 )
 from rocket.protocol import SubscriptionGroupConfig, TopicConfig
 from rocket.remoting import RemotingCommand, ResponseCode
+from rocket.remoting.connection import ANSWER_LATER
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 
@@ -129,6 +130,16 @@ async def test_a_copy_round_snapshot_does_not_undo_newer_records(tmp_path: Path)
         await _close(slave)
 
 
+class _Conn:
+    """A connection that keeps what it was asked to answer later."""
+
+    def __init__(self) -> None:
+        self.answers: list[RemotingCommand] = []
+
+    def answer(self, request: RemotingCommand, response: RemotingCommand, started: float = 0.0) -> None:
+        self.answers.append(response)
+
+
 async def test_answers_wait_for_replication_and_say_when_it_failed(tmp_path: Path) -> None:
     pending: list[asyncio.Future[PutMessageResult]] = []
 
@@ -138,35 +149,38 @@ async def test_answers_wait_for_replication_and_say_when_it_failed(tmp_path: Pat
         return fut
 
     master = await _broker(tmp_path / "m", master=True, replicate=replicate)
+    rep = master.metadata_replication
+    conn: Any = _Conn()
     try:
         request = RemotingCommand(code=15)
-        master.metadata.consumer_offsets.commit("CG", "T", 0, 5)
-        answer = respond_when_replicated(master.metadata_replication, request, request.response())
-        assert isinstance(answer, asyncio.Future) and not answer.done()
-        assert not pending  # the barrier waits for the record of this turn of the loop ...
+        for off in (1, 2, 3):  # three commits in one turn of the loop: one record, three answers
+            master.metadata.consumer_offsets.commit("CG", "T", 0, off)
+            assert respond_when_replicated(rep, request, conn, request.response()) is ANSWER_LATER
+        assert not pending  # the answers wait for the record of this turn of the loop ...
         await asyncio.sleep(0)
-        assert len(pending) == 1  # ... written at its end
-        assert not answer.done()
+        assert len(pending) == 1 and not conn.answers  # ... written at its end, not yet replicated
         pending[0].set_result(PutMessageResult(PutMessageStatus.PUT_OK))
-        assert (await answer).code == ResponseCode.SUCCESS
+        await asyncio.sleep(0)
+        assert [a.code for a in conn.answers] == [ResponseCode.SUCCESS] * 3
 
         master.metadata.consumer_offsets.commit("CG", "T", 0, 6)
-        answer = respond_when_replicated(master.metadata_replication, request, request.response())
+        assert respond_when_replicated(rep, request, conn, request.response()) is ANSWER_LATER
+        barrier = rep.barrier()
         await asyncio.sleep(0)
         pending[1].set_result(PutMessageResult(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, [object()]))  # type: ignore[list-item]
-        failed = await answer  # type: ignore[misc]
+        assert barrier is not None and "FLUSH_SLAVE_TIMEOUT" in (await barrier or "")
+        failed = conn.answers[-1]
         assert failed.code == ResponseCode.SYSTEM_ERROR and "FLUSH_SLAVE_TIMEOUT" in (failed.remark or "")
 
         oneway = RemotingCommand(code=15, flag=2)
         master.metadata.consumer_offsets.commit("CG", "T", 0, 7)
-        assert isinstance(respond_when_replicated(master.metadata_replication, oneway, oneway.response()),
-                          RemotingCommand)
+        assert isinstance(respond_when_replicated(rep, oneway, conn, oneway.response()), RemotingCommand)
         await asyncio.sleep(0)
         assert len(pending) == 3  # recorded all the same
 
         master.config.broker_role = BrokerRole.SLAVE  # demoted: nothing recorded, nothing to wait for
         master.metadata.consumer_offsets.commit("CG", "T", 0, 8)
-        assert respond_when_replicated(master.metadata_replication, request, request.response()).code == 0  # type: ignore[union-attr]
+        assert respond_when_replicated(rep, request, conn, request.response()).code == 0
         await asyncio.sleep(0)
         assert len(pending) == 3
     finally:

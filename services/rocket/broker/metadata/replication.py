@@ -43,13 +43,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from rocket.protocol import SubscriptionGroupConfig, TopicConfig
-from rocket.remoting import RemotingCommand, ResponseCode
+from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
+from rocket.remoting.connection import ANSWER_LATER
 from rocket.store.api import PutMessageRequest, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -125,8 +127,8 @@ class MetadataReplicator:
         self.broker = broker
         self._pending: dict[str, set[str]] = {k: set() for k in _KINDS}
         self._scheduled = False
-        #: Barriers waiting for the pending changes to be written.
-        self._waiters: list[asyncio.Future[str | None]] = []
+        #: Callbacks waiting for the pending changes to be replicated (see :meth:`when_replicated`).
+        self._waiters: list[Callable[[str | None], object]] = []
         #: The final result (replicated, or why not) of the last record written.
         self._last: PutMessageResult | asyncio.Future[PutMessageResult] | None = None
         self._window: list[bytes] | None = None
@@ -207,8 +209,7 @@ class MetadataReplicator:
         self._pending = {k: set() for k in _KINDS}
         self._waiters = []
         if not self.active:  # demoted (or stopping) since the change: the slaves get it elsewhere
-            for w in waiters:
-                _bind(w, "this broker is no longer a recording master")
+            _notify(waiters, "this broker is no longer a recording master")
             return
         reqs = [PutMessageRequest(METADATA_TOPIC, 0, body, born_host=self.broker.config.broker_addr)
                 for body in self._bodies(pending)]
@@ -221,8 +222,8 @@ class MetadataReplicator:
             self._last = self.broker.ha.replicate_nowait(put)
             if isinstance(self._last, asyncio.Future):
                 self._last.add_done_callback(lambda f: self._written(f, pending))
-        for w in waiters:
-            _bind(w, self._last)
+        if waiters:
+            _bind(waiters, self._last)
 
     def _written(self, fut: asyncio.Future[PutMessageResult], pending: dict[str, set[str]]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -241,22 +242,33 @@ class MetadataReplicator:
         self._refused_logged = text
         asyncio.get_running_loop().call_later(1.0, self.flush)
 
-    def barrier(self) -> asyncio.Future[str | None] | None:
-        """After a change: a future of None once every change recorded so far is held by the
-        replicas the send rule requires, or of the reason it is not (the change stays on this
-        master and reaches the slaves with a later record or the 10 s copy). Changes still pending
-        are not written early: the barrier waits for the coalesced record of this turn of the loop.
-        None when there is nothing to wait for (not a recording master, nothing written yet)."""
+    def when_replicated(self, callback: Callable[[str | None], object]) -> bool:
+        """After a change: call ``callback(None)`` once every change recorded so far is held by the
+        replicas the send rule requires, or ``callback(why)`` when it is not (the change stays on
+        this master and reaches the slaves with a later record or the 10 s copy). Pending changes
+        are not written early: the callback waits for the coalesced record of this turn of the
+        loop, and all callbacks of one record are called from one completion (no future each).
+        False (and no call) when there is nothing to wait for: not a recording master, or
+        nothing written yet."""
         if not self.active:
-            return None
-        out: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+            return False
         if any(self._pending.values()):
-            self._waiters.append(out)
-            return out
+            self._waiters.append(callback)
+            return True
         if self._last is None:
-            return None
-        _bind(out, self._last)
-        return out
+            return False
+        _bind([callback], self._last)
+        return True
+
+    def barrier(self) -> asyncio.Future[str | None] | None:
+        """:meth:`when_replicated` as a future of None or the reason (None: nothing to wait for)."""
+        out: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def done(why: str | None) -> None:
+            if not out.done():
+                out.set_result(why)
+
+        return out if self.when_replicated(done) else None
 
     # -- slave: applying ------------------------------------------------------------------------------
 
@@ -319,27 +331,29 @@ class MetadataReplicator:
                 "recordsApplied": self.records_applied, "changesRecorded": self.changes_recorded}
 
 
-def _bind(out: asyncio.Future[str | None],
-          final: PutMessageResult | asyncio.Future[PutMessageResult] | str | None) -> None:
-    """Resolve ``out`` with the failure text of ``final`` (None: replicated) once it is known."""
-    if out.done():
-        return
-    if final is None or isinstance(final, str):
-        out.set_result(final)
-        return
+def _notify(callbacks: list[Callable[[str | None], object]], why: str | None) -> None:
+    for cb in callbacks:
+        try:
+            cb(why)
+        except Exception:
+            log.exception("metadata replication callback %r failed", cb)
+
+
+def _bind(callbacks: list[Callable[[str | None], object]],
+          final: PutMessageResult | asyncio.Future[PutMessageResult]) -> None:
+    """Call ``callbacks`` with the failure text of ``final`` (None: replicated) once it is known."""
     if isinstance(final, PutMessageResult):
-        out.set_result(_failure(final))
+        _notify(callbacks, _failure(final))
         return
 
     def done(f: asyncio.Future[PutMessageResult]) -> None:
-        if out.done():
-            return
         if f.cancelled():
-            out.set_result("cancelled")
+            why: str | None = "cancelled"
         elif f.exception() is not None:
-            out.set_result(f"{type(f.exception()).__name__}: {f.exception()}")
+            why = f"{type(f.exception()).__name__}: {f.exception()}"
         else:
-            out.set_result(_failure(f.result()))
+            why = _failure(f.result())
+        _notify(callbacks, why)
 
     final.add_done_callback(done)
 
@@ -350,27 +364,22 @@ def _failure(result: PutMessageResult) -> str | None:
     return f"{result.status.name}: {result.remark or ''}".rstrip(": ")
 
 
-def respond_when_replicated(replicator: MetadataReplicator, request: RemotingCommand, response: RemotingCommand
-                            ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
-    """``response`` once the changes made so far are replicated (:meth:`MetadataReplicator.barrier`),
-    at once for a one-way request or when nothing is to be waited for; when replication fails,
-    SYSTEM_ERROR saying the change is on this master only."""
+def respond_when_replicated(replicator: MetadataReplicator, request: RemotingCommand, conn: RemotingConnection,
+                            response: RemotingCommand) -> RemotingCommand | Any:
+    """For a request handler: ``response`` at once for a one-way request or when nothing is to be
+    waited for, else :data:`~rocket.remoting.connection.ANSWER_LATER` and ``response`` sent on
+    ``conn`` once the changes made so far are replicated (:meth:`MetadataReplicator.when_replicated`);
+    when replication fails, SYSTEM_ERROR saying the change is on this master only."""
     if request.is_oneway:
         return response  # recorded all the same (coalesced), nobody to answer
-    barrier = replicator.barrier()
-    if barrier is None:
-        return response
-    out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+    started = time.perf_counter()
 
-    def done(f: asyncio.Future[str | None]) -> None:
-        if out.done():
-            return
-        why = f.result()
-        out.set_result(response if why is None else request.response(
-            ResponseCode.SYSTEM_ERROR, f"changed on the master, but not yet held by its SyncStateSet: {why}"))
+    def done(why: str | None) -> None:
+        conn.answer(request, response if why is None else request.response(
+            ResponseCode.SYSTEM_ERROR, f"changed on the master, but not yet held by its SyncStateSet: {why}"),
+            started)
 
-    barrier.add_done_callback(done)
-    return out
+    return ANSWER_LATER if replicator.when_replicated(done) else response
 
 
 async def wait_replicated(replicator: MetadataReplicator) -> str | None:

@@ -19,7 +19,6 @@ the group over the last minute), as Java's ConsumeStats does.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -153,7 +152,7 @@ class AdminBrokerProcessor:
 
     def update_and_create_subscription_group(
         self, request: RemotingCommand, conn: RemotingConnection
-    ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    ) -> RemotingCommand | Any:
         """Body: SubscriptionGroupConfig JSON (Java names)."""
         broker = self.broker
         try:
@@ -172,7 +171,8 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, subscription group [{cfg.group_name}]")
         broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
-        return respond_when_replicated(broker.metadata_replication, request, request.response(ResponseCode.SUCCESS))
+        return respond_when_replicated(broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     def get_all_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"subscriptionGroupTable":{...},"dataVersion":{...}}``."""
@@ -181,14 +181,15 @@ class AdminBrokerProcessor:
         )
 
     def delete_subscription_group(self, request: RemotingCommand, conn: RemotingConnection
-                                  ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+                                  ) -> RemotingCommand | Any:
         """Ext ``groupName`` (and ``cleanOffset``: drop its offsets too)."""
         broker = self.broker
         group = request.require("groupName")
         broker.metadata.subscription_groups.delete(group)
         if request.get_bool("cleanOffset", False):
             broker.metadata.consumer_offsets.remove_group(group)
-        return respond_when_replicated(broker.metadata_replication, request, request.response(ResponseCode.SUCCESS))
+        return respond_when_replicated(broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     # -- offsets ---------------------------------------------------------------------------------
 

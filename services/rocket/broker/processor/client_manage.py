@@ -8,9 +8,8 @@ As RocketMQ 4.9.8 ``ClientManageProcessor`` and ``ConsumerManageProcessor``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -122,7 +121,7 @@ class ConsumerManageProcessor:
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": info.client_ids()}))
 
     def update_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection
-                               ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+                               ) -> RemotingCommand | Any:
         """Store ``commitOffset`` for (consumerGroup, topic, queueId).
 
         Checked first, as ConsumerManageProcessor of RocketMQ 5: the group exists (or may be
@@ -151,7 +150,8 @@ class ConsumerManageProcessor:
         if problem is not None:
             return request.response(ResponseCode.INVALID_PARAMETER, problem)
         broker.metadata.consumer_offsets.commit(group, topic, queue_id, offset)
-        return respond_when_replicated(broker.metadata_replication, request, request.response(ResponseCode.SUCCESS))
+        return respond_when_replicated(broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """The stored offset; 0 for a fresh group on a queue still starting at 0, as

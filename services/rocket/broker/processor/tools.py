@@ -23,7 +23,6 @@ fastjson 1 (mqadmin 4.9.x) and fastjson2 (5.x) read that back into
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -189,7 +188,7 @@ class ToolsAdminProcessor:
         return request.response(ResponseCode.SUCCESS)
 
     def update_and_create_subscription_group_list(self, request: RemotingCommand, conn: RemotingConnection
-                                                  ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+                                                  ) -> RemotingCommand | Any:
         """225 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, body SubscriptionGroupList
         ``{"groupConfigList":[SubscriptionGroupConfig]}``: all groups or none."""
         try:
@@ -201,7 +200,7 @@ class ToolsAdminProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
         self.broker.metadata.subscription_groups.put_many(configs)
         log.info("subscription groups %s created/updated by %s", [c.group_name for c in configs], conn.peer)
-        return respond_when_replicated(self.broker.metadata_replication, request,
+        return respond_when_replicated(self.broker.metadata_replication, request, conn,
                                        request.response(ResponseCode.SUCCESS))
 
     def view_broker_stats_data(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
