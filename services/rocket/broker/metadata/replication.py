@@ -160,7 +160,9 @@ class MetadataReplicator:
     # -- master: recording ---------------------------------------------------------------------------
 
     def _note(self, kind: str, names: list[str]) -> None:
-        if not self.active:
+        # hot (every offset commit): a flush already scheduled in this turn means the checks passed;
+        # the flush checks again
+        if not (self._scheduled or self.active):
             return
         self._pending[kind].update(names)
         self.changes_recorded += len(names)
@@ -250,6 +252,9 @@ class MetadataReplicator:
         loop, and all callbacks of one record are called from one completion (no future each).
         False (and no call) when there is nothing to wait for: not a recording master, or
         nothing written yet."""
+        if self._scheduled:  # offsets pending in this turn (checked by _note; the flush checks again)
+            self._waiters.append(callback)
+            return True
         if not self.active:
             return False
         if any(self._pending.values()):
