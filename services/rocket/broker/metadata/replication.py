@@ -28,6 +28,8 @@ of the log the new master holds, it holds the metadata written before it.
   (:mod:`rocket.broker.slave_sync`) still runs, for what predates the slave's copy of the log;
   records applied while a copy round is under way are applied again after it
   (:meth:`MetadataReplicator.open_window`), so an older snapshot never undoes a newer record.
+  An old master that rejoins as a slave has its unreplicated CommitLog tail cut (epochs), but its
+  tables keep what it changed there until its first copy round replaces them.
 
 Record body (JSON, ``v`` 1)::
 
