@@ -185,3 +185,21 @@ async def test_answers_wait_for_replication_and_say_when_it_failed(tmp_path: Pat
         assert len(pending) == 3
     finally:
         await _close(master)
+
+
+async def test_a_large_change_is_split_over_records_a_slave_applies_in_full(tmp_path: Path) -> None:
+    master = await _broker(tmp_path / "m", master=True)
+    slave = await _broker(tmp_path / "s", master=False)
+    try:
+        master.metadata.topic_configs.put_many(
+            [TopicConfig(f"Many{i}", read_queue_nums=2, write_queue_nums=2) for i in range(3000)])
+        await asyncio.sleep(0.2)
+        records = _records(master)
+        assert len(records) > 1, "3,000 topics (~1.5 MB estimated) make more than one record"
+        assert sum(len(t) for t, _, _ in records) == 3000
+        data = master.store.read_commit_log(0, 64 << 20)
+        assert await slave.store.append_commit_log_data(0, data)
+        slave.store.dispatch_all()
+        assert all(slave.metadata.topic_configs.get(f"Many{i}") is not None for i in range(3000))
+    finally:
+        await _close(master, slave)
