@@ -2,10 +2,12 @@
 with real processes: 3 controllers, a NameServer, 1 master + 2 slaves (``allAckInSyncStateSet``,
 SYNC_FLUSH) and a 60 s ``slaveSyncInterval``, so that nothing reaches the slaves through the
 periodic copy. On the master, as fast as the answers come: create a topic, create a subscription
-group with settings of its own, send with SYNC_MASTER, commit consumer offsets (UPDATE_CONSUMER_OFFSET,
-two-way); then kill -9 the master at once. The master the controllers elect must serve the topic's
-route, the group's config and the committed offsets, and a push consumer of the same group must
-resume at them: nothing below a committed offset is delivered again, nothing above it is missing."""
+group with settings of its own, send with SYNC_MASTER, commit consumer offsets
+(UPDATE_CONSUMER_OFFSET, two-way), delete another group with its offsets; then kill -9 the master
+at once. The master the controllers elect must serve the topic's route, the group's config and
+the committed offsets (and not the deleted group), and a push consumer of the same group must
+resume at them: nothing below a committed offset is delivered again, nothing above it is
+missing."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 TOPIC = "MetaT"
 GROUP = "CG_META"
+#: A group that commits offsets and is then deleted with them, just before the kill.
+GONE = "CG_META_GONE"
 QUEUES = 4
 PER_QUEUE = 10
 #: The offsets committed per queue just before the kill (the next message each queue would deliver).
@@ -59,6 +63,12 @@ async def test_topic_group_and_offsets_acknowledged_just_before_a_kill_9_are_on_
                 resp = await raw.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
                     "consumerGroup": GROUP, "topic": TOPIC, "queueId": q, "commitOffset": offset})
                 assert resp.code == ResponseCode.SUCCESS, resp.remark
+                resp = await raw.call(RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": GONE, "topic": TOPIC, "queueId": q, "commitOffset": 1})
+                assert resp.code == ResponseCode.SUCCESS, resp.remark
+            # a group deleted (with its offsets) just before the kill stays deleted
+            resp = await raw.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": GONE, "cleanOffset": "true"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
             g.brokers[m].proc.send_signal(signal.SIGKILL)
             print(f"created, sent {len(bodies)}, committed {len(COMMITTED)} offsets and killed the master "
                   f"{time.monotonic() - started:.2f} s after the first request")
@@ -78,13 +88,16 @@ async def test_topic_group_and_offsets_acknowledged_just_before_a_kill_9_are_on_
 
             resp = await nraw.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             groups = orjson.loads(resp.body)["subscriptionGroupTable"]
-            assert GROUP in groups, sorted(groups)
+            assert GROUP in groups and GONE not in groups, sorted(groups)
             assert groups[GROUP]["retryMaxTimes"] == 7 and groups[GROUP]["consumeBroadcastEnable"] is True
 
             for q, offset in COMMITTED.items():
                 resp = await nraw.call(RequestCode.QUERY_CONSUMER_OFFSET,
                                        {"consumerGroup": GROUP, "topic": TOPIC, "queueId": q})
                 assert resp.code == ResponseCode.SUCCESS and int(resp.ext_fields["offset"]) == offset, (q, resp)
+                resp = await nraw.call(RequestCode.QUERY_CONSUMER_OFFSET,
+                                       {"consumerGroup": GONE, "topic": TOPIC, "queueId": q})
+                assert resp.code != ResponseCode.SUCCESS or int(resp.ext_fields["offset"]) != 1, (q, resp)
 
             # a consumer of the same group resumes where the group committed
             got: list[MessageExt] = []
