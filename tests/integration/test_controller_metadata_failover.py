@@ -12,10 +12,12 @@ missing."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 
@@ -24,7 +26,7 @@ from rocket.protocol import RequestCode
 from rocket.remoting import RemotingClient, ResponseCode
 from tests.integration.broker_harness import RawBroker, route
 from tests.integration.failover_support import controller_group, wait_group_ready
-from tests.integration.replication_support import TRANSIENT
+from tests.integration.replication_support import TRANSIENT, ha_status
 from tests.support import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -85,6 +87,15 @@ async def test_topic_group_and_offsets_acknowledged_just_before_a_kill_9_are_on_
             await eventually(routed, 20, what="the topic's route to the new master", retry_on=TRANSIENT)
             rt = await route(client, g.namesrv, TOPIC)
             assert rt is not None and {qd["readQueueNums"] for qd in rt["queueDatas"]} == {QUEUES}, rt
+
+            # it learnt them from the records it applied as a slave (the copy runs every 60 s)
+            st = await ha_status(g.brokers[new])
+            assert st["metadataReplication"]["recordsApplied"] > 0 and st["metadataReplication"]["active"], st
+            async with aiohttp.ClientSession() as http, http.get(f"{g.brokers[new].http}/metrics") as r:
+                metrics = await r.text()
+            applied = re.search(r'^rocketmq_broker_ha_metadata_records_total\{direction="applied"\} (\S+)$',
+                                metrics, re.M)
+            assert applied is not None and float(applied.group(1)) > 0, metrics[-2000:]
 
             resp = await nraw.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             groups = orjson.loads(resp.body)["subscriptionGroupTable"]

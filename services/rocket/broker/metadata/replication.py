@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+from prometheus_client import Counter
 
 from rocket.protocol import SubscriptionGroupConfig, TopicConfig
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
@@ -140,6 +141,12 @@ class MetadataReplicator:
         self.records_written = 0
         self.records_applied = 0
         self.changes_recorded = 0
+        registry = getattr(getattr(broker, "metrics", None), "registry", None)
+        #: ``rocketmq_broker_ha_metadata_records_total{direction="written"|"applied"}`` (None without
+        #: a metrics registry).
+        self._metric: Counter | None = None if registry is None else Counter(
+            "rocketmq_broker_ha_metadata_records", "Metadata records written into the CommitLog (master) or "
+            "applied from it (slave)", ["direction"], registry=registry)
 
     # -- wiring ------------------------------------------------------------------------------------
 
@@ -223,6 +230,8 @@ class MetadataReplicator:
             self._last = put
         else:
             self.records_written += len(reqs)
+            if self._metric is not None:
+                self._metric.labels("written").inc(len(reqs))
             self._last = self.broker.ha.replicate_nowait(put)
             if isinstance(self._last, asyncio.Future):
                 self._last.add_done_callback(lambda f: self._written(f, pending))
@@ -310,6 +319,8 @@ class MetadataReplicator:
                 mgr.delete_many(gone)
         md.consumer_offsets.apply_entries(offsets)
         self.records_applied += 1
+        if self._metric is not None:
+            self._metric.labels("applied").inc()
         if self._window is not None:
             if len(self._window) < MAX_WINDOW:
                 self._window.append(body)
