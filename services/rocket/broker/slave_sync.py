@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocket.broker.slave_sync")
 
 FIRST_DELAY = 3.0
+#: Seconds between checks for the master's address while it is unknown.
+UNKNOWN_MASTER_POLL = 1.0
 
 
 class SlaveSyncBroker(Protocol):
@@ -57,18 +59,19 @@ class SlaveSynchronize(LoopService):
 
     ``broker``: where the copies go (read at each round). ``master_address()``: the master's
     remoting address ``host:port``, None while unknown (the round is skipped). ``period``:
-    seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request.
+    seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request;
+    ``first_delay``: seconds before the first round after each start (at most ``period``).
     ``running``/``start``/``stop`` run the periodic copy (:class:`~rocket.runtime.LoopService`).
     """
 
     task_name = "ha-config-sync"
 
     def __init__(self, broker: SlaveSyncBroker, master_address: Callable[[], str | None], *, period: float,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, first_delay: float = FIRST_DELAY) -> None:
         self.broker = broker
         self.master_address = master_address
         self.period = period
-        self.first_delay = min(FIRST_DELAY, self.period)
+        self.first_delay = min(first_delay, self.period)
         self.timeout = timeout
         self.client = RemotingClient(connect_timeout=timeout)
         self.rounds = 0
@@ -89,7 +92,8 @@ class SlaveSynchronize(LoopService):
                 raise
             except Exception:
                 log.exception("config sync from the master failed")
-            await asyncio.sleep(self.period)
+            # while the master is unknown, look again every second: its first copy comes soon after
+            await asyncio.sleep(self.period if self.master_address() else min(self.period, UNKNOWN_MASTER_POLL))
 
     async def _call(self, addr: str, code: int) -> bytes:
         cmd = RemotingCommand(code=code, language="JAVA")
