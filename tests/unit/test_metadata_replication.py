@@ -203,3 +203,31 @@ async def test_a_large_change_is_split_over_records_a_slave_applies_in_full(tmp_
         assert all(slave.metadata.topic_configs.get(f"Many{i}") is not None for i in range(3000))
     finally:
         await _close(master, slave)
+
+
+async def test_a_record_the_store_refuses_is_written_again_a_second_later(tmp_path: Path) -> None:
+    master = await _broker(tmp_path / "m", master=True)
+    rep = master.metadata_replication
+    real = master.store.put_messages_nowait
+    refusals: list[int] = []
+
+    def busy_once(reqs: Any) -> Any:
+        if not refusals:
+            refusals.append(len(reqs))
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, remark="busy")
+        return real(reqs)
+
+    master.store.put_messages_nowait = busy_once
+    conn: Any = _Conn()
+    try:
+        request = RemotingCommand(code=15)
+        master.metadata.consumer_offsets.commit("CG", "T", 0, 9)
+        assert respond_when_replicated(rep, request, conn, request.response()) is ANSWER_LATER
+        await asyncio.sleep(0)
+        assert refusals == [1] and rep.records_written == 0
+        assert conn.answers[0].code == ResponseCode.SYSTEM_ERROR and "OS_PAGECACHE_BUSY" in conn.answers[0].remark
+        await asyncio.sleep(1.3)
+        assert rep.records_written == 1
+        assert _records(master)[-1][2] == {"T@CG": {0: 9}}
+    finally:
+        await _close(master)

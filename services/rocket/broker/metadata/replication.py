@@ -137,6 +137,7 @@ class MetadataReplicator:
         self._window: list[bytes] | None = None
         self._window_overflow = False
         self._refused_logged = ""
+        self._retry_scheduled = False
         #: Records written / records applied / changes recorded (for ``/api/v1/ha`` and tests).
         self.records_written = 0
         self.records_applied = 0
@@ -253,7 +254,13 @@ class MetadataReplicator:
         if text != self._refused_logged:
             log.warning("metadata record not written (%s); retried in a second", text)
         self._refused_logged = text
-        asyncio.get_running_loop().call_later(1.0, self.flush)
+        if not self._retry_scheduled:
+            self._retry_scheduled = True
+            asyncio.get_running_loop().call_later(1.0, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_scheduled = False
+        self.flush()
 
     def when_replicated(self, callback: Callable[[str | None], object]) -> bool:
         """After a change: call ``callback(None)`` once every change recorded so far is held by the
