@@ -220,8 +220,10 @@ class MetadataReplicator:
             return
         self._pending = {k: set() for k in _KINDS}
         self._waiters = []
-        if not self.active:  # demoted (or stopping) since the change: the slaves get it elsewhere
-            _notify(waiters, "this broker is no longer a recording master")
+        if not self.active:  # switched off (nothing to wait for), or demoted / stopping since the change
+            cfg = self.broker.config
+            off = not (cfg.enable_controller_mode and cfg.enable_metadata_replication)
+            _notify(waiters, None if off else "this broker is no longer the master")
             return
         reqs = [PutMessageRequest(METADATA_TOPIC, 0, body, born_host=self.broker.config.broker_addr)
                 for body in self._bodies(pending)]
