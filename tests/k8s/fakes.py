@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rocket.auth.signature import SessionCredentials
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, DrainProgress, Registration
 
@@ -150,6 +151,9 @@ class RoutingAdmin(ClusterAdmin):
     async def unregister(self, nameservers: list[str], cluster_name: str, broker_name: str,
                          brokers: Mapping[int, str]) -> None:
         await self._pick(*nameservers).unregister(nameservers, cluster_name, broker_name, brokers)
+
+    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
+        return RoutingAdmin(self.fake, self.real.with_credentials(credentials))
 
     async def close(self) -> None:
         await self.real.close()
