@@ -13,6 +13,7 @@
   (the daemon waits on kopf's stop flag between passes).
 * ``on.delete`` (optional, no finalizer): forget in-memory state. Children go
   by garbage collection through their owner references.
+* RocketUser resources have handlers of their own (:mod:`rocket_operator.user_handlers`).
 * SparkApplications and ScheduledSparkApplications of a cluster's analytics jobs
   (and the runs the Spark operator makes of them) are watched by
   :class:`rocket_operator.watch.SparkWatch`, in each namespace where a pass
@@ -36,7 +37,7 @@ from typing import Any
 
 import kopf
 
-from rocket_operator import metrics, names
+from rocket_operator import metrics, names, user_handlers  # noqa: F401  (registers the RocketUser handlers)
 from rocket_operator.addresses import AddressResolver, DnsAddressResolver, StaticAddressResolver
 from rocket_operator.admin import ClusterAdmin, RemotingClusterAdmin
 from rocket_operator.kube import Credentials, KubeClient
