@@ -305,3 +305,163 @@ def test_tls_secrets_network_policies_and_restricted_pods(api: Any, namespace: s
         assert pod_security.violations(pod, pod_annotations) == [], where
         mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
         assert {"/etc/rocket-auth", "/etc/rocket-tls", "/tmp"} <= mounts, where
+
+
+# -- the restricted profile enforced by an API server ----------------------------------------------
+
+#: Kubernetes' own "restricted" example PodSecurityPolicy (the 1.20 API server's enforcement of the
+#: restricted profile; Pod Security admission only exists from 1.22), with no defaults to mutate in:
+#: a pod that does not set every field itself is changed by it, which the test then sees.
+RESTRICTED_PSP = {
+    "apiVersion": "policy/v1beta1", "kind": "PodSecurityPolicy",
+    "metadata": {"name": "restricted", "annotations": {
+        "seccomp.security.alpha.kubernetes.io/allowedProfileNames": "runtime/default"}},
+    "spec": {
+        "privileged": False, "allowPrivilegeEscalation": False, "requiredDropCapabilities": ["ALL"],
+        "volumes": ["configMap", "emptyDir", "projected", "secret", "downwardAPI", "csi", "persistentVolumeClaim",
+                    "ephemeral"],
+        "hostNetwork": False, "hostIPC": False, "hostPID": False,
+        "runAsUser": {"rule": "MustRunAsNonRoot"}, "seLinux": {"rule": "RunAsAny"},
+        # the restricted profile constrains neither (PSP's MustRunAs would default them: a mutation)
+        "supplementalGroups": {"rule": "RunAsAny"}, "fsGroup": {"rule": "RunAsAny"},
+        "readOnlyRootFilesystem": True,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def enforcing_api(control_plane: Any) -> Iterator[Any]:
+    """A second kube-apiserver (same binary, same etcd under its own prefix) with the
+    PodSecurityPolicy admission plugin and only :data:`RESTRICTED_PSP`; a client for it."""
+    import subprocess
+
+    from kubernetes import client as k8s
+
+    from tests.k8s import harness
+
+    pki = control_plane.run_dir / "pki"
+    port = free_port()
+    log = control_plane.run_dir / "logs" / f"psp-apiserver-{port}.log"
+    argv = [str(harness.cache_bin_dir() / "kube-apiserver"),
+            "--etcd-servers", f"http://127.0.0.1:{control_plane.env['ROCKET_K8S_ETCD_PORT']}",
+            "--etcd-prefix", f"/rocket-psp-{port}",
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(port),
+            "--insecure-port", "0", "--tls-cert-file", str(pki / "apiserver.crt"),
+            "--tls-private-key-file", str(pki / "apiserver.key"), "--client-ca-file", str(pki / "ca.crt"),
+            "--token-auth-file", str(pki / "tokens.csv"), "--authorization-mode", "RBAC",
+            "--service-account-key-file", str(pki / "sa.pub"),
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--api-audiences", "https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range", "10.96.0.0/24", "--endpoint-reconciler-type", "none",
+            "--enable-admission-plugins", "NamespaceLifecycle,PodSecurityPolicy",
+            "--disable-admission-plugins", "ServiceAccount,DefaultStorageClass",
+            "--allow-privileged=true", "--cert-dir", str(control_plane.run_dir / f"psp-certs-{port}"), "--v", "1"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    cfg = k8s.Configuration()
+    cfg.host = f"https://127.0.0.1:{port}"
+    cfg.ssl_ca_cert = str(pki / "ca.crt")
+    cfg.api_key = {"authorization": "Bearer rocket-test-admin-token"}
+    api_client = k8s.ApiClient(cfg)
+    try:
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"kube-apiserver exited {proc.returncode}: {log.read_text()[-3000:]}")
+            k8s.CoreV1Api(api_client).list_namespace()
+            return True
+
+        wait_for(ready, 120, what=f"the PodSecurityPolicy API server (log {log})")
+        def create_psp() -> bool:
+            from kubernetes.dynamic import DynamicClient
+
+            psp = DynamicClient(api_client).resources.get(api_version="policy/v1beta1", kind="PodSecurityPolicy")
+            try:
+                psp.create(body=RESTRICTED_PSP)
+            except k8s.exceptions.ApiException as exc:
+                if exc.status != 409:
+                    raise
+            return True
+
+        wait_for(create_psp, 30, what="the restricted PodSecurityPolicy")
+        yield api_client
+    finally:
+        api_client.close()
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _rendered_workloads() -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+    """Every pod template the operator renders (ACL + operator TLS, and a cert-manager Secret) and the
+    chart's operator Deployment (``helm template``)."""
+    import subprocess
+
+    import yaml
+
+    from rocket_operator import builders
+    from rocket_operator.spec import parse_spec
+    from tests.observability.tools import need_helm
+
+    owner = builders.Owner("ns", "rc", "uid")
+    objects: list[dict[str, Any]] = []
+    for security in ({"acl": {"enabled": True}, "tls": {"mode": "Enforcing"}},
+                     {"tls": {"mode": "Permissive", "issuer": "Secret", "secretName": "cert"}}):
+        objects += builders.desired_children(owner, parse_spec({"broker": {"replicasPerGroup": 1},
+                                                                "security": security}))
+    chart = Path(__file__).resolve().parents[2] / "charts" / "rocketcluster-operator"
+    out = subprocess.run([need_helm(), "template", "op", str(chart), "--namespace", "ops"], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    objects += [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "Deployment"]
+    # the claims' volumes, as the StatefulSet controller adds them
+    for sts in (o for o in objects if o["kind"] == "StatefulSet"):
+        pod = sts["spec"]["template"]["spec"]
+        pod["volumes"] = [*pod.get("volumes", []), *(
+            {"name": t["metadata"]["name"], "persistentVolumeClaim": {
+                "claimName": f"{t['metadata']['name']}-{sts['metadata']['name']}-0"}}
+            for t in sts["spec"].get("volumeClaimTemplates", []))]
+    return pod_security.workload_pods(objects)
+
+
+def _dry_run_pod(api_client: Any, namespace: str, name: str, spec: dict[str, Any],
+                 annotations: dict[str, str]) -> dict[str, Any]:
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)}, "spec": spec}
+    created = client.CoreV1Api(api_client).create_namespaced_pod(namespace, body, dry_run="All")
+    return dict(api_client.sanitize_for_serialization(created))
+
+
+def test_restricted_namespace_admits_every_workload_unchanged(enforcing_api: Any) -> None:
+    """A namespace labelled ``pod-security.kubernetes.io/enforce=restricted`` (honoured by 1.25+ servers)
+    on an API server that enforces the restricted profile with a PodSecurityPolicy: every pod the
+    operator and the chart make is admitted without a field changed; a privileged variant is refused."""
+    import copy
+
+    ns = "restricted"
+    client.CoreV1Api(enforcing_api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                               "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    workloads = _rendered_workloads()
+    # the admission plugin sees the policy once its informer has it
+    first = workloads[0]
+    wait_for(lambda: _dry_run_pod(enforcing_api, ns, "probe", copy.deepcopy(first[1]), first[2]), 30,
+             what="the PodSecurityPolicy admission to know the policy")
+    assert any(w[0].startswith("Deployment/op-") for w in workloads), [w[0] for w in workloads]
+    for i, (where, spec, pod_annotations) in enumerate(workloads):
+        created = _dry_run_pod(enforcing_api, ns, f"pod-{i}", copy.deepcopy(spec), pod_annotations)
+        assert created["metadata"]["annotations"].get("kubernetes.io/psp") == "restricted", where
+        sent = [c.get("securityContext") for c in spec["containers"]]
+        got = [c.get("securityContext") for c in created["spec"]["containers"]]
+        assert got == sent, f"{where}: mutated: {got}"
+        assert created["spec"]["securityContext"] == spec["securityContext"], (
+            f"{where}: mutated: {created['spec']['securityContext']}")
+    where, spec, pod_annotations = workloads[0]
+    for breaking in ({"privileged": True}, {"allowPrivilegeEscalation": True}, {"runAsUser": 0}):
+        bad = copy.deepcopy(spec)
+        bad["containers"][0]["securityContext"].update(breaking)
+        with pytest.raises(client.exceptions.ApiException) as refused:
+            _dry_run_pod(enforcing_api, ns, "bad", bad, pod_annotations)
+        assert refused.value.status == 403 and "PodSecurityPolicy" in refused.value.body, breaking
