@@ -543,9 +543,27 @@ def analytics_output_volume(job: AnalyticsJobSpec) -> tuple[dict[str, Any], dict
     return volume, mount
 
 
+#: uid/gid of the analytics image's ``spark`` user (images/analytics/Dockerfile).
+SPARK_RUN_AS = 185
+
+
+def spark_pod_security() -> dict[str, Any]:
+    """``podSecurityContext`` and ``securityContext`` of the Spark driver and executor pods: the
+    restricted Pod Security Standard (non-root uid 185, RuntimeDefault seccomp, no privilege
+    escalation, no capabilities). The root filesystem stays writable: Spark writes its scratch
+    space and ``work-dir`` there."""
+    return {
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": SPARK_RUN_AS, "runAsGroup": SPARK_RUN_AS,
+                               "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+
+
 def _spark_pod(resources: SparkPodResources, labels: Mapping[str, str], *, executor: bool,
                service_account: str | None) -> dict[str, Any]:
-    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels)}
+    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels),
+                           **spark_pod_security()}
     if executor:
         pod["instances"] = resources.instances
     if service_account:

@@ -320,3 +320,15 @@ def test_http_credential_of_the_admin_keys() -> None:
     assert http_auth_headers(None) == {}
     assert http_auth_headers(SessionCredentials("rocket-admin", "s3cret")) == {
         "Authorization": "Basic cm9ja2V0LWFkbWluOnMzY3JldA=="}
+
+
+def test_spark_driver_and_executor_pods_are_restricted() -> None:
+    """The analytics jobs' pods (made by the Spark operator from our SparkApplication): restricted,
+    with a writable root filesystem (Spark's scratch space)."""
+    spec = parse_spec({"analytics": {"jobs": [{"name": "t", "job": "traffic", "topics": ["T"]}]}})
+    app = builders.build_analytics_application(OWNER, spec, spec.analytics.jobs[0])
+    for role in ("driver", "executor"):
+        pod = app["spec"][role]
+        as_pod = {"securityContext": pod["podSecurityContext"],
+                  "containers": [{"name": f"spark-{role}", "securityContext": pod["securityContext"]}]}
+        assert pod_security.violations(as_pod, read_only_root=False) == [], role
