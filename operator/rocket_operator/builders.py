@@ -305,20 +305,13 @@ def build_broker_configmap(owner: Owner, spec: ClusterSpec) -> Manifest:
         "kind": "ConfigMap",
         "metadata": _meta(owner, names.broker_config(owner.name),
                           names.base_labels(owner.name, names.COMPONENT_BROKER)),
-        "data": {CONFIG_FILE: broker_config_text(owner, spec), **_tls_properties(spec)},
+        "data": {CONFIG_FILE: broker_config_text(owner, spec)},
     }
 
 
-def _tls_properties(spec: ClusterSpec) -> dict[str, str]:
-    """``{"tls.properties": ...}`` with TLS on (RocketMQ's ``tls.config.file``), else nothing."""
-    if not spec.security.tls.enabled:
-        return {}
-    return {security.TLS_PROPERTIES_FILE: security.tls_properties_text(spec.security.tls)}
-
-
 def build_nameserver_configmap(owner: Owner, spec: ClusterSpec) -> Manifest | None:
-    """ConfigMap ``<cluster>-nameserver-config`` (``nameserver.json``, and ``tls.properties`` with TLS
-    on) when ACL or TLS is on, else None (the NameServer then runs on its defaults)."""
+    """ConfigMap ``<cluster>-nameserver-config`` (``nameserver.json``, the ACL and TLS settings) when
+    ACL or TLS is on, else None (the NameServer then runs on its defaults)."""
     if not spec.security.any:
         return None
     return {
@@ -326,8 +319,7 @@ def build_nameserver_configmap(owner: Owner, spec: ClusterSpec) -> Manifest | No
         "kind": "ConfigMap",
         "metadata": _meta(owner, security.nameserver_config(owner.name),
                           names.base_labels(owner.name, names.COMPONENT_NAMESERVER)),
-        "data": {security.NAMESERVER_CONFIG_FILE: security.nameserver_config_json(spec.security),
-                 **_tls_properties(spec)},
+        "data": {security.NAMESERVER_CONFIG_FILE: security.nameserver_config_json(spec.security)},
     }
 
 

