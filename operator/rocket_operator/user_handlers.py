@@ -103,11 +103,17 @@ async def _cluster(kube: KubeClient, namespace: str, cluster: str) -> bool:
         return False
 
 
-async def _signed_admin(kube: KubeClient, namespace: str, cluster: str, timeout: float) -> UserAdmin:
+async def _signed_admin(kube: KubeClient, namespace: str, cluster: str, timeout: float, *,
+                        acl_on: bool = True) -> UserAdmin:
+    """The user admin signing with ``cluster``'s admin keys. Raises :class:`NotReady` without them
+    (retried only while the cluster has ACL on: the operator is about to make them; otherwise the
+    resync timer looks again)."""
     creds = await security_step.admin_credentials(kube, namespace, cluster)
     if creds is None:
-        raise NotReady("NoAdminCredentials", f"Secret {security.admin_secret(cluster)} does not exist yet "
-                                             "(the RocketCluster needs spec.security.acl.enabled)")
+        if not acl_on:
+            raise NotReady("AclDisabled", f"RocketCluster {cluster} has spec.security.acl.enabled false",
+                           retry=False)
+        raise NotReady("NoAdminCredentials", f"Secret {security.admin_secret(cluster)} does not exist yet")
     admin = _admin(timeout).with_credentials(creds)
     assert isinstance(admin, UserAdmin)
     return admin
@@ -146,7 +152,7 @@ async def sync_user(namespace: str, name: str, uid: str, generation: int, spec: 
     password, written = await _password(kube, namespace, name, uid, user)
     if written:
         events.append(("Normal", "SecretWritten", f"keys of {user.username} in Secret {user.secret_name}"))
-    admin = await _signed_admin(kube, namespace, user.cluster, timeout)
+    admin = await _signed_admin(kube, namespace, user.cluster, timeout, acl_on=acl_on)
     masters = await _masters(admin, st.ctx.resolver, namespace, user.cluster)
     old_name = (status or {}).get("username")
     if old_name and old_name != user.username:
@@ -250,7 +256,7 @@ async def user_deleted(body: kopf.Body, namespace: str | None, name: str, uid: s
         if failed:
             raise NotReady("BrokerRefused", "; ".join(failed))
     except NotReady as exc:
-        if exc.reason in ("ClusterNotFound", "NoAdminCredentials"):
+        if exc.reason in ("ClusterNotFound", "NoAdminCredentials", "AclDisabled"):
             return  # nothing left that could hold the user
         if retry + 1 >= DELETE_RETRIES:
             kopf.event(body, type="Warning", reason="UserNotDeleted",

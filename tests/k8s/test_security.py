@@ -259,6 +259,13 @@ def test_rocket_user_without_its_cluster_is_not_ready(api: Any, namespace: str, 
     # deleting it needs no broker
     users.delete_namespaced_custom_object(GROUP, VERSION, namespace, USERS, "lost")
     wait_for(lambda: _gone(lambda: _user(api, namespace, "lost")), 30, what="the RocketUser to go")
+    # a cluster without ACL: said so, not retried in a loop
+    create(api, namespace, rkc("open", broker={"groups": 1, "replicasPerGroup": 0}))
+    users.create_namespaced_custom_object(GROUP, VERSION, namespace, USERS, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "RocketUser", "metadata": {"name": "early"},
+        "spec": {"cluster": "open"}})
+    wait_for(lambda: condition(_user(api, namespace, "early").get("status") or {}, "Ready").get("reason")
+             == "AclDisabled", 30, what="Ready=False AclDisabled")
 
 
 def test_tls_secrets_network_policies_and_restricted_pods(api: Any, namespace: str, operator: Any) -> None:
