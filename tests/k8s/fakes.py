@@ -127,6 +127,10 @@ class RoutingAdmin(ClusterAdmin):
     def _pick(self, *addrs: str) -> ClusterAdmin:
         return self.fake if any(_is_fake(a) for a in addrs) else self.real
 
+    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
+        """Real calls signed with ``credentials`` (the fake ignores them)."""
+        return RoutingAdmin(self.fake, self.real.with_credentials(credentials))
+
     async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
         return await self._pick(*nameservers).registration(nameservers, cluster_name)
 
@@ -151,9 +155,6 @@ class RoutingAdmin(ClusterAdmin):
     async def unregister(self, nameservers: list[str], cluster_name: str, broker_name: str,
                          brokers: Mapping[int, str]) -> None:
         await self._pick(*nameservers).unregister(nameservers, cluster_name, broker_name, brokers)
-
-    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
-        return RoutingAdmin(self.fake, self.real.with_credentials(credentials))
 
     async def close(self) -> None:
         await self.real.close()
