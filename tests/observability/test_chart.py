@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests import pod_security
 from tests.observability.conftest import CHART, DASHBOARDS, RULES
 from tests.observability.tools import need_helm, need_venv_tool
 from tests.support import ROOT
@@ -137,6 +138,8 @@ def pod_specs(scenario: str) -> list[tuple[str, dict[str, Any]]]:
 def test_pods_run_restricted(scenario: str):
     specs = pod_specs(scenario)
     assert specs
+    for where, pod, pod_annotations in pod_security.workload_pods(objects(scenario)):
+        assert pod_security.violations(pod, pod_annotations) == [], where  # every control of "restricted"
     for name, spec in specs:
         psc = spec.get("securityContext", {})
         assert psc.get("runAsNonRoot") is True, name
