@@ -6,7 +6,6 @@ policy entries, as :mod:`rocket.auth.model` models them (Apache RocketMQ 5.x ``A
     spec:
       cluster: prod
       username: orders-app          # default metadata.name
-      userType: Normal              # or Super
       secretName: orders-app        # default metadata.name
       policies:
         - resources: ["Topic:Orders", "Group:orders-*"]
@@ -45,7 +44,9 @@ from rocket_operator.admin import AdminError, RemotingClusterAdmin
 #: What a user name may be: an AccessKey as RocketMQ's ``UserInfo`` takes it, without separators
 #: that the ``User:<name>`` subject or the ``AccessKey:SecretKey`` HTTP credential would split on.
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-USER_TYPES = ("Normal", "Super")
+#: Every RocketUser is a Normal user: a Super user passes every check, so whoever may create
+#: RocketUsers would hold the cluster's admin rights (the admin user is the operator's own).
+USER_TYPE = "Normal"
 
 
 class UserSpecError(ValueError):
@@ -54,11 +55,11 @@ class UserSpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class UserSpec:
-    """A RocketUser's spec, defaulted: the cluster, the user, its Secret and its ACL (None: no policies)."""
+    """A RocketUser's spec, defaulted: the cluster, the user (a Normal user), its Secret and its ACL
+    (None: no policies)."""
 
     cluster: str
     username: str
-    user_type: str
     secret_name: str
     acl: Acl | None
 
@@ -77,7 +78,7 @@ def _strings(value: Any, where: str) -> list[str]:
 
 def parse_user_spec(name: str, spec: Mapping[str, Any] | None) -> UserSpec:
     """The :class:`UserSpec` of RocketUser ``name``. Raises :class:`UserSpecError` naming the field
-    for a missing cluster, a bad user name or type, and a resource, action, decision or source IP
+    for a missing cluster, a bad user name, and a resource, action, decision or source IP
     that :mod:`rocket.auth.model` refuses."""
     spec = spec or {}
     cluster = spec.get("cluster")
@@ -86,9 +87,6 @@ def parse_user_spec(name: str, spec: Mapping[str, Any] | None) -> UserSpec:
     username = spec.get("username") or name
     if not isinstance(username, str) or not USERNAME_RE.match(username):
         raise UserSpecError(f"spec.username must match {USERNAME_RE.pattern}, got {username!r}")
-    user_type = spec.get("userType") or "Normal"
-    if user_type not in USER_TYPES:
-        raise UserSpecError(f"spec.userType must be Normal or Super, got {user_type!r}")
     secret_name = spec.get("secretName") or name
     if not isinstance(secret_name, str):
         raise UserSpecError("spec.secretName must be a string")
@@ -122,7 +120,7 @@ def parse_user_spec(name: str, spec: Mapping[str, Any] | None) -> UserSpec:
         acl = Acl(subject)
         for entry in entries:  # a resource listed twice: the later entry wins (Acl.update)
             acl.update(Acl(subject, {PolicyType.CUSTOM: [entry]}))
-    return UserSpec(cluster=cluster, username=username, user_type=user_type, secret_name=secret_name, acl=acl)
+    return UserSpec(cluster=cluster, username=username, secret_name=secret_name, acl=acl)
 
 
 def _entries(acl_json: Mapping[str, Any] | None) -> dict[tuple[str, str], dict[str, Any]]:
@@ -187,7 +185,7 @@ class UserAdmin(RemotingClusterAdmin):
         """Make the master at ``addr`` hold ``user`` with ``password`` and exactly its policies;
         returns what was changed (empty when it already did)."""
         done: list[str] = []
-        info = {"username": user.username, "password": password, "userType": user.user_type, "userStatus": "enable"}
+        info = {"username": user.username, "password": password, "userType": USER_TYPE, "userStatus": "enable"}
         current = await self._get_json(addr, RequestCode.AUTH_GET_USER, {"username": user.username})
         if not isinstance(current, dict):
             await self._call(addr, RequestCode.AUTH_CREATE_USER, {"username": user.username}, dumps(info))

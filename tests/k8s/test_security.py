@@ -256,6 +256,12 @@ def test_rocket_user_without_its_cluster_is_not_ready(api: Any, namespace: str, 
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "RocketUser", "metadata": {"name": "bad"},
             "spec": {"cluster": CLUSTER, "policies": [{"resources": ["Queue:x"], "actions": ["Fly"]}]}})
     assert refused.value.status == 422
+    # there are no Super RocketUsers (they would hold the admin's rights): the field is pruned
+    boss = users.create_namespaced_custom_object(GROUP, VERSION, namespace, USERS, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "RocketUser", "metadata": {"name": "boss"},
+        "spec": {"cluster": "nowhere", "userType": "Super"}})
+    assert boss["spec"] == {"cluster": "nowhere"}
+    users.delete_namespaced_custom_object(GROUP, VERSION, namespace, USERS, "boss")
     # deleting it needs no broker
     users.delete_namespaced_custom_object(GROUP, VERSION, namespace, USERS, "lost")
     wait_for(lambda: _gone(lambda: _user(api, namespace, "lost")), 30, what="the RocketUser to go")

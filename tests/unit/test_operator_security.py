@@ -276,7 +276,7 @@ def test_user_spec_turns_into_an_acl() -> None:
     user = users.parse_user_spec("orders", {"cluster": "rc", "policies": [
         {"resources": ["Topic:Orders", "Group:orders-*"], "actions": ["Pub", "Sub"], "sourceIps": ["10.0.0.0/8"]},
         {"resources": ["Topic:Secret"], "actions": ["All"], "decision": "Deny"}]})
-    assert (user.username, user.user_type, user.secret_name) == ("orders", "Normal", "orders")
+    assert (user.username, user.secret_name) == ("orders", "orders")
     acl = user.acl_json()
     assert acl is not None and acl["subject"] == "User:orders"
     entries = {e["resource"]: e for e in acl["policies"][0]["entries"]}
@@ -289,7 +289,6 @@ def test_user_spec_turns_into_an_acl() -> None:
 @pytest.mark.parametrize("spec, field", [
     ({}, "spec.cluster"),
     ({"cluster": "rc", "username": "a:b"}, "spec.username"),
-    ({"cluster": "rc", "userType": "Admin"}, "spec.userType"),
     ({"cluster": "rc", "policies": [{"resources": ["Queue:x"], "actions": ["Pub"]}]}, r"spec.policies\[0\]"),
     ({"cluster": "rc", "policies": [{"resources": ["Topic:x"], "actions": ["Fly"]}]}, r"spec.policies\[0\]"),
     ({"cluster": "rc", "policies": [{"resources": ["Topic:x"], "actions": ["Pub"], "sourceIps": ["nope"]}]},
