@@ -200,7 +200,9 @@ async def drive(body: kopf.Body, namespace: str | None, name: str, uid: str, log
     pass is counted in metrics and retried after ``RECHECK_SECONDS``.
     """
     while not stopped:
-        st = state()
+        if _STATE is None:  # the operator is stopping: cleanup ran before kopf stopped this daemon
+            return
+        st = _STATE
         if st.http is not None:
             st.http.beat()
         wait = st.due.get(uid, 0.0) - time.monotonic()

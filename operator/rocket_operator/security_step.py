@@ -122,8 +122,10 @@ async def _operator_tls(ctx: Context, seen: Observed, now: datetime.datetime, cl
     ns, cluster = seen.namespace, seen.name
     ca_name, bundle_name = security.cluster_ca_secret(cluster), security.cluster_ca_cert_secret(cluster)
     server_name = security.server_tls_secret(cluster)
-    ca, bundle, server = [decode(s) for s in await asyncio.gather(
-        *(ctx.kube.get("v1", "Secret", ns, n) for n in (ca_name, bundle_name, server_name)))]
+    raw = await asyncio.gather(*(ctx.kube.get("v1", "Secret", ns, n) for n in (ca_name, bundle_name, server_name)))
+    ca, bundle, server = (decode(r) for r in raw)
+    # a Secret's type cannot change: one made before (e.g. by hand, Opaque) keeps its own
+    server_type = str((raw[2] or {}).get("type") or "kubernetes.io/tls")
     decided = certs.plan(cluster, ca, bundle, server, security.server_dns_names(ns, cluster, cluster_domain), now)
     labels = names.base_labels(cluster, names.COMPONENT_BROKER)
     refs = [seen.owner.reference()]
@@ -133,7 +135,7 @@ async def _operator_tls(ctx: Context, seen: Observed, now: datetime.datetime, cl
     if decided.ca is not None:
         await ctx.kube.apply(secret_manifest(ns, ca_name, decided.ca, labels, refs))
     if decided.server is not None:
-        await ctx.kube.apply(secret_manifest(ns, server_name, decided.server, labels, refs, "kubernetes.io/tls"))
+        await ctx.kube.apply(secret_manifest(ns, server_name, decided.server, labels, refs, server_type))
     part.events.extend(("Normal", reason, message) for reason, message in decided.events)
     return {"issuer": "Operator", "secretName": server_name, "caSecretName": bundle_name,
             "caNotAfter": _day(decided.ca_not_after), "notAfter": _day(decided.server_not_after)}

@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from rocket.auth import SessionCredentials
@@ -478,3 +479,55 @@ def test_restricted_namespace_admits_every_workload_unchanged(enforcing_api: Any
         with pytest.raises(client.exceptions.ApiException) as refused:
             _dry_run_pod(enforcing_api, ns, "bad", bad, pod_annotations)
         assert refused.value.status == 403 and "PodSecurityPolicy" in refused.value.body, breaking
+
+
+def test_cluster_ca_near_its_end_is_renewed_and_both_are_trusted(api: Any, namespace: str, operator: Any) -> None:
+    """A cluster CA (and its server certificate) 10 days from expiry: the operator makes a new CA,
+    trusts old and new in the bundle, and moves the server certificate to the new CA."""
+    import datetime
+
+    from cryptography import x509
+
+    from rocket_operator import certs, security
+
+    long_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=355)
+    old_ca, old_key = certs.new_ca("old CA", long_ago)
+    old_cert, old_cert_key = certs.new_server_cert(old_ca, old_key, security.server_dns_names(namespace, "rot"),
+                                                   long_ago)
+    core = client.CoreV1Api(api)
+
+    def seed(name: str, data: dict[str, bytes]) -> None:
+        core.create_namespaced_secret(namespace, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                                                  "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
+
+    seed("rot-cluster-ca", {"ca.crt": old_ca, "ca.key": old_key})
+    seed("rot-cluster-ca-cert", {"ca.crt": old_ca})
+    seed("rot-tls", {"tls.crt": old_cert, "tls.key": old_cert_key, "ca.crt": old_ca})
+    create(api, namespace, rkc("rot", broker={"groups": 1, "replicasPerGroup": 0},
+                               security={"tls": {"mode": "Permissive"}}))
+
+    def bundle() -> list[x509.Certificate]:
+        return x509.load_pem_x509_certificates(_secret(api, namespace, "rot-cluster-ca-cert")["ca.crt"].encode())
+
+    wait_for(lambda: len(bundle()) == 2, 30, what="the renewed CA in the trust bundle")
+    new, old = bundle()
+    assert old.public_bytes(serialization.Encoding.PEM) == old_ca and new.not_valid_after_utc > old.not_valid_after_utc
+    assert _secret(api, namespace, "rot-cluster-ca")["ca.crt"].encode() == new.public_bytes(serialization.Encoding.PEM)
+
+    def moved() -> bool:  # the bundle is written first, the certificate last (a client trusts it before)
+        leaf = x509.load_pem_x509_certificate(_secret(api, namespace, "rot-tls")["tls.crt"].encode())
+        return certs.issued_by(leaf, new)
+
+    wait_for(moved, 30, what="the server certificate issued by the new CA")
+    server = _secret(api, namespace, "rot-tls")
+    assert server["ca.crt"] == _secret(api, namespace, "rot-cluster-ca-cert")["ca.crt"]
+    ca_secret = core.read_namespaced_secret("rot-cluster-ca", namespace)
+    assert [r.name for r in ca_secret.metadata.owner_references] == ["rot"]
+
+    def reasons() -> set[str]:
+        return {e.reason for e in core.list_namespaced_event(namespace).items if e.involved_object.name == "rot"}
+
+    # the renewals are told as events (and posted before the namespace goes)
+    wait_for(lambda: {"ClusterCaRenewed", "ServerCertificateRenewed"} <= reasons(), 30, what="the renewal events")
+    wait_for(lambda: (status(api, namespace, "rot").get("security") or {}).get("tls", {}).get("caNotAfter")
+             == f"{new.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}", 30, what="status.security.tls of the new CA")
