@@ -20,6 +20,11 @@ remove a group                            104 UNREGISTER_BROKER on every NameSer
 
 Errors: every method raises :class:`AdminError` (a message naming the request
 and the peer) when a peer cannot be reached or answers with an error.
+
+Signing (RocketMQ ACL): :meth:`ClusterAdmin.with_credentials` gives a view whose every request
+carries ``AccessKey`` and ``Signature`` as ``AclClientRPCHook`` makes them; a pass of a cluster
+with ``spec.security.acl`` uses its admin user's keys. :func:`http_auth_headers` is the same
+credential for the brokers' and NameServers' ``/api/v1`` (HTTP Basic).
 """
 
 from __future__ import annotations

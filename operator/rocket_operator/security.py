@@ -16,8 +16,8 @@ The asynchronous part (Secrets with generated keys and certificates) is
                                                NameServer, broker and controller, cert-manager layout
                                                (``tls.crt``, ``tls.key``, ``ca.crt``)
 ``<cluster>-nameserver-config`` (ConfigMap)    with ACL or TLS on: ``nameserver.json``
-``<cluster>-broker``, ``<cluster>-nameserver``,  NetworkPolicies (:func:`network_policies`)
-``<cluster>-controller`` (NetworkPolicy)
+NetworkPolicies ``<cluster>-broker``,         unless disabled (:func:`network_policies`)
+``<cluster>-nameserver``, ``-controller``
 =============================================  ==========================================================
 
 Settings given to the servers (TLS keys are RocketMQ's ``TlsSystemConfig`` names, as
