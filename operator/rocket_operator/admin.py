@@ -20,20 +20,28 @@ remove a group                            104 UNREGISTER_BROKER on every NameSer
 
 Errors: every method raises :class:`AdminError` (a message naming the request
 and the peer) when a peer cannot be reached or answers with an error.
+
+Signing (RocketMQ ACL): :meth:`ClusterAdmin.with_credentials` gives a view whose every request
+carries ``AccessKey`` and ``Signature`` as ``AclClientRPCHook`` makes them; a pass of a cluster
+with ``spec.security.acl`` uses its admin user's keys. :func:`http_auth_headers` is the same
+credential for the brokers' and NameServers' ``/api/v1`` (HTTP Basic).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket.nameserver import client as ns_client
+from rocket.auth.signature import SessionCredentials
 from rocket.protocol import (
     PERM_READ,
     PERM_WRITE,
+    ClusterInfo,
     RequestCode,
     ResponseCode,
     TopicConfig,
@@ -43,7 +51,7 @@ from rocket.protocol import (
     parse_kv_table,
 )
 from rocket.remoting.client import RemotingClient
-from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError
+from rocket.remoting.command import RemotingCommand, RemotingError
 
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
@@ -155,6 +163,21 @@ class ClusterAdmin:
     async def close(self) -> None:
         """Release connections."""
 
+    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
+        """This admin signing every request with ``credentials`` (RocketMQ ACL; None: unsigned).
+        The default (for admins that sign nothing, such as test fakes) returns ``self``."""
+        return self
+
+
+def http_auth_headers(credentials: SessionCredentials | None) -> dict[str, str]:
+    """The ``Authorization`` header of a broker's or NameServer's ``/api/v1`` request made with the
+    admin (Super) user's keys: ``Basic base64(AccessKey:SecretKey)`` (``rocket.auth.http``);
+    empty without credentials."""
+    if credentials is None:
+        return {}
+    token = base64.b64encode(f"{credentials.access_key}:{credentials.secret_key}".encode()).decode("ascii")
+    return {"Authorization": f"Basic {token}"}
+
 
 _OFFSET_PAIR = re.compile(r"\{[^{}]*\"brokerOffset\"\s*:\s*(-?\d+)[^{}]*\"consumerOffset\"\s*:\s*(-?\d+)[^{}]*\}")
 
@@ -179,14 +202,29 @@ class RemotingClusterAdmin(ClusterAdmin):
     """
 
     def __init__(self, client: RemotingClient | None = None, *, timeout: float = 3.0,
-                 catch_up_allowance: int = 256 * 1024) -> None:
+                 catch_up_allowance: int = 256 * 1024, credentials: SessionCredentials | None = None) -> None:
         self.client = client or RemotingClient(connect_timeout=min(timeout, 2.0))
         self.timeout = timeout
         self.catch_up_allowance = catch_up_allowance
+        #: What every request is signed with (``AclClientRPCHook``), None: unsigned.
+        self.credentials = credentials
+
+    def with_credentials(self, credentials: SessionCredentials | None) -> RemotingClusterAdmin:
+        """A view sharing this admin's connections whose requests are signed with ``credentials``
+        (one operator serves clusters with different admin keys). Closing the view closes them."""
+        view = copy.copy(self)
+        view.credentials = credentials
+        return view
+
+    def http_headers(self) -> dict[str, str]:
+        """:func:`http_auth_headers` of this admin's credentials (for ``/api/v1`` calls)."""
+        return http_auth_headers(self.credentials)
 
     async def _call(self, addr: str, code: int, ext: Mapping[str, str] | None = None, body: bytes = b"",
                     accept: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         request = RemotingCommand(code=int(code), ext_fields=dict(ext or {}), body=body)
+        if self.credentials is not None:
+            self.credentials.sign(request)
         try:
             response = await self.client.invoke(addr, request, self.timeout)
         except (RemotingError, OSError, TimeoutError) as exc:
@@ -201,8 +239,9 @@ class RemotingClusterAdmin(ClusterAdmin):
 
         async def one(addr: str) -> None:
             try:
-                info = await ns_client.get_cluster_info(self.client, addr, self.timeout)
-            except (RemotingError, OSError, TimeoutError, ValueError):
+                response = await self._call(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+                info = ClusterInfo.from_json(response.body)
+            except (AdminError, ValueError):
                 result.unreachable.append(addr)
                 return
             members = set(info.cluster_addr_table.get(cluster_name, []))
@@ -424,14 +463,14 @@ class RemotingClusterAdmin(ClusterAdmin):
         calls = []
         for ns in nameservers:
             for broker_id, addr in brokers.items():
-                calls.append(ns_client.unregister_broker(
-                    self.client, ns, cluster_name=cluster_name, broker_name=broker_name, broker_addr=addr,
-                    broker_id=broker_id, timeout=self.timeout))
+                ext = {"brokerName": broker_name, "brokerAddr": addr, "clusterName": cluster_name,
+                       "brokerId": str(broker_id)}  # UnRegisterBrokerRequestHeader
+                calls.append(self._call(ns, RequestCode.UNREGISTER_BROKER, ext))
         results = await asyncio.gather(*calls, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             first = errors[0]
-            if isinstance(first, RemotingCommandError | RemotingError | OSError | TimeoutError):
+            if isinstance(first, AdminError):
                 raise AdminError(f"UNREGISTER_BROKER of {broker_name}: {first}") from first
             raise first
 

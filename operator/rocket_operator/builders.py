@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rocket_operator import names
+from rocket_operator import names, security
 from rocket_operator.spec import (
     BROKER_HA_PORT,
     BROKER_HTTP_PORT,
@@ -225,6 +225,12 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
         }]}},
         **_pod_scheduling(spec),
     }
+    security.add_to_nameserver(pod_spec, container, cluster, spec.security)
+    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
+    ns_config = build_nameserver_configmap(owner, spec)
+    if ns_config is not None:  # a settings change rolls the NameServers
+        template["metadata"]["annotations"] = {
+            names.ANNOTATION_CONFIG_HASH: config_hash(json.dumps(ns_config["data"], sort_keys=True))}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -233,7 +239,7 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
             "replicas": spec.name_server.replicas,
             "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": template,
         },
     }
 
@@ -276,6 +282,7 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
         "listenPort": str(BROKER_PORT),
         "haListenPort": str(BROKER_HA_PORT),
         "storePathRootDir": STORE_MOUNT,
+        **security.broker_settings(spec.security),
     }
     merged = {
         "brokerRole": spec.broker.broker_role,
@@ -300,6 +307,28 @@ def build_broker_configmap(owner: Owner, spec: ClusterSpec) -> Manifest:
                           names.base_labels(owner.name, names.COMPONENT_BROKER)),
         "data": {CONFIG_FILE: broker_config_text(owner, spec)},
     }
+
+
+def build_nameserver_configmap(owner: Owner, spec: ClusterSpec) -> Manifest | None:
+    """ConfigMap ``<cluster>-nameserver-config`` (``nameserver.json``, the ACL and TLS settings) when
+    ACL or TLS is on, else None (the NameServer then runs on its defaults)."""
+    if not spec.security.any:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(owner, security.nameserver_config(owner.name),
+                          names.base_labels(owner.name, names.COMPONENT_NAMESERVER)),
+        "data": {security.NAMESERVER_CONFIG_FILE: security.nameserver_config_json(spec.security)},
+    }
+
+
+def build_network_policies(owner: Owner, spec: ClusterSpec) -> list[Manifest]:
+    """The cluster's NetworkPolicies (:func:`rocket_operator.security.network_policies`)."""
+    return security.network_policies(
+        lambda name, component: _meta(owner, name, names.base_labels(owner.name, component)), owner.name,
+        spec.security, nameserver_port=NAMESERVER_PORT, nameserver_http_port=NAMESERVER_HTTP_PORT,
+        broker_port=BROKER_PORT, broker_ha_port=BROKER_HA_PORT, broker_http_port=BROKER_HTTP_PORT)
 
 
 def build_broker_headless_service(owner: Owner) -> Manifest:
@@ -408,6 +437,7 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
         "volumes": [{"name": "config", "configMap": {"name": names.broker_config(cluster)}}, _tmp_volume()],
         **_pod_scheduling(spec),
     }
+    security.add_to_pod(pod_spec, container, cluster, spec.security)
     affinity = _broker_affinity(owner, spec, caps)
     if affinity:
         pod_spec["affinity"] = affinity
@@ -505,9 +535,27 @@ def analytics_output_volume(job: AnalyticsJobSpec) -> tuple[dict[str, Any], dict
     return volume, mount
 
 
+#: uid/gid of the analytics image's ``spark`` user (images/analytics/Dockerfile).
+SPARK_RUN_AS = 185
+
+
+def spark_pod_security() -> dict[str, Any]:
+    """``podSecurityContext`` and ``securityContext`` of the Spark driver and executor pods: the
+    restricted Pod Security Standard (non-root uid 185, RuntimeDefault seccomp, no privilege
+    escalation, no capabilities). The root filesystem stays writable: Spark writes its scratch
+    space and ``work-dir`` there."""
+    return {
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": SPARK_RUN_AS, "runAsGroup": SPARK_RUN_AS,
+                               "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+
+
 def _spark_pod(resources: SparkPodResources, labels: Mapping[str, str], *, executor: bool,
                service_account: str | None) -> dict[str, Any]:
-    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels)}
+    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels),
+                           **spark_pod_security()}
     if executor:
         pod["instances"] = resources.instances
     if service_account:
@@ -608,7 +656,10 @@ def desired_children(owner: Owner, spec: ClusterSpec, statefulset_replicas: int 
     """
     caps = caps or Capabilities()
     replicas = spec.broker.groups if statefulset_replicas is None else statefulset_replicas
+    ns_config = build_nameserver_configmap(owner, spec)
     children = [
+        *([ns_config] if ns_config else []),
+        *build_network_policies(owner, spec),
         build_broker_configmap(owner, spec),
         build_nameserver_service(owner),
         build_nameserver_headless_service(owner),

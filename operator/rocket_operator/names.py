@@ -27,6 +27,9 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "RocketCluster"
 PLURAL = "rocketclusters"
+#: The RocketUser resource: a user (and its ACL) on a RocketCluster's brokers.
+USER_KIND = "RocketUser"
+USER_PLURAL = "rocketusers"
 
 #: The field manager of every server-side apply the operator makes.
 FIELD_MANAGER = "rocket-operator"

@@ -8,6 +8,9 @@ the outcome, in this order (as Strimzi's ``KafkaReconciler`` chains its steps):
    fresh from the API server (``status`` is the memory of long operations) and its
    broker StatefulSets. An invalid spec is reported, not built; the
    ``rocket.dev/paused`` annotation stops the pass there;
+   then **security** (:func:`~rocket_operator.security_step.reconcile_security`): the admin
+   credentials and TLS Secrets of ``spec.security``; every later remoting call is signed with
+   the admin keys;
 2. **plan** (:func:`~rocket_operator.steps.plan_brokers`, pure): the broker
    StatefulSets' size (a scale-in keeps draining groups) and the drain records;
 3. **apply children** (:func:`~rocket_operator.steps.apply_children`): server-side
@@ -39,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket_operator import conditions, metrics, status, steps
+from rocket_operator import conditions, metrics, security_step, status, steps
 from rocket_operator.kube import ApiError
 from rocket_operator.spec import SpecError, parse_spec
 from rocket_operator.steps import Context, Event, Observed, Part
@@ -90,6 +93,10 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         return outcome
 
     now = datetime.datetime.now(datetime.UTC)
+    secured = await security_step.reconcile_security(
+        ctx, seen, spec, now, getattr(ctx.resolver, "cluster_domain", "cluster.local"))
+    outcome.add(secured)
+    ctx = secured.signed(ctx)
     plan = steps.plan_brokers(seen, spec, now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     outcome.add(await steps.apply_children(ctx, seen, spec, plan.replicas))
     analytics = await steps.run_analytics(ctx, seen, spec)
@@ -112,6 +119,9 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         outdated=rolled.outdated, unobserved=rolled.unobserved, rollout=rolled.status,
         analytics_entries=analytics.entries, analytics_condition=analytics.condition), outcome.waiting)
     outcome.waiting.extend(report.waiting)
+    report.fields["security"] = secured.status
+    if secured.condition is not None:
+        report.conditions.append(secured.condition)
     outcome.phase = report.phase
     metrics.CLUSTER_PHASE.labels(namespace, name).state(outcome.phase)
     await _write_status(ctx, seen, report.fields, report.conditions)

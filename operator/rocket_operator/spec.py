@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocket_operator.security import SecuritySpec, SecuritySpecError, parse_security
+
 DEFAULT_IMAGE = "rocketcluster/rocket:0.1.0"
 
 #: Remoting and HTTP ports inside the pods (RocketMQ's defaults for remoting).
@@ -231,6 +233,7 @@ class ClusterSpec:
     drain: DrainSpec = field(default_factory=DrainSpec)
     topics: tuple[TopicSpec, ...] = ()
     analytics: AnalyticsSpec = field(default_factory=AnalyticsSpec)
+    security: SecuritySpec = field(default_factory=SecuritySpec)
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:
@@ -494,8 +497,13 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
                                 perm=_enum(t, "perm", 6, TOPIC_PERMS, f"spec.topics[{i}]")))
 
     analytics = _analytics(_obj(root.get("analytics"), "spec.analytics"))
+    try:
+        security = parse_security(root.get("security"))
+    except SecuritySpecError as exc:
+        raise SpecError(str(exc)) from None
     return ClusterSpec(image=image, image_pull_policy=pull, name_server=name_server, broker=broker,
-                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics=analytics)
+                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics=analytics,
+                       security=security)
 
 
 def is_paused(annotations: Mapping[str, str] | None) -> bool:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rocket.auth.signature import SessionCredentials
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, DrainProgress, Registration
 
@@ -125,6 +126,10 @@ class RoutingAdmin(ClusterAdmin):
 
     def _pick(self, *addrs: str) -> ClusterAdmin:
         return self.fake if any(_is_fake(a) for a in addrs) else self.real
+
+    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
+        """Real calls signed with ``credentials`` (the fake ignores them)."""
+        return RoutingAdmin(self.fake, self.real.with_credentials(credentials))
 
     async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
         return await self._pick(*nameservers).registration(nameservers, cluster_name)

@@ -178,7 +178,8 @@ def test_service_account_may_do_what_the_operator_does(release: Release, kube: A
     assert allowed("create", "apps", "statefulsets") and allowed("delete", "apps", "statefulsets")
     assert allowed("patch", "", "persistentvolumeclaims") and allowed("delete", "", "pods")
     assert allowed("create", "", "events")
-    assert not allowed("get", "", "secrets")
+    assert allowed("create", "", "secrets") and allowed("patch", "rocket.dev", "rocketusers", sub="status")
+    assert not allowed("list", "", "secrets") and not allowed("watch", "", "secrets")
     assert not allowed("delete", "", "namespaces")
     assert not allowed("create", "rbac.authorization.k8s.io", "rolebindings")
 

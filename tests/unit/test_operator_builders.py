@@ -80,6 +80,7 @@ def test_desired_children_names_kinds_and_owner_refs() -> None:
         ("Service", "rc-broker"), ("Deployment", "rc-nameserver"), ("PodDisruptionBudget", "rc-nameserver"),
         ("PodDisruptionBudget", "rc-broker"), ("StatefulSet", "rc-broker-master"),
         ("StatefulSet", "rc-broker-slave-1"), ("StatefulSet", "rc-broker-slave-2"),
+        ("NetworkPolicy", "rc-broker"), ("NetworkPolicy", "rc-nameserver"), ("NetworkPolicy", "rc-controller"),
     }
     for child in children:
         meta = child["metadata"]
