@@ -22,7 +22,11 @@ A rolling restart never fights the controllers' choice (:func:`restart_order`,
    every pod answering, each pod's own role the one the controllers chose, and every pod in
    the SyncStateSet (so the next master switch has an in-sync target, and the pod restarted
    last is back);
-3. the next pod to restart being a master, the operator first moves the master to an in-sync
+3. with two groups or more, the group whose pod is next is made read-only first (on the
+   NameServers and its brokers, as a scale-in does; :func:`plan_fence`), so that producers send
+   to the other groups while its brokers restart or switch, and writable again once the
+   rollout moves on to another group or ends;
+4. the next pod to restart being a master, the operator first moves the master to an in-sync
    slave (ELECT_MASTER with ``designateElect``, as ``rocket cluster failover`` and ``mqadmin
    electMaster`` do), preferring one already on the new revision; once that slave runs as
    master and the old master as its slave, the old master is an outdated slave and is
@@ -210,3 +214,45 @@ def next_step(pick: PodView, groups: Mapping[int, GroupState], updated_pods: Col
         return RoleAwareStep(waiting=f"no in-sync slave of {group.name} to take over from {pick.name}")
     return RoleAwareStep(switch=MasterSwitch(group=group, from_pod=pick.name, to_id=target.controller_id,
                                              to_pod=target.pod))
+
+
+# -- write fence around a restart ------------------------------------------------------------------
+
+#: Seconds a group stays read-only before one of its brokers is restarted or its master switched:
+#: sends the brokers took before refusing new ones finish within RocketMQ's ``slaveTimeout`` (3 s).
+WRITE_FENCE_SETTLE_SECONDS = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class FenceStep:
+    """What the rollout does about write permissions before touching group ``fence``'s pods:
+    ``release``: the group to make writable again (a previous fence, or None); ``fence``: the group
+    to make read-only now (None: keep as is); ``proceed``: the restart or switch may happen now;
+    ``waiting``: why not."""
+
+    release: str | None = None
+    fence: str | None = None
+    proceed: bool = False
+    waiting: str = ""
+
+
+def plan_fence(fenced: str | None, fenced_for: float, target: str | None, writable_groups: int,
+               settle: float = WRITE_FENCE_SETTLE_SECONDS) -> FenceStep:
+    """The write fence of a role-aware rolling restart (RocketMQ's graceful broker restart:
+    ``mqadmin wipeWritePerm`` first, so producers send to the other groups; our producers and
+    Apache's retry a NO_PERMISSION answer on another group).
+
+    ``fenced``: the group made read-only by an earlier pass (None: none), for ``fenced_for``
+    seconds; ``target``: the group whose pod is to be restarted or whose master switched now
+    (None: nothing left to restart); ``writable_groups``: active groups of the cluster. With fewer
+    than 2 groups there is nowhere else to send: no fence (a master switch may then fail sends).
+    """
+    if target is None or writable_groups < 2:
+        return FenceStep(release=fenced, proceed=target is not None)
+    if fenced != target:
+        return FenceStep(release=fenced, fence=target,
+                         waiting=f"{target} made read-only; its brokers restart in {settle:.0f} s")
+    if fenced_for < settle:
+        return FenceStep(waiting=f"{target} is read-only since {fenced_for:.1f} s; its brokers restart after "
+                                 f"{settle:.0f} s")
+    return FenceStep(proceed=True)

@@ -727,41 +727,56 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, members: Members, p
                                unregistered: list[str]) -> Rollout:
     """:func:`roll_brokers` under ``failover: Controller``: the gates of :func:`rollout.next_restart`
     with every group settled (:func:`failover.groups_settled`) in place of the slaves' catching up,
-    pods in :func:`failover.restart_order` (actual slaves first); a pick the controllers made
-    master is not deleted: its group's master is switched to an in-sync slave first
-    (:meth:`ClusterAdmin.switch_master`), and the pod is restarted as a slave in a later pass.
-    Raises :class:`ApiError` when the deletion is refused."""
+    pods in :func:`failover.restart_order` (actual slaves first). Before touching a group's pod the
+    group is made read-only (:func:`failover.plan_fence`; ``status.rollout.writeFence`` remembers it
+    across passes and operator restarts) and made writable again when the rollout moves on or ends.
+    A pick the controllers made master is not deleted: its group's master is switched to an
+    in-sync slave first (:meth:`ClusterAdmin.switch_master`), and the pod is restarted as a slave in
+    a later pass. Raises :class:`ApiError` when the deletion is refused."""
     active = {p.group for p in kept_pods}
     groups = {i: g for i, g in members.roles.items() if i in active}
     roles = failover.actual_roles(groups)
     unsettled = failover.groups_settled(groups)
     decision = rollout.next_restart(kept_pods, revisions, expected, not unsettled, unregistered=unregistered,
                                     lagging=unsettled, order=lambda pods: failover.restart_order(pods, roles))
+    previous = (seen.status.get("rollout") or {}).get("writeFence") or None
     part.outdated = decision.outdated
-    if not decision.outdated:
+    pick = decision.delete
+    target = names.broker_name(seen.name, pick.group) if pick is not None else None
+    if not decision.outdated or pick is None:
+        if not decision.outdated and previous:  # done: the last fenced group takes writes again
+            if await _write_fence(ctx, seen, members, part, previous, None):
+                return part
+            part.status = {"writeFence": previous}
+            return part
+        if not decision.outdated:
+            return part
+        part.status = {"outdatedPods": list(decision.outdated), "waiting": decision.waiting}
+        if previous:
+            part.status["writeFence"] = previous
+        part.waiting.append(f"rolling restart: {decision.waiting}")
         return part
     part.status = {"outdatedPods": list(decision.outdated)}
-    pick = decision.delete
-    step = failover.RoleAwareStep(waiting=decision.waiting) if pick is None else failover.next_step(
-        pick, groups, {p.name for p in kept_pods if p.revision == revisions.get(p.broker_id)})
+    assert pick is not None and target is not None
+    step = failover.next_step(pick, groups, {p.name for p in kept_pods if p.revision == revisions.get(p.broker_id)})
+    if step.delete is None and step.switch is None:
+        return _roll_waits(part, step.waiting, previous)
+    if not await _write_fence(ctx, seen, members, part, previous, (pick.group, target), len(active)):
+        return part
     if step.switch is not None:
         switch = step.switch
         try:
             await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
         except AdminError as exc:
-            step = failover.RoleAwareStep(waiting=f"switching the master of {switch.group.name} to {switch.to_pod} "
-                                                  f"before restarting {switch.from_pod}: {exc}")
-        else:
-            part.status["switchedMaster"] = {"group": switch.group.name, "from": switch.from_pod, "to": switch.to_pod}
-            part.events.append(("Normal", "MasterSwitched",
-                                f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
-                                f"(controller broker id {switch.to_id}) before restarting {switch.from_pod}"))
-            part.waiting.append(f"rolling restart: {switch.from_pod} restarts once it runs as a slave")
-            return part
-    if step.delete is None:
-        part.status["waiting"] = step.waiting
-        part.waiting.append(f"rolling restart: {step.waiting}")
+            return _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
+                                     f"restarting {switch.from_pod}: {exc}", part.status.get("writeFence"))
+        part.status["switchedMaster"] = {"group": switch.group.name, "from": switch.from_pod, "to": switch.to_pod}
+        part.events.append(("Normal", "MasterSwitched",
+                            f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
+                            f"(controller broker id {switch.to_id}) before restarting {switch.from_pod}"))
+        part.waiting.append(f"rolling restart: {switch.from_pod} restarts once it runs as a slave")
         return part
+    assert step.delete is not None
     await ctx.kube.delete("v1", "Pod", seen.namespace, step.delete.name, uid=step.delete.uid)
     part.status["restarting"] = step.delete.name
     part.events.append(("Normal", "PodRestarted", f"deleted {step.delete.name} ({roles.get(step.delete.name)}) "
@@ -769,3 +784,68 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, members: Members, p
     part.waiting.append(f"rolling restart: {step.delete.name} restarting")
     metrics.ROLLING_RESTARTS.labels(seen.namespace, seen.name).inc()
     return part
+
+
+def _roll_waits(part: Rollout, why: str, fence: Mapping[str, Any] | None) -> Rollout:
+    """The rollout waits for ``why``; the write fence (if any) stays."""
+    assert part.status is not None
+    part.status["waiting"] = why
+    if fence:
+        part.status["writeFence"] = dict(fence)
+    part.waiting.append(f"rolling restart: {why}")
+    return part
+
+
+async def _write_fence(ctx: Context, seen: Observed, members: Members, part: Rollout,
+                       previous: Mapping[str, Any] | None, target: tuple[int, str] | None,
+                       writable_groups: int = 0) -> bool:
+    """Apply :func:`failover.plan_fence` for the group ``target`` (index, name; None: the rollout
+    ended): make the previous group writable again and/or the target read-only (WIPE / ADD
+    write permission on every NameServer and ``brokerPermission`` on each of its brokers). Returns
+    True when the restart may go ahead now; else the waiting reason is in ``part`` (and
+    ``status.rollout.writeFence`` what is fenced)."""
+    now = datetime.datetime.now(datetime.UTC)
+    fenced_for = 0.0
+    if previous:
+        try:
+            since = datetime.datetime.strptime(str(previous.get("since")), "%Y-%m-%dT%H:%M:%SZ")
+            fenced_for = (now - since.replace(tzinfo=datetime.UTC)).total_seconds()
+        except ValueError:
+            fenced_for = 0.0
+    plan = failover.plan_fence(previous.get("group") if previous else None, fenced_for,
+                               target[1] if target else None, writable_groups)
+    if plan.release is not None and previous:
+        index = int(previous.get("index", -1))
+        try:
+            await _set_group_writable(ctx, seen, members, index, plan.release, True)
+        except AdminError as exc:
+            if part.status is not None:
+                _roll_waits(part, f"making {plan.release} writable again: {exc}", previous)
+            else:
+                part.waiting.append(f"rolling restart: making {plan.release} writable again: {exc}")
+            return False
+        part.events.append(("Normal", "WritesResumed", f"{plan.release} takes writes again"))
+    if plan.fence is not None and target is not None:
+        try:
+            await _set_group_writable(ctx, seen, members, target[0], plan.fence, False)
+        except AdminError as exc:
+            _roll_waits(part, f"making {plan.fence} read-only: {exc}", None)
+            return False
+        fence = {"group": plan.fence, "index": target[0], "since": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        part.events.append(("Normal", "WritesPaused", f"{plan.fence} made read-only while its brokers restart"))
+        _roll_waits(part, plan.waiting, fence)
+        return False
+    if previous and plan.release is None and part.status is not None:
+        part.status["writeFence"] = dict(previous)
+    if not plan.proceed and target is not None:
+        _roll_waits(part, plan.waiting, previous)
+        return False
+    return True
+
+
+async def _set_group_writable(ctx: Context, seen: Observed, members: Members, index: int, broker_name: str,
+                              writable: bool) -> None:
+    """Write permission of group ``index`` on every NameServer and each of its brokers (raises
+    :class:`AdminError`)."""
+    addrs = [_pod_addr(ctx, seen, p.broker_id, p.group) for p in members.group_pods(index)]
+    await ctx.admin.set_write_permission(members.nameservers, broker_name, addrs, writable)

@@ -248,3 +248,65 @@ async def test_rollout_step_switches_the_master_through_the_controllers(ctx: tup
     part = await one_pass({"rc-broker-master-0": "old", "rc-broker-slave-1-0": "new"})
     assert deleted == ["Pod/rc-broker-slave-1-0", "Pod/rc-broker-master-0"]
     assert len(admin.calls_of("switch_master")) == 1
+
+
+def test_write_fence_moves_with_the_restart_and_is_released_at_the_end() -> None:
+    plan = failover.plan_fence
+    # one group: nowhere else to send, no fence
+    assert plan(None, 0.0, "rc-broker-0", 1) == failover.FenceStep(proceed=True)
+    # two groups: fence first, wait the settle time, then go
+    first = plan(None, 0.0, "rc-broker-1", 2)
+    assert first.fence == "rc-broker-1" and not first.proceed and first.release is None
+    assert not plan("rc-broker-1", 1.0, "rc-broker-1", 2).proceed
+    assert plan("rc-broker-1", 3.5, "rc-broker-1", 2) == failover.FenceStep(proceed=True)
+    # the rollout moves on to another group: release the old one, fence the new one
+    moved = plan("rc-broker-1", 60.0, "rc-broker-0", 2)
+    assert (moved.release, moved.fence, moved.proceed) == ("rc-broker-1", "rc-broker-0", False)
+    # nothing left: release
+    assert plan("rc-broker-0", 9.0, None, 2) == failover.FenceStep(release="rc-broker-0", proceed=False)
+
+
+async def test_rollout_step_fences_writes_of_the_group_before_touching_it(ctx: tuple[steps.Context, FakeAdmin]
+                                                                        ) -> None:
+    context, admin = ctx
+    spec = parse_spec({"broker": {"groups": 2, "replicasPerGroup": 1}})
+    deleted: list[str] = []
+
+    async def delete(api_version: str, kind: str, namespace: str, name: str, **kw: Any) -> bool:
+        deleted.append(name)
+        return True
+
+    context.kube.delete = delete  # type: ignore[method-assign]
+    seen = observed()
+    for sts in seen.statefulsets.values():
+        sts["spec"]["replicas"] = 2
+    plan = steps.plan_brokers(seen, spec, "2026-01-02T03:04:05Z")
+    pods = [view(names.broker_pod("rc", bid, g), bid, g, "old") for g in (0, 1) for bid in (0, 1)]
+    table = {f"rc-broker-{g}": {0: f"rc-broker-{g}@master"} for g in (0, 1)}
+    members = steps.Members(nameservers=[FAKE_NAMESERVER], nameservers_ready=1, broker_pods=pods,
+                            registration=Registration(per_nameserver={FAKE_NAMESERVER: table}), controllers_ready=3)
+    await steps.observe_roles(context, seen, spec, plan.replicas, members)
+    entries = [{"name": f"rc-broker-{g}", "index": g, "state": "Active", "registered": True} for g in (0, 1)]
+    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
+    # the first pick is group 1's slave: group 1 is made read-only, nothing restarts yet
+    assert admin.calls_of("set_write_permission") == [("set_write_permission", "rc-broker-1", False)]
+    assert deleted == [] and part.status is not None and part.status["writeFence"]["group"] == "rc-broker-1"
+    assert [e[1] for e in part.events] == ["WritesPaused"]
+    # a pass after the settle time restarts it, keeping the fence
+    fence = dict(part.status["writeFence"], since="2000-01-01T00:00:00Z")
+    seen.status = {"rollout": {"writeFence": fence}}
+    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
+    assert deleted == ["rc-broker-slave-1-1"] and part.status["writeFence"] == fence  # type: ignore[index]
+    # group 1 restarted: the next pick is group 0's slave; group 1 is writable again, group 0 fenced
+    members.broker_pods = [view(p.name, p.broker_id, p.group, "new" if p.group == 1 and p.broker_id == 1 else "old")
+                           for p in pods]
+    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
+    assert admin.calls_of("set_write_permission")[1:] == [("set_write_permission", "rc-broker-1", True),
+                                                          ("set_write_permission", "rc-broker-0", False)]
+    assert deleted == ["rc-broker-slave-1-1"] and part.status["writeFence"]["group"] == "rc-broker-0"  # type: ignore[index]
+    # everything new: the last fence is released and status.rollout goes
+    members.broker_pods = [view(p.name, p.broker_id, p.group, "new") for p in pods]
+    seen.status = {"rollout": {"writeFence": part.status["writeFence"]}}  # type: ignore[index]
+    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
+    assert part.status is None and admin.calls_of("set_write_permission")[-1] == (
+        "set_write_permission", "rc-broker-0", True)
