@@ -17,15 +17,17 @@ master and move it on failures. The operator therefore reads, per group:
 A rolling restart never fights the controllers' choice (:func:`restart_order`,
 :func:`master_switch_target`, :func:`settled_reason`):
 
-1. actual slaves first, masters last (by the controllers' master, not by StatefulSet);
+1. group by group; in each, actual slaves first and the master last (the controllers' master,
+   not the brokerId-0 StatefulSet's pod);
 2. before deleting a pod, every group must be settled: a master known to the controllers,
    every pod answering, each pod's own role the one the controllers chose, and every pod in
    the SyncStateSet (so the next master switch has an in-sync target, and the pod restarted
    last is back);
-3. with two groups or more, the group whose pod is next is made read-only first (on the
+3. with two groups or more, the group whose pods are next is made read-only first (on the
    NameServers and its brokers, as a scale-in does; :func:`plan_fence`), so that producers send
-   to the other groups while its brokers restart or switch, and writable again once the
-   rollout moves on to another group or ends;
+   to the other groups while its brokers restart and its master switches, and writable again
+   once the rollout moves on to another group (which is fenced only after producers have had
+   time to re-read their routes) or ends;
 4. the next pod to restart being a master, the operator first moves the master to an in-sync
    slave (ELECT_MASTER with ``designateElect``, as ``rocket cluster failover`` and ``mqadmin
    electMaster`` do), preferring one already on the new revision; once that slave runs as
@@ -161,10 +163,11 @@ def actual_roles(groups: Mapping[int, GroupState]) -> dict[str, str]:
 
 
 def restart_order(pods: Sequence[PodView], roles: Mapping[str, str]) -> list[PodView]:
-    """``pods`` in restart order by ACTUAL role: slaves (and pods of unknown role) first, then
-    masters; within each, the highest group first, then the highest StatefulSet (brokerId label)
-    first (the order :func:`rocket_operator.rollout.restart_order` uses for Manual)."""
-    return sorted(pods, key=lambda p: (roles.get(p.name) == MASTER, -p.group, -p.broker_id))
+    """``pods`` in restart order: group by group, the highest first (as
+    :func:`rocket_operator.rollout.restart_order` goes for Manual), and in each group by ACTUAL
+    role: slaves (and pods of unknown role) first, the highest StatefulSet (brokerId label) first,
+    then the master. Group by group, so that each group is made read-only once (:func:`plan_fence`)."""
+    return sorted(pods, key=lambda p: (-p.group, roles.get(p.name) == MASTER, -p.broker_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +228,10 @@ WRITE_FENCE_SETTLE_SECONDS = 3.0
 
 @dataclass(frozen=True, slots=True)
 class FenceStep:
-    """What the rollout does about write permissions before touching group ``fence``'s pods:
-    ``release``: the group to make writable again (a previous fence, or None); ``fence``: the group
-    to make read-only now (None: keep as is); ``proceed``: the restart or switch may happen now;
-    ``waiting``: why not."""
+    """What the rollout does about write permissions before touching a group's pods:
+    ``release``: the group to make writable again (None: none); ``fence``: the group to make
+    read-only now (None: none); ``proceed``: the restart or switch may happen now; ``waiting``: why
+    not."""
 
     release: str | None = None
     fence: str | None = None
@@ -237,21 +240,32 @@ class FenceStep:
 
 
 def plan_fence(fenced: str | None, fenced_for: float, target: str | None, writable_groups: int,
+               resumed_for: float | None = None, route_refresh: float = 30.0,
                settle: float = WRITE_FENCE_SETTLE_SECONDS) -> FenceStep:
     """The write fence of a role-aware rolling restart (RocketMQ's graceful broker restart:
     ``mqadmin wipeWritePerm`` first, so producers send to the other groups; our producers and
     Apache's retry a NO_PERMISSION answer on another group).
 
-    ``fenced``: the group made read-only by an earlier pass (None: none), for ``fenced_for``
-    seconds; ``target``: the group whose pod is to be restarted or whose master switched now
-    (None: nothing left to restart); ``writable_groups``: active groups of the cluster. With fewer
-    than 2 groups there is nowhere else to send: no fence (a master switch may then fail sends).
+    ``fenced``: the group an earlier pass made read-only (None: none), for ``fenced_for`` seconds;
+    ``target``: the group whose pod is to be restarted or whose master is to be switched now
+    (None: nothing left to restart); ``writable_groups``: active groups of the cluster (with fewer
+    than 2 there is nowhere else to send: no fence, and a master switch may then fail sends);
+    ``resumed_for``: seconds since the last fenced group took writes again (None: never);
+    ``route_refresh``: how often producers re-read routes (RocketMQ clients'
+    ``pollNameServerInterval``, 30 s): a group is fenced only that long after the previous one was
+    released, so that no producer still sees that one read-only while this one refuses sends.
+    ``settle``: seconds a fenced group waits before its brokers are touched.
     """
     if target is None or writable_groups < 2:
         return FenceStep(release=fenced, proceed=target is not None)
-    if fenced != target:
-        return FenceStep(release=fenced, fence=target,
-                         waiting=f"{target} made read-only; its brokers restart in {settle:.0f} s")
+    if fenced is not None and fenced != target:
+        return FenceStep(release=fenced, waiting=f"{fenced} takes writes again; {target} is made read-only "
+                                                 f"once producers have re-read their routes ({route_refresh:.0f} s)")
+    if fenced is None:
+        if resumed_for is not None and resumed_for < route_refresh:
+            return FenceStep(waiting=f"{target} is made read-only {route_refresh - resumed_for:.0f} s from now, "
+                                     "once producers have re-read their routes")
+        return FenceStep(fence=target, waiting=f"{target} made read-only; its brokers restart in {settle:.0f} s")
     if fenced_for < settle:
         return FenceStep(waiting=f"{target} is read-only since {fenced_for:.1f} s; its brokers restart after "
                                  f"{settle:.0f} s")

@@ -109,8 +109,10 @@ class StorageSpec:
 
 @dataclass(frozen=True, slots=True)
 class BrokerSpec:
-    """``spec.broker``: groups, slaves per group, roles, storage, extra config and ``failover``
-    (one of :data:`FAILOVER_MODES`)."""
+    """``spec.broker``: groups, slaves per group, roles, storage, extra config, ``failover`` (one of
+    :data:`FAILOVER_MODES`) and ``clientRouteRefreshSeconds`` (how often producers re-read routes,
+    RocketMQ clients' ``pollNameServerInterval``; a rolling restart with ``failover: Controller``
+    waits that long between making one group writable again and the next one read-only)."""
 
     groups: int = 2
     replicas_per_group: int = 1
@@ -121,6 +123,7 @@ class BrokerSpec:
     config: dict[str, str] = field(default_factory=dict)
     termination_grace_period_seconds: int = 120
     failover: str = "Controller"
+    client_route_refresh_seconds: int = 30
 
     @property
     def controller_mode(self) -> bool:
@@ -476,6 +479,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
         config=_str_map(br.get("config"), "spec.broker.config"),
         termination_grace_period_seconds=_int(br, "terminationGracePeriodSeconds", 120, 10, 3600, "spec.broker"),
         failover=_enum(br, "failover", "Controller", FAILOVER_MODES, "spec.broker"),
+        client_route_refresh_seconds=_int(br, "clientRouteRefreshSeconds", 30, 0, 600, "spec.broker"),
     )
 
     sc = _obj(root.get("scheduling"), "spec.scheduling")

@@ -604,7 +604,8 @@ async def roll_brokers(ctx: Context, seen: Observed, spec: ClusterSpec, plan: dr
     expected = {bid: active for bid in revisions}
     unregistered = [g["name"] for g in groups if g["state"] == "Active" and not g["registered"]]
     if spec.broker.controller_mode:
-        return await _roll_by_actual_role(ctx, seen, members, part, kept_pods, revisions, expected, unregistered)
+        return await _roll_by_actual_role(ctx, seen, spec, members, part, kept_pods, revisions, expected,
+                                          unregistered)
     decision = rollout.next_restart(kept_pods, revisions, expected, None if slaves else True,
                                     unregistered=unregistered)
     if decision.check_slaves:
@@ -722,46 +723,42 @@ async def observe_roles(ctx: Context, seen: Observed, spec: ClusterSpec, replica
     return part
 
 
-async def _roll_by_actual_role(ctx: Context, seen: Observed, members: Members, part: Rollout,
+async def _roll_by_actual_role(ctx: Context, seen: Observed, spec: ClusterSpec, members: Members, part: Rollout,
                                kept_pods: list[rollout.PodView], revisions: dict[int, str], expected: dict[int, int],
                                unregistered: list[str]) -> Rollout:
     """:func:`roll_brokers` under ``failover: Controller``: the gates of :func:`rollout.next_restart`
     with every group settled (:func:`failover.groups_settled`) in place of the slaves' catching up,
-    pods in :func:`failover.restart_order` (actual slaves first). Before touching a group's pod the
-    group is made read-only (:func:`failover.plan_fence`; ``status.rollout.writeFence`` remembers it
-    across passes and operator restarts) and made writable again when the rollout moves on or ends.
-    A pick the controllers made master is not deleted: its group's master is switched to an
-    in-sync slave first (:meth:`ClusterAdmin.switch_master`), and the pod is restarted as a slave in
-    a later pass. Raises :class:`ApiError` when the deletion is refused."""
+    pods in :func:`failover.restart_order` (group by group, actual slaves first). Before touching a
+    group's pod the group is made read-only (:func:`failover.plan_fence`; ``status.rollout``'s
+    ``writeFence`` and ``writesResumed`` carry it across passes and operator restarts) and made
+    writable again when the rollout moves on or ends. A pick the controllers made master is not
+    deleted: its group's master is switched to an in-sync slave first
+    (:meth:`ClusterAdmin.switch_master`), and the pod is restarted as a slave in a later pass.
+    Raises :class:`ApiError` when the deletion is refused."""
     active = {p.group for p in kept_pods}
     groups = {i: g for i, g in members.roles.items() if i in active}
     roles = failover.actual_roles(groups)
     unsettled = failover.groups_settled(groups)
     decision = rollout.next_restart(kept_pods, revisions, expected, not unsettled, unregistered=unregistered,
                                     lagging=unsettled, order=lambda pods: failover.restart_order(pods, roles))
-    previous = (seen.status.get("rollout") or {}).get("writeFence") or None
+    old = seen.status.get("rollout") or {}
+    carried = {k: dict(old[k]) for k in ("writeFence", "writesResumed") if isinstance(old.get(k), Mapping)}
     part.outdated = decision.outdated
-    pick = decision.delete
-    target = names.broker_name(seen.name, pick.group) if pick is not None else None
-    if not decision.outdated or pick is None:
-        if not decision.outdated and previous:  # done: the last fenced group takes writes again
-            if await _write_fence(ctx, seen, members, part, previous, None):
-                return part
-            part.status = {"writeFence": previous}
-            return part
-        if not decision.outdated:
-            return part
-        part.status = {"outdatedPods": list(decision.outdated), "waiting": decision.waiting}
-        if previous:
-            part.status["writeFence"] = previous
-        part.waiting.append(f"rolling restart: {decision.waiting}")
+    refresh = float(spec.broker.client_route_refresh_seconds)
+    if not decision.outdated:
+        if "writeFence" in carried:  # done: the last fenced group takes writes again
+            part.status = carried
+            if await _write_fence(ctx, seen, members, part, None, len(active), refresh):
+                part.status = None
         return part
-    part.status = {"outdatedPods": list(decision.outdated)}
-    assert pick is not None and target is not None
+    part.status = {"outdatedPods": list(decision.outdated), **carried}
+    pick = decision.delete
+    if pick is None:
+        return _roll_waits(part, decision.waiting)
     step = failover.next_step(pick, groups, {p.name for p in kept_pods if p.revision == revisions.get(p.broker_id)})
     if step.delete is None and step.switch is None:
-        return _roll_waits(part, step.waiting, previous)
-    if not await _write_fence(ctx, seen, members, part, previous, (pick.group, target), len(active)):
+        return _roll_waits(part, step.waiting)
+    if not await _write_fence(ctx, seen, members, part, pick.group, len(active), refresh):
         return part
     if step.switch is not None:
         switch = step.switch
@@ -769,7 +766,7 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, members: Members, p
             await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
         except AdminError as exc:
             return _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
-                                     f"restarting {switch.from_pod}: {exc}", part.status.get("writeFence"))
+                                     f"restarting {switch.from_pod}: {exc}")
         part.status["switchedMaster"] = {"group": switch.group.name, "from": switch.from_pod, "to": switch.to_pod}
         part.events.append(("Normal", "MasterSwitched",
                             f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
@@ -786,60 +783,60 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, members: Members, p
     return part
 
 
-def _roll_waits(part: Rollout, why: str, fence: Mapping[str, Any] | None) -> Rollout:
-    """The rollout waits for ``why``; the write fence (if any) stays."""
-    assert part.status is not None
-    part.status["waiting"] = why
-    if fence:
-        part.status["writeFence"] = dict(fence)
+def _roll_waits(part: Rollout, why: str) -> Rollout:
+    """The rollout waits for ``why`` (``status.rollout.waiting`` and a waiting reason)."""
+    if part.status is not None:
+        part.status["waiting"] = why
     part.waiting.append(f"rolling restart: {why}")
     return part
 
 
-async def _write_fence(ctx: Context, seen: Observed, members: Members, part: Rollout,
-                       previous: Mapping[str, Any] | None, target: tuple[int, str] | None,
-                       writable_groups: int = 0) -> bool:
-    """Apply :func:`failover.plan_fence` for the group ``target`` (index, name; None: the rollout
-    ended): make the previous group writable again and/or the target read-only (WIPE / ADD
-    write permission on every NameServer and ``brokerPermission`` on each of its brokers). Returns
-    True when the restart may go ahead now; else the waiting reason is in ``part`` (and
-    ``status.rollout.writeFence`` what is fenced)."""
+def _age(record: Mapping[str, Any] | None, now: datetime.datetime) -> float | None:
+    """Seconds since ``record["since"]`` (RFC 3339, UTC); None without a readable record."""
+    if not record:
+        return None
+    try:
+        since = datetime.datetime.strptime(str(record.get("since")), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return 0.0
+    return (now - since.replace(tzinfo=datetime.UTC)).total_seconds()
+
+
+async def _write_fence(ctx: Context, seen: Observed, members: Members, part: Rollout, target: int | None,
+                       writable_groups: int, route_refresh: float) -> bool:
+    """Apply :func:`failover.plan_fence` for group ``target`` (None: the rollout ended) to the
+    fence records in ``part.status``: make the fenced group writable again and/or the target
+    read-only (WIPE / ADD write permission on every NameServer and ``brokerPermission`` on each
+    of its brokers). True when the restart may go ahead now; else the waiting reason is in ``part``."""
+    assert part.status is not None
     now = datetime.datetime.now(datetime.UTC)
-    fenced_for = 0.0
-    if previous:
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    fence = part.status.get("writeFence")
+    target_name = names.broker_name(seen.name, target) if target is not None else None
+    plan = failover.plan_fence(fence.get("group") if fence else None, _age(fence, now) or 0.0, target_name,
+                               writable_groups, _age(part.status.get("writesResumed"), now), route_refresh)
+    if plan.release is not None and fence:
         try:
-            since = datetime.datetime.strptime(str(previous.get("since")), "%Y-%m-%dT%H:%M:%SZ")
-            fenced_for = (now - since.replace(tzinfo=datetime.UTC)).total_seconds()
-        except ValueError:
-            fenced_for = 0.0
-    plan = failover.plan_fence(previous.get("group") if previous else None, fenced_for,
-                               target[1] if target else None, writable_groups)
-    if plan.release is not None and previous:
-        index = int(previous.get("index", -1))
-        try:
-            await _set_group_writable(ctx, seen, members, index, plan.release, True)
+            await _set_group_writable(ctx, seen, members, int(fence.get("index", -1)), plan.release, True)
         except AdminError as exc:
-            if part.status is not None:
-                _roll_waits(part, f"making {plan.release} writable again: {exc}", previous)
-            else:
-                part.waiting.append(f"rolling restart: making {plan.release} writable again: {exc}")
+            _roll_waits(part, f"making {plan.release} writable again: {exc}")
             return False
+        part.status.pop("writeFence", None)
+        part.status["writesResumed"] = {"group": plan.release, "since": stamp}
         part.events.append(("Normal", "WritesResumed", f"{plan.release} takes writes again"))
     if plan.fence is not None and target is not None:
         try:
-            await _set_group_writable(ctx, seen, members, target[0], plan.fence, False)
+            await _set_group_writable(ctx, seen, members, target, plan.fence, False)
         except AdminError as exc:
-            _roll_waits(part, f"making {plan.fence} read-only: {exc}", None)
+            _roll_waits(part, f"making {plan.fence} read-only: {exc}")
             return False
-        fence = {"group": plan.fence, "index": target[0], "since": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        part.status["writeFence"] = {"group": plan.fence, "index": target, "since": stamp}
+        part.status.pop("writesResumed", None)
         part.events.append(("Normal", "WritesPaused", f"{plan.fence} made read-only while its brokers restart"))
-        _roll_waits(part, plan.waiting, fence)
-        return False
-    if previous and plan.release is None and part.status is not None:
-        part.status["writeFence"] = dict(previous)
-    if not plan.proceed and target is not None:
-        _roll_waits(part, plan.waiting, previous)
-        return False
+    if not plan.proceed:
+        if target is not None:
+            _roll_waits(part, plan.waiting)
+        return target is None
     return True
 
 

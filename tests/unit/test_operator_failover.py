@@ -134,8 +134,9 @@ def test_restart_order_follows_the_controllers_not_the_ordinal() -> None:
     assert roles == {"rc-broker-master-0": "slave", "rc-broker-slave-1-0": "master",
                      "rc-broker-master-1": "master", "rc-broker-slave-1-1": "slave"}
     order = [p.name for p in failover.restart_order(PODS, roles)]
-    # slaves by actual role first (the master StatefulSet's pod of group 0 among them), masters last
-    assert order == ["rc-broker-slave-1-1", "rc-broker-master-0", "rc-broker-master-1", "rc-broker-slave-1-0"]
+    # group by group (the highest first), in each the actual slave first: in group 0 that is the pod of
+    # the master StatefulSet, and the actual master (the slave StatefulSet's pod) goes last
+    assert order == ["rc-broker-slave-1-1", "rc-broker-master-1", "rc-broker-master-0", "rc-broker-slave-1-0"]
     # the Manual order would restart group 0's actual master before its slave
     assert [p.name for p in rollout.restart_order(PODS)].index("rc-broker-slave-1-0") < \
         [p.name for p in rollout.restart_order(PODS)].index("rc-broker-master-0")
@@ -259,17 +260,20 @@ def test_write_fence_moves_with_the_restart_and_is_released_at_the_end() -> None
     assert first.fence == "rc-broker-1" and not first.proceed and first.release is None
     assert not plan("rc-broker-1", 1.0, "rc-broker-1", 2).proceed
     assert plan("rc-broker-1", 3.5, "rc-broker-1", 2) == failover.FenceStep(proceed=True)
-    # the rollout moves on to another group: release the old one, fence the new one
-    moved = plan("rc-broker-1", 60.0, "rc-broker-0", 2)
-    assert (moved.release, moved.fence, moved.proceed) == ("rc-broker-1", "rc-broker-0", False)
+    # the rollout moves on to another group: release the old one; the new one waits for the producers'
+    # route refresh so that none of them sees both groups refusing writes
+    moved = plan("rc-broker-1", 60.0, "rc-broker-0", 2, route_refresh=30.0)
+    assert (moved.release, moved.fence, moved.proceed) == ("rc-broker-1", None, False)
+    assert plan(None, 0.0, "rc-broker-0", 2, resumed_for=10.0, route_refresh=30.0).fence is None
+    assert plan(None, 0.0, "rc-broker-0", 2, resumed_for=31.0, route_refresh=30.0).fence == "rc-broker-0"
     # nothing left: release
     assert plan("rc-broker-0", 9.0, None, 2) == failover.FenceStep(release="rc-broker-0", proceed=False)
 
 
-async def test_rollout_step_fences_writes_of_the_group_before_touching_it(ctx: tuple[steps.Context, FakeAdmin]
-                                                                        ) -> None:
+async def test_rollout_step_fences_each_group_once_and_switches_its_master(ctx: tuple[steps.Context, FakeAdmin]
+                                                                         ) -> None:
     context, admin = ctx
-    spec = parse_spec({"broker": {"groups": 2, "replicasPerGroup": 1}})
+    spec = parse_spec({"broker": {"groups": 2, "replicasPerGroup": 1, "clientRouteRefreshSeconds": 5}})
     deleted: list[str] = []
 
     async def delete(api_version: str, kind: str, namespace: str, name: str, **kw: Any) -> bool:
@@ -281,32 +285,44 @@ async def test_rollout_step_fences_writes_of_the_group_before_touching_it(ctx: t
     for sts in seen.statefulsets.values():
         sts["spec"]["replicas"] = 2
     plan = steps.plan_brokers(seen, spec, "2026-01-02T03:04:05Z")
-    pods = [view(names.broker_pod("rc", bid, g), bid, g, "old") for g in (0, 1) for bid in (0, 1)]
     table = {f"rc-broker-{g}": {0: f"rc-broker-{g}@master"} for g in (0, 1)}
-    members = steps.Members(nameservers=[FAKE_NAMESERVER], nameservers_ready=1, broker_pods=pods,
-                            registration=Registration(per_nameserver={FAKE_NAMESERVER: table}), controllers_ready=3)
-    await steps.observe_roles(context, seen, spec, plan.replicas, members)
     entries = [{"name": f"rc-broker-{g}", "index": g, "state": "Active", "registered": True} for g in (0, 1)]
-    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
-    # the first pick is group 1's slave: group 1 is made read-only, nothing restarts yet
-    assert admin.calls_of("set_write_permission") == [("set_write_permission", "rc-broker-1", False)]
-    assert deleted == [] and part.status is not None and part.status["writeFence"]["group"] == "rc-broker-1"
-    assert [e[1] for e in part.events] == ["WritesPaused"]
-    # a pass after the settle time restarts it, keeping the fence
-    fence = dict(part.status["writeFence"], since="2000-01-01T00:00:00Z")
-    seen.status = {"rollout": {"writeFence": fence}}
-    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
-    assert deleted == ["rc-broker-slave-1-1"] and part.status["writeFence"] == fence  # type: ignore[index]
-    # group 1 restarted: the next pick is group 0's slave; group 1 is writable again, group 0 fenced
-    members.broker_pods = [view(p.name, p.broker_id, p.group, "new" if p.group == 1 and p.broker_id == 1 else "old")
-                           for p in pods]
-    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
-    assert admin.calls_of("set_write_permission")[1:] == [("set_write_permission", "rc-broker-1", True),
-                                                          ("set_write_permission", "rc-broker-0", False)]
-    assert deleted == ["rc-broker-slave-1-1"] and part.status["writeFence"]["group"] == "rc-broker-0"  # type: ignore[index]
-    # everything new: the last fence is released and status.rollout goes
-    members.broker_pods = [view(p.name, p.broker_id, p.group, "new") for p in pods]
-    seen.status = {"rollout": {"writeFence": part.status["writeFence"]}}  # type: ignore[index]
-    part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
-    assert part.status is None and admin.calls_of("set_write_permission")[-1] == (
-        "set_write_permission", "rc-broker-0", True)
+    new: set[str] = set()
+    perms = lambda: [c[1:] for c in admin.calls_of("set_write_permission")]  # noqa: E731
+
+    async def one_pass() -> steps.Rollout:
+        pods = [view(names.broker_pod("rc", bid, g), bid, g, "new" if names.broker_pod("rc", bid, g) in new
+                     else "old") for g in (0, 1) for bid in (0, 1)]
+        members = steps.Members(nameservers=[FAKE_NAMESERVER], nameservers_ready=1, broker_pods=pods,
+                                registration=Registration(per_nameserver={FAKE_NAMESERVER: table}),
+                                controllers_ready=3)
+        await steps.observe_roles(context, seen, spec, plan.replicas, members)
+        part = await steps.roll_brokers(context, seen, spec, plan, members, entries)
+        seen.status = {"rollout": part.status} if part.status else {}
+        return part
+
+    def age(key: str) -> None:  # as if the record were written long ago
+        seen.status["rollout"][key]["since"] = "2000-01-01T00:00:00Z"
+
+    part = await one_pass()  # group 1 first: made read-only, nothing restarts yet
+    assert perms() == [("rc-broker-1", False)] and deleted == [] and [e[1] for e in part.events] == ["WritesPaused"]
+    await one_pass()
+    assert deleted == []  # within the settle time
+    age("writeFence")
+    await one_pass()  # its actual slave restarts, the fence stays
+    assert deleted == ["rc-broker-slave-1-1"] and seen.status["rollout"]["writeFence"]["group"] == "rc-broker-1"
+    new.add("rc-broker-slave-1-1")
+    part = await one_pass()  # its master: moved to the (updated) slave first, not deleted
+    assert admin.calls_of("switch_master") == [("switch_master", "rc-broker-1", 2)] and len(deleted) == 1
+    assert part.status["switchedMaster"]["to"] == "rc-broker-slave-1-1"  # type: ignore[index]
+    await one_pass()  # the old master runs as a slave now: restarted as one
+    assert deleted == ["rc-broker-slave-1-1", "rc-broker-master-1"]
+    new.add("rc-broker-master-1")
+    await one_pass()  # group 0 next: group 1 takes writes again, group 0 waits for the route refresh
+    assert perms()[1:] == [("rc-broker-1", True)] and "writeFence" not in seen.status["rollout"]
+    age("writesResumed")
+    await one_pass()
+    assert perms()[2:] == [("rc-broker-0", False)]
+    new.update({"rc-broker-master-0", "rc-broker-slave-1-0"})
+    part = await one_pass()  # everything new: the last fence is released and status.rollout goes
+    assert part.status is None and perms()[-1] == ("rc-broker-0", True)
