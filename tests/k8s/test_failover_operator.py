@@ -126,20 +126,48 @@ def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
                                                    port=port))
                 return stack
 
-            broker = Broker(pod, group, port, start)
-            broker.stack = start()
-            brokers[pod] = broker
-            if pod == f"{CLUSTER}-broker-slave-1-0" or pod == f"{CLUSTER}-broker-master-1":
-                # the first broker of each group is elected its master before the second starts
-                wait_for(lambda b=broker: _run(_ha(b.addr)).get("brokerRole") != "SLAVE", 60,
-                         what=f"{pod}'s broker elected master")
-        procs = Processes(ctl, ns.addr, brokers, root)
+            brokers[pod] = Broker(pod, group, port, start)
         try:
-            yield procs
+            # the first broker of each group (group 0: the slave StatefulSet's pod) is elected its master
+            # before the second one starts
+            firsts = [brokers[f"{CLUSTER}-broker-slave-1-0"], brokers[f"{CLUSTER}-broker-master-1"]]
+            _each(firsts, _start)
+            for broker in firsts:
+                wait_for(lambda b=broker: _run(_ha(b.addr)).get("brokerRole") != "SLAVE", 60,
+                         what=f"{broker.pod}'s broker elected master")
+            _each([b for b in brokers.values() if b not in firsts], _start)
+            yield Processes(ctl, ns.addr, brokers, root)
         finally:
-            for broker in brokers.values():
-                if broker.stack is not None:
-                    broker.stack.close()
+            _each(list(brokers.values()), _stop)
+
+
+def _start(broker: Broker) -> None:
+    broker.stack = broker.start()
+
+
+def _stop(broker: Broker) -> None:
+    if broker.stack is not None:
+        broker.stack.close()
+        broker.stack = None
+
+
+def _each(brokers: list[Broker], action: Callable[[Broker], None]) -> None:
+    """``action`` on every broker at once (process starts and stops take seconds each)."""
+    errors: list[BaseException] = []
+
+    def run(broker: Broker) -> None:
+        try:
+            action(broker)
+        except BaseException as exc:  # raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in brokers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 @contextlib.contextmanager
@@ -194,7 +222,7 @@ def _running_with_masters(api: Any, namespace: str) -> dict[str, Any] | None:
     groups = st["brokerGroups"]
     if not all(g.get("master", {}).get("pod") and len(g.get("syncStateSet") or []) == 2 for g in groups):
         return None
-    return st
+    return st if st.get("controllersReady") == "3/3" else None
 
 
 def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_namespace: str, wired: Processes,
