@@ -326,3 +326,31 @@ async def test_rollout_step_fences_each_group_once_and_switches_its_master(ctx: 
     new.update({"rc-broker-master-0", "rc-broker-slave-1-0"})
     part = await one_pass()  # everything new: the last fence is released and status.rollout goes
     assert part.status is None and perms()[-1] == ("rc-broker-0", True)
+
+
+def test_rendered_controller_command_is_what_rocket_controller_accepts(tmp_path: Any) -> None:
+    import shlex
+    from pathlib import Path
+
+    import typer
+
+    from rocket import cli
+
+    script = controllers.controller_command(OWNER)[-1].replace("$HOSTNAME", "rc-controller-1")
+    words = shlex.split(script)
+    assert words[:5] == ["exec", "python", "-m", "rocket.cli", "controller"]
+    opts = dict(zip(words[5::2], words[6::2], strict=True))
+    known = {o for p in typer.main.get_command(cli.app).commands["controller"].params  # type: ignore[attr-defined]
+             for o in p.opts}
+    assert set(opts) <= known, set(opts) - known
+    secret = tmp_path / "raft-secret"
+    secret.write_text(controllers.new_raft_secret())
+    cfg = cli._controller_config(
+        peers=opts["--controller-peers"], self_addr=opts["--self-addr"], raft_port=None,
+        data_dir=Path(opts["--data-dir"]), secret_file=secret, port=int(opts["--port"]), host=None, unclean=None,
+        heartbeat_timeout_ms=None, log_level=None, http_port=int(opts["--http-port"]),
+        raft_bind_host=opts["--raft-bind-host"])
+    assert cfg.self_peer.id == "n1" and cfg.self_peer.raft_address == "rc-controller-1.rc-controller.prod.svc:9880"
+    assert [p.address for p in cfg.peers] == [f"rc-controller-{i}.rc-controller.prod.svc:9878" for i in range(3)]
+    assert cfg.raft_bind_host == "0.0.0.0" and cfg.http_port == 9879 and opts["--secret-file"] == \
+        controllers.CONTROLLER_SECRET_FILE
