@@ -21,6 +21,13 @@ gate of :func:`next_restart` is open, in this order:
 
 :func:`update_revisions` and :func:`unobserved` read what the decision needs from
 the StatefulSets.
+
+This is the order and the gates of ``spec.broker.failover: Manual``, where the
+brokerId-0 StatefulSet holds the masters. With ``failover: Controller`` the
+controllers choose the roles: :func:`next_restart` then gets the order by actual
+role and, as its last gate, every group settled in its SyncStateSet
+(:mod:`rocket_operator.failover`), and a master is switched away before its pod
+is deleted.
 """
 
 from __future__ import annotations
