@@ -421,3 +421,58 @@ def replicas(out: str) -> list[tuple[str, int, str, bool]]:
     return sorted(((m.group(1), int(m.group(2)), m.group(3), m.group(4) == "true") for m in re.finditer(
         r"(InSyncReplica|NotInSyncReplica):\s+ReplicaIdentity\{brokerName='[^']*', brokerId=(\d+), "
         r"brokerAddress='([^']*)', alive=(true|false)\}", out)), key=lambda r: r[1])
+
+
+def test_manual_has_no_controllers_and_switching_adds_then_removes_them(api: Any, namespace: str,
+                                                                         operator: Any) -> None:
+    """Fake brokers (FakeAdmin): the objects of each mode on the real API server, both ways."""
+    from kubernetes.client.rest import ApiException
+
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    name = "modes"
+
+    def controller_objects() -> set[str]:
+        found = set()
+        for kind, read in (("StatefulSet", apps.read_namespaced_stateful_set),
+                           ("Service", core.read_namespaced_service),
+                           ("Secret", lambda n, ns: core.read_namespaced_secret(f"{n}-secret", ns))):
+            try:
+                read(f"{name}-controller", namespace)
+                found.add(kind)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return found
+
+    create(api, namespace, rkc(name, broker={"groups": 1, "replicasPerGroup": 1, "failover": "Manual"}))
+    wait_for(lambda: status(api, namespace, name).get("phase") == "Running", 45, what="Running (Manual)")
+    assert controller_objects() == set()
+    conf = core.read_namespaced_config_map(f"{name}-broker-config", namespace).data["broker.conf"]
+    assert "enableControllerMode" not in conf and "brokerRole=ASYNC_MASTER" in conf
+    assert "controllersReady" not in status(api, namespace, name)
+
+    patch(api, namespace, name, {"spec": {"broker": {"failover": "Controller"}}})
+    wait_for(lambda: controller_objects() == {"StatefulSet", "Service", "Secret"}, 30, what="controllers created")
+    password = core.read_namespaced_secret(f"{name}-controller-secret", namespace).data["raft-secret"]
+    # the brokers' template changed (controller mode): they roll, the master moved away first by the
+    # (fake) controllers, so either pod may be master at the end: the status says which
+    st = wait_for(lambda: (s := status(api, namespace, name)).get("controllersReady") == "3/3"
+                  and s.get("phase") == "Running" and "rollout" not in s
+                  and (s.get("brokerGroups") or [{}])[0].get("master") and s, 90,
+                  what="controllers ready, the brokers rolled, the (fake) controllers' master in the status")
+    master_id = operator.fake.master_ids.get(f"{name}-broker-0", 1)
+    master = f"{name}-broker-master-0" if master_id == 1 else f"{name}-broker-slave-1-0"
+    slave = f"{name}-broker-slave-1-0" if master_id == 1 else f"{name}-broker-master-0"
+    assert st["brokerGroups"][0]["master"] == {"brokerId": master_id, "address": f"{name}-broker-0@{master_id}",
+                                               "pod": master}
+    assert st["brokerGroups"][0]["roles"] == {master: "master", slave: "slave"}
+    assert ("switch_master", f"{name}-broker-0", 2) in operator.fake.calls_of("switch_master")
+    conf = core.read_namespaced_config_map(f"{name}-broker-config", namespace).data["broker.conf"]
+    assert "enableControllerMode=true" in conf and "brokerRole" not in conf
+    operator.runner.restart()  # the Secret is made once: a new operator keeps the password
+    time.sleep(2)
+    assert core.read_namespaced_secret(f"{name}-controller-secret", namespace).data["raft-secret"] == password
+
+    patch(api, namespace, name, {"spec": {"broker": {"failover": "Manual"}}})
+    wait_for(lambda: controller_objects() == set(), 30, what="controllers removed")
+    wait_for(lambda: "controllersReady" not in status(api, namespace, name), 30, what="controllersReady dropped")
