@@ -12,13 +12,14 @@ the controllers make it group 0's master: the StatefulSet a pod belongs to is no
   logged;
 * ``status.brokerGroups``: each group's master pod, master epoch and SyncStateSet are what the
   controllers hold (Apache's ``mqadmin getSyncStateSet`` is the witness);
-* a rolling restart (image change) while a producer sends without pause: the test stops a pod's
+* a rolling restart (image change) while two producers send without pause (ours and the real
+  RocketMQ C++ client, from the compat venv ``ROCKET_COMPAT_VENV``): the test stops a pod's
   broker process when the operator deletes the pod and starts it again (same port and store) when
   the StatefulSet makes the new pod, as a kubelet would. Pods restart group by group by ACTUAL
   role (in group 0 the master StatefulSet's pod first: it is the slave), a master only after the
   controllers moved its role to the other broker (it is a slave when deleted), each group
   read-only while its brokers restart; 0 sends fail and every acknowledged message is consumed
-  afterwards.
+  afterwards (the C++ client's by the C++ pull consumer).
 """
 
 from __future__ import annotations
@@ -229,8 +230,8 @@ def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_names
                                                               caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     ns = ctl_namespace
-    # the test's producer re-reads routes every second (poll_namesrv_interval=1.0)
-    create(api, ns, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 1, "clientRouteRefreshSeconds": 2,
+    # the test's producers re-read routes every second (ours) and every 30 s (the C++ client)
+    create(api, ns, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 1, "clientRouteRefreshSeconds": 31,
                                          "config": {"allAckInSyncStateSet": "true"}},
                         topics=[{"name": TOPIC, "queues": 4}]))
     st = wait_for(lambda: _running_with_masters(api, ns), 90, what="Running with each group's master known")
@@ -281,6 +282,12 @@ def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_names
 
 def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any, ctl_namespace: str,
                                                                        wired: Processes) -> None:
+    from tests.compat.realclient import CompatVenvError, Driver, ensure_venv
+
+    try:
+        cpp_python = ensure_venv()
+    except CompatVenvError as exc:
+        pytest.fail(f"the real RocketMQ C++ client is not available: {exc}", pytrace=False)
     ns = ctl_namespace
     procs = wired
     wait_for(lambda: _running_with_masters(api, ns), 60, what="Running with each group's master known")
@@ -288,11 +295,17 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
         broker.controller_id = int(_run(_ha(broker.addr))["controllerMode"]["controllerBrokerId"])
     traffic = Traffic(procs.namesrv, topic=TOPIC, group=GROUP)
     traffic.start()
+    # the real C++ client sends too (it re-reads routes every 30 s: the cluster's clientRouteRefreshSeconds)
+    cpp = Driver(cpp_python, procs.namesrv, procs.root / "cpp-home")
+    cpp_sender = cpp.start("send", "--topic", TOPIC, "--group", "PID_FO_CPP", "--count", "100000",
+                           "--interval-ms", "20", "--body-prefix", "cpp", "--send-timeout-ms", "3000", timeout=900)
     stop = threading.Event()
     kubelet = threading.Thread(target=_play_kubelet, args=(api, ns, procs, stop), daemon=True)
     try:
         wait_for(lambda: len(traffic.per_broker) == 2 and min(traffic.per_broker.values()) >= 20, 30,
                  what="messages on both groups")
+        wait_for(lambda: sum(1 for e in cpp_sender.events() if e.get("status") == "SEND_OK") >= 50, 60,
+                 what="the C++ client's first acknowledged sends")
         kubelet.start()
         started = time.monotonic()
         patch(api, ns, CLUSTER, {"spec": {"image": "rocketcluster/rocket:0.1.1"}})
@@ -301,20 +314,30 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
                       what="Running after the rolling restart")
         took = time.monotonic() - started
         time.sleep(1.0)
+        cpp_sender.kill()
         traffic.stop_sending()
         traffic.start_consumer()
         wait_for(lambda: set(traffic.sent) <= traffic.received, 90,
                  what=f"every acknowledged message consumed (missing {len(set(traffic.sent) - traffic.received)})")
     finally:
         stop.set()
+        cpp_sender.kill()
         traffic.stop()
         if kubelet.is_alive():
             kubelet.join(30)
+    cpp_events = cpp_sender.events()
+    cpp_acked = {e["body"] for e in cpp_events if e["event"] == "send" and e.get("status") == "SEND_OK"}
+    cpp_failed = [e for e in cpp_events if e["event"] == "send_error"
+                  or (e["event"] == "send" and e.get("status") != "SEND_OK")]
+    pulled = cpp.run("pull-consume", "--topic", TOPIC, "--group", "CG_FO_CPP",
+                     "--expect", str(len(cpp_acked) + len(traffic.sent)), "--timeout", "90", timeout=120)
+    cpp_lost = cpp_acked - {e["body"] for e in pulled if e["event"] == "msg"}
     import sys
 
     print(f"rolling restart of 4 brokers took {took:.1f} s; order {procs.deletions}; sent {len(traffic.sent)} "
           f"(per group {traffic.per_broker}), received {len(traffic.received)}, duplicates {traffic.duplicates}, "
-          f"failed {len(traffic.failed)}", file=sys.__stderr__)
+          f"failed {len(traffic.failed)}; C++ client: {len(cpp_acked)} acknowledged, {len(cpp_failed)} failed, "
+          f"{len(cpp_lost)} lost", file=sys.__stderr__)
     assert procs.errors == [], procs.errors
     # group by group, actual slave first (in group 0 the master StatefulSet's pod), each master only
     # once the controllers had moved its role away: every pod was a slave when deleted
@@ -333,6 +356,9 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
     assert traffic.failed == [], traffic.failed[:5]
     assert set(traffic.sent) <= traffic.received
     assert len(traffic.sent) > 200
+    assert cpp_failed == [], cpp_failed[:5]
+    assert not cpp_lost, sorted(cpp_lost)[:5]
+    assert len(cpp_acked) > 200
 
 
 def _play_kubelet(api: Any, namespace: str, procs: Processes, stop: threading.Event) -> None:
