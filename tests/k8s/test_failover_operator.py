@@ -45,6 +45,9 @@ from tests.k8s.test_drain_real import Traffic
 from tests.k8s.test_operator import create, patch, pods, read_pdb, rkc, status
 from tests.support import unique
 
+#: 8 processes, a rolling restart and the C++ client's read-back on a shared machine: more than the default 300 s
+pytestmark = pytest.mark.timeout(600)
+
 CLUSTER = "ctlfo"
 TOPIC = "FailoverTopic"
 GROUP = "failover-consumers"
