@@ -16,6 +16,10 @@ drain progress                            43 GET_ALL_CONSUMER_OFFSET, 30/31 GET_
                                           45 GET_ALL_DELAY_OFFSET (208 GET_CONSUME_STATS as fallback)
 slave caught up                           28 GET_BROKER_RUNTIME_INFO ``commitLogMaxOffset``
 remove a group                            104 UNREGISTER_BROKER on every NameServer
+a broker's actual role (controller mode)  907 GET_BROKER_HA_STATUS
+a group's master, epochs, SyncStateSet    1004 CONTROLLER_GET_REPLICA_INFO to the controller leader
+switch a master (controller mode)         1002 CONTROLLER_ELECT_MASTER ``designateElect=true``
+                                          (``rocket cluster failover``'s code path)
 ========================================  ===============================================
 
 Errors: every method raises :class:`AdminError` (a message naming the request
@@ -38,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocket.auth.signature import SessionCredentials
+from rocket.client.admin import Admin
+from rocket.controller.client import ControllerClient, ReplicaInfo
 from rocket.protocol import (
     PERM_READ,
     PERM_WRITE,
@@ -158,6 +164,20 @@ class ClusterAdmin:
     async def unregister(self, nameservers: list[str], cluster_name: str, broker_name: str,
                          brokers: Mapping[int, str]) -> None:
         """UNREGISTER_BROKER of every ``brokerId -> addr`` of a group on every NameServer."""
+        raise NotImplementedError
+
+    async def broker_ha_status(self, broker: str) -> dict[str, Any]:
+        """GET_BROKER_HA_STATUS of ``broker``: ``brokerRole``, ``controllerMode`` (its controller
+        broker id, master epoch, SyncStateSet) and replication figures."""
+        raise NotImplementedError
+
+    async def replica_info(self, controllers: list[str], broker_name: str) -> ReplicaInfo:
+        """The controllers' view of group ``broker_name`` (master id and address, epochs, SyncStateSet)."""
+        raise NotImplementedError
+
+    async def switch_master(self, nameservers: list[str], broker_name: str, broker_id: int) -> dict[str, Any]:
+        """Make controller broker id ``broker_id`` the master of ``broker_name`` through the
+        controllers and wait until it runs as master; returns its HA status."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -473,6 +493,45 @@ class RemotingClusterAdmin(ClusterAdmin):
             if isinstance(first, AdminError):
                 raise AdminError(f"UNREGISTER_BROKER of {broker_name}: {first}") from first
             raise first
+
+    async def broker_ha_status(self, broker: str) -> dict[str, Any]:
+        """907 with ``format=rocketcluster`` (the JSON ``rocket cluster ha`` prints). Raises
+        :class:`AdminError` when the broker cannot be reached, refuses, or answers no JSON object."""
+        response = await self._call(broker, RequestCode.GET_BROKER_HA_STATUS, {"format": "rocketcluster"})
+        try:
+            obj = loads_lenient(response.body) if response.body else None
+        except ValueError as exc:
+            raise AdminError(f"GET_BROKER_HA_STATUS from {broker}: bad body: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise AdminError(f"GET_BROKER_HA_STATUS from {broker}: no status object")
+        return obj
+
+    async def replica_info(self, controllers: list[str], broker_name: str) -> ReplicaInfo:
+        """1004 CONTROLLER_GET_REPLICA_INFO through :class:`rocket.controller.client.ControllerClient`
+        (leader found with 1005 GET_METADATA_INFO, redirects followed for up to ``timeout``).
+        Raises :class:`AdminError` when no controller leads or the group is unknown to them (2008)."""
+        controller = ControllerClient(controllers, client=self.client, timeout=self.timeout,
+                                      redirect_timeout=self.timeout)
+        try:
+            return await controller.get_replica_info(broker_name)
+        except (RemotingError, OSError, TimeoutError, ValueError) as exc:
+            raise AdminError(f"CONTROLLER_GET_REPLICA_INFO of {broker_name} from {controllers}: {exc}") from exc
+
+    async def switch_master(self, nameservers: list[str], broker_name: str, broker_id: int) -> dict[str, Any]:
+        """What ``rocket cluster failover --broker-name N --broker-id I`` does
+        (:meth:`rocket.client.admin.Admin.failover`): the group's brokers from the NameServers
+        (106), their HA status (907), then CONTROLLER_ELECT_MASTER (1002, ``designateElect=true``)
+        to the controller leader named in their ``controllerAddr``, and a wait (up to 20 s) until
+        the chosen broker runs as master. Returns its HA status. Raises :class:`AdminError` when
+        the group or broker is unknown, the controller refuses (e.g. 2012: not an alive
+        SyncStateSet member) or the broker does not switch in time."""
+        admin = Admin(";".join(nameservers), timeout=self.timeout, credentials=self.credentials)
+        try:
+            return await admin.failover(broker_name, broker_id=broker_id)
+        except (KeyError, RemotingError, OSError, TimeoutError, ValueError) as exc:
+            raise AdminError(f"master switch of {broker_name} to broker {broker_id}: {exc}") from exc
+        finally:
+            await admin.close()
 
     async def close(self) -> None:
         """Close every connection."""

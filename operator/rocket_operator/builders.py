@@ -27,6 +27,8 @@ from rocket_operator.spec import (
     BROKER_HA_PORT,
     BROKER_HTTP_PORT,
     BROKER_PORT,
+    CONTROLLER_PORT,
+    CONTROLLER_REPLICAS,
     NAMESERVER_HTTP_PORT,
     NAMESERVER_PORT,
     AnalyticsJobSpec,
@@ -265,6 +267,18 @@ def nameserver_dns(namespace: str, cluster: str) -> str:
     return f"{names.nameserver_headless(cluster)}.{namespace}.svc:{NAMESERVER_PORT}"
 
 
+def controller_dns(namespace: str, cluster: str, index: int) -> str:
+    """``host:port`` of controller pod ``index`` (its stable DNS name under the controllers' headless
+    Service: ``<cluster>-controller-<i>.<cluster>-controller.<ns>.svc:9878``)."""
+    return f"{names.controller_pod(cluster, index)}.{names.controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+
+
+def controller_addr(namespace: str, cluster: str) -> str:
+    """A broker's ``controllerAddr``: every controller's :func:`controller_dns`, ``;``-separated
+    (RocketMQ's ``BrokerConfig.controllerAddr`` format)."""
+    return ";".join(controller_dns(namespace, cluster, i) for i in range(CONTROLLER_REPLICAS))
+
+
 # -- broker ---------------------------------------------------------------------------------
 
 def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
@@ -274,7 +288,9 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
     address) come first in precedence order; ``spec.broker.config`` may add
     keys but cannot override ``brokerClusterName``, ``namesrvAddr`` or ports.
     Per-pod values (``brokerName``, ``brokerId``, ``brokerRole`` of slaves) are
-    given on the command line.
+    given on the command line. With ``failover: Controller`` the operator also
+    owns ``enableControllerMode=true`` and ``controllerAddr`` (:func:`controller_addr`),
+    and writes no ``brokerRole`` (the controllers choose the roles).
     """
     fixed = {
         "brokerClusterName": owner.name,
@@ -290,6 +306,9 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
         **spec.broker.config,
         **fixed,
     }
+    if spec.broker.controller_mode:
+        merged.pop("brokerRole", None)
+        merged.update({"enableControllerMode": "true", "controllerAddr": controller_addr(owner.namespace, owner.name)})
     return "".join(f"{key}={merged[key]}\n" for key in sorted(merged))
 
 
@@ -342,18 +361,21 @@ def build_broker_headless_service(owner: Owner) -> Manifest:
                     {"clusterIP": "None", "publishNotReadyAddresses": True})
 
 
-def broker_command(owner: Owner, broker_id: int) -> list[str]:
+def broker_command(owner: Owner, broker_id: int, controller_mode: bool = False) -> list[str]:
     """The broker container's command: brokerName from the pod's ordinal (``${HOSTNAME##*-}``).
 
     A StatefulSet pod's hostname is its name, ``<sts>-<ordinal>``; ordinal i is
     broker group i, so the pod runs ``rocket broker --name <cluster>-broker-<i>``.
-    Slaves run with ``brokerRole=SLAVE``.
+    Manual failover: ``--broker-id`` of the StatefulSet, slaves with ``brokerRole=SLAVE``.
+    ``controller_mode``: neither (the broker applies for an id and learns its role from the
+    controllers, ``enableControllerMode`` in ``broker.conf``).
     """
-    role = "" if broker_id == 0 else " --role SLAVE"
+    role = "" if broker_id == 0 or controller_mode else " --role SLAVE"
+    identity = "" if controller_mode else f"--broker-id {broker_id} "
     script = (
         'ordinal="${HOSTNAME##*-}"; '
         f'exec python -m rocket.cli broker --name "{owner.name}-broker-$ordinal" --cluster {owner.name} '
-        f"--broker-id {broker_id} --port {BROKER_PORT} --http-port {BROKER_HTTP_PORT} "
+        f"{identity}--port {BROKER_PORT} --http-port {BROKER_HTTP_PORT} "
         f"--namesrv {nameserver_dns(owner.namespace, owner.name)} --store-dir {STORE_MOUNT} "
         f'--ip "$POD_IP" --config {CONFIG_MOUNT}/{CONFIG_FILE}{role}'
     )
@@ -402,12 +424,15 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
     role = "master" if broker_id == 0 else "slave"
     labels = {**names.base_labels(cluster, names.COMPONENT_BROKER),
               names.LABEL_BROKER_ID: str(broker_id), names.LABEL_ROLE: role}
+    # with failover: Controller the StatefulSet is a replica slot, not a role: pods carry no role label
+    pod_labels = {k: v for k, v in labels.items() if k != names.LABEL_ROLE} if spec.broker.controller_mode \
+        else labels
     selector = names.broker_selector(cluster, broker_id)
     container: dict[str, Any] = {
         "name": "broker",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": broker_command(owner, broker_id),
+        "command": broker_command(owner, broker_id, spec.broker.controller_mode),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -459,7 +484,7 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": labels, "annotations": {names.ANNOTATION_CONFIG_HASH: conf_hash}},
+                "metadata": {"labels": pod_labels, "annotations": {names.ANNOTATION_CONFIG_HASH: conf_hash}},
                 "spec": pod_spec,
             },
             "volumeClaimTemplates": [{

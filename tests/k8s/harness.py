@@ -240,7 +240,7 @@ class FakeKubelet:
             if exc.status != 409:
                 raise
         self._heartbeat()
-        self.ensure_pvs(60)
+        self.ensure_pvs(120)  # failover: Controller adds 3 controller PVCs per cluster
         self._thread.start()
 
     def stop(self) -> None:

@@ -97,7 +97,7 @@ def test_desired_children_names_kinds_and_owner_refs() -> None:
 
 def test_broker_statefulsets_one_per_broker_id_ordinal_is_group() -> None:
     spec = parse_spec({"broker": {"groups": 3, "replicasPerGroup": 1, "terminationGracePeriodSeconds": 300,
-                                  "storage": {"size": "50Gi", "storageClassName": "fast"}}})
+                                  "storage": {"size": "50Gi", "storageClassName": "fast"}, "failover": "Manual"}})
     master = builders.build_broker_statefulset(OWNER, spec, 0, 3)
     slave = builders.build_broker_statefulset(OWNER, spec, 1, 3)
     for sts, broker_id in ((master, 0), (slave, 1)):

@@ -73,6 +73,17 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "patch", "delete"]
+# failover: Controller: the controllers' Raft secret, created once (read to see whether it exists;
+# never listed or watched); with failover: Manual the controllers' objects are deleted.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["delete"]
 # Analytics jobs: the Spark operator's SparkApplications / ScheduledSparkApplications (applied,
 # watched for their status, deleted when a job leaves spec.analytics). Harmless where the Spark
 # operator is not installed.
