@@ -211,6 +211,8 @@ def controller(
                                        "are authorized against (default DefaultCluster)."),
     http_auth_token_file: Path | None = typer.Option(None, "--http-auth-token-file", help="Bearer token file for "
                                                      "/api/v1 (with ACL, Super users' keys work too)."),
+    auth_sync_interval: float | None = typer.Option(None, "--auth-sync-interval", help="Seconds between copies of "
+                                                    "the brokers' users and ACLs (default 10)."),
 ) -> None:
     """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
     from rocket.auth import AuthError
@@ -229,7 +231,8 @@ def controller(
             authentication_enabled=acl_enable or None, authorization_enabled=acl_enable or None,
             init_authentication_user=str(init_auth_user) if init_auth_user else None,
             inner_client_authentication_credentials=str(inner_credentials) if inner_credentials else None,
-            cluster_name=cluster, http_auth_token_file=str(http_auth_token_file) if http_auth_token_file else None)
+            cluster_name=cluster, http_auth_token_file=str(http_auth_token_file) if http_auth_token_file else None,
+            auth_sync_interval_s=auth_sync_interval)
         cfg.validate()
         check_auth_settings(cfg)
     except (ConfigError, TlsConfigError, AuthError, HttpAuthError) as exc:

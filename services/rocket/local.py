@@ -425,7 +425,7 @@ class LocalCluster:
         if self.acl:
             _, init_user, token = self.ensure_secrets()
             args += ["--acl-enable", "--init-authentication-user", str(init_user), "--cluster", CLUSTER_NAME,
-                     "--http-auth-token-file", str(token)]
+                     "--http-auth-token-file", str(token), "--auth-sync-interval", "2"]
         if self.tls:
             _, tls_props = self.ensure_tls()
             args += ["--tls-mode", "enforcing", "--tls-config", str(tls_props)]
@@ -609,7 +609,7 @@ def start_process(name: str, data_dir: Path | str = DEFAULT_DIR, timeout: float 
     proc = _spawn(info, detach=True)
     state.save()
     deadline = time.monotonic() + timeout
-    while not _ready(info):
+    while not _ready(info, state.tls_ca_file):
         if proc.poll() is not None:
             raise LocalClusterError(f"{name} exited with {proc.returncode}; log {info.log}:\n{_tail(Path(info.log))}")
         if time.monotonic() > deadline:
