@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from rocket.auth import SessionCredentials
@@ -52,6 +54,7 @@ class Secure:
         self.admin = parse_credentials_file(state.credentials_file)
         self.tls = ClientTls.trusting(state.tls_ca_file)
         self.controllers = [p.addr for p in state.processes if p.kind == "controller"]
+        self.http_token = Path(state.http_token_file).read_text().strip()
 
     def client(self, creds: SessionCredentials | None) -> RemotingClient:
         return RemotingClient(rpc_hook=creds.sign if creds else None, tls=self.tls)
@@ -252,3 +255,18 @@ async def test_master_killed_in_a_secure_cluster_elects_with_nothing_lost(secure
     assert len(load.acked) > 100
     assert not lost, sorted(lost)[:10]
     assert "denied request" not in secure.logs(since=logged)  # brokers and controllers signed everything
+
+
+async def test_the_controller_http_api_needs_a_credential(secure: Secure) -> None:
+    """``/api/v1/controller`` answers 401 without a credential, 200 with the HTTP token; probes stay open."""
+    info = next(p for p in secure.state.processes if p.kind == "controller")
+    url = f"https://127.0.0.1:{info.http_port}"
+    token = secure.http_token
+    context = ssl.create_default_context(cafile=secure.state.tls_ca_file)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        async with session.get(f"{url}/api/v1/controller") as resp:
+            assert resp.status == 401, await resp.text()
+        async with session.get(f"{url}/api/v1/controller", headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert resp.status == 200 and GROUP in await resp.text()
+        async with session.get(f"{url}/healthz") as resp:
+            assert resp.status == 200
