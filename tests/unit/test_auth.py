@@ -337,3 +337,27 @@ async def test_auth_admin_processor_answers_bad_input_clearly() -> None:
     resp = await call(RequestCode.AUTH_DELETE_USER, {"username": "u"})
     assert resp.code == ResponseCode.SYSTEM_ERROR and "slave" in (resp.remark or "")
     assert store.get_user("u") is not None
+
+
+def test_controller_acl_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACL on a controller needs someone who can sign in; the ACL switches are shown by
+    GET_CONTROLLER_CONFIG and cannot be turned off by UPDATE_CONTROLLER_CONFIG."""
+    from rocket.controller.config import ConfigError, ControllerConfig, Peer
+    from rocket.controller.server import check_auth_settings
+
+    for name in ("ROCKET_ACCESS_KEY", "ROCKET_SECRET_KEY", "ROCKET_CREDENTIALS_FILE", "ROCKET_INIT_AUTH_USER"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = ControllerConfig(peers=[Peer("n0", "127.0.0.1:1", "127.0.0.1:2")], self_address="127.0.0.1:1",
+                           secret="s" * 16, authentication_enabled=True, authorization_enabled=True)
+    with pytest.raises(AuthError, match="nobody could sign in"):
+        check_auth_settings(cfg)
+    init = tmp_path / "admin.json"
+    init.write_text(json.dumps({"username": "admin", "password": "admin-secret"}))
+    cfg.init_authentication_user = str(init)
+    check_auth_settings(cfg)
+    assert cfg.auth_config().enabled and cfg.auth_config().cluster_name == "DefaultCluster"
+    assert "authenticationEnabled=true" in cfg.to_properties()
+    assert "admin-secret" not in cfg.to_properties() and "admin-secret" not in repr(cfg)
+    with pytest.raises(ConfigError, match="black list"):
+        cfg.update_from_properties({"authenticationEnabled": "false"})
+    assert cfg.authentication_enabled
