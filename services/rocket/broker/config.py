@@ -200,6 +200,11 @@ class BrokerConfig:
     #: Controller mode: copies (the master included) a send needs before it is acknowledged, and
     #: the smallest SyncStateSet that accepts sends (RocketMQ ``minInSyncReplicas``, 1).
     min_in_sync_replicas: int = 1
+    #: Controller mode: write every topic, subscription-group and consumer-offset change into the
+    #: CommitLog (system topic ``rmq_sys_broker_metadata``) so it reaches the slaves with the data,
+    #: and answer such changes once they are replicated (``rocket.broker.metadata.replication``;
+    #: ours, default true). False: slaves learn metadata only from the ``slaveSyncInterval`` copy.
+    enable_metadata_replication: bool = True
     #: Largest number of messages one pull returns.
     max_transfer_count_on_message_in_memory: int = 32
     #: Largest body of one pull response.

@@ -44,6 +44,7 @@ from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
 from rocket.broker.metadata import BrokerMetadata
+from rocket.broker.metadata.replication import MetadataReplicator
 from rocket.broker.metrics import BrokerCollector, BrokerMetrics, GaugeSnapshot, LagRow
 from rocket.broker.processor.admin import AdminBrokerProcessor
 from rocket.broker.processor.client_manage import ClientManageProcessor, ConsumerManageProcessor
@@ -138,6 +139,9 @@ class BrokerController:
         self.client_tls = tls.client()
         #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
+        #: Metadata changes written into the CommitLog for the slaves (controller mode;
+        #: ``rocket.broker.metadata.replication``).
+        self.metadata_replication = MetadataReplicator(self)
         self.stats = BrokerStats()
         self.consumer_manager = ConsumerManager(
             self._notify_consumer_ids_changed, config.channel_expired_timeout / 1000.0
@@ -326,6 +330,7 @@ class BrokerController:
         self._init_system_groups()
         self.schedule.load()
         self.store.add_dispatch_listener(self._on_dispatch)
+        self.metadata_replication.attach()
         self.timer.load()
         await self.timer.start(should_run_dequeue=cfg.is_master)
         started: list[RemotingServer] = []

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from rocket.broker.metadata.replication import wait_replicated
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.remoting import ResponseCode
 from rocket.remoting.http import HttpServer
@@ -160,6 +161,10 @@ async def _create_topic(request: web.Request) -> web.Response:
         return _error(400, f"illegal settings: readQueueNums={read} writeQueueNums={write} perm={perm}")
     tc = broker.new_topic_config(topic, read_queue_nums=read, write_queue_nums=write, perm=perm, order=order)
     await broker.create_topic(tc)
+    not_replicated = await wait_replicated(broker.metadata_replication)
+    if not_replicated is not None:
+        return _error(503, f"topic[{topic}] created on the master, but not yet held by its SyncStateSet: "
+                      f"{not_replicated}", ResponseCode.SYSTEM_ERROR)
     return web.json_response(_topic_json(broker, tc), status=201)
 
 
@@ -171,7 +176,11 @@ async def _delete_topic(request: web.Request) -> web.Response:
     if is_system_topic(topic, broker.config.broker_cluster_name) or topic == broker.config.broker_name:
         return _error(400, f"The topic[{topic}] is conflict with system topic.", ResponseCode.SYSTEM_ERROR)
     await broker.delete_topic(topic)
+    not_replicated = await wait_replicated(broker.metadata_replication)
     await broker.register_broker_all()
+    if not_replicated is not None:
+        return _error(503, f"topic[{topic}] deleted on the master, but not yet on its SyncStateSet: "
+                      f"{not_replicated}", ResponseCode.SYSTEM_ERROR)
     return web.json_response({"deleted": topic})
 
 
