@@ -190,12 +190,13 @@ async def test_manual_failover_needs_the_admin(secure: Secure, ops_user: Session
                                         what="a master with its slave in sync", retry_on=TRANSIENT)
     await eventually(lambda: _ops_reads_brokers(secure, ops_user), 60, what="the brokers to know the Normal user",
                      retry_on=(*TRANSIENT, RemotingCommandError), interval=0.5)
-    async with Admin(secure.state.namesrv, credentials=ops_user, tls=secure.tls) as ops:
+    # generous timeouts: a status call timing out on the loaded test machine would skip a broker
+    async with Admin(secure.state.namesrv, credentials=ops_user, tls=secure.tls, timeout=10) as ops:
         with pytest.raises(RemotingCommandError) as refused:
             await ops.failover(GROUP)
         assert refused.value.code == ResponseCode.NO_PERMISSION, refused.value
     assert (await _replica(secure, admin_client))[0] == master  # nothing changed
-    async with Admin(secure.state.namesrv, credentials=secure.admin, tls=secure.tls) as admin:
+    async with Admin(secure.state.namesrv, credentials=secure.admin, tls=secure.tls, timeout=10) as admin:
         status = await admin.failover(GROUP)
     assert status["brokerRole"] != "SLAVE", status
     new_master, new_epoch, _ = await _replica(secure, admin_client)
