@@ -196,6 +196,41 @@ def test_classification_reads_headers_and_bodies() -> None:
     assert classify(RemotingCommand(code=12345), "C") is None
 
 
+def test_controller_codes_are_classified_as_apache_annotates_them() -> None:
+    """Apache RocketMQ 5.x's ``@RocketMQAction`` of the controller request headers: Update on the
+    cluster for the writes and heartbeats, Get for the reads; nothing else on a controller."""
+    from rocket.auth.classify import CONTROLLER_CLASSIFIERS, CONTROLLER_CODES
+
+    update = {RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+              RequestCode.CONTROLLER_ELECT_MASTER, RequestCode.CONTROLLER_REGISTER_BROKER,
+              RequestCode.CONTROLLER_APPLY_BROKER_ID, RequestCode.CLEAN_BROKER_DATA,
+              RequestCode.UPDATE_CONTROLLER_CONFIG}
+    for code in CONTROLLER_CODES:
+        wanted = Action.UPDATE if code in update else Action.GET
+        checks = classify(RemotingCommand(code=code, ext_fields={"clusterName": "Other"}), "C", CONTROLLER_CLASSIFIERS)
+        assert checks == [(Resource.cluster("C"), (wanted,))], code  # the server's cluster, not the header's
+    assert classify(RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields={"topic": "T"}), "C",
+                    CONTROLLER_CLASSIFIERS) is None
+
+
+def test_controller_hook_denies_other_codes_to_normal_users() -> None:
+    from rocket.auth.classify import CONTROLLER_CLASSIFIERS
+
+    store = AuthMetadataStore()
+    store.create_user(User("ops", "ops-secret"))
+    store.put_acl(Acl("User:ops", {PolicyType.CUSTOM: [PolicyEntry(Resource.parse("*"), [Action.ALL])]}))
+    hook = ServerAuth(AuthConfig(cluster_name="C", authentication_enabled=True, authorization_enabled=True),
+                      store, classifiers=CONTROLLER_CLASSIFIERS)
+    ops = SessionCredentials("ops", "ops-secret")
+    send = RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields={"topic": "T"})
+    ops.sign(send)
+    with pytest.raises(AuthError, match="not classified"):
+        hook.check(send, "127.0.0.1:1")
+    meta = RemotingCommand(code=RequestCode.CONTROLLER_GET_METADATA_INFO)
+    ops.sign(meta)
+    hook.check(meta, "127.0.0.1:1")  # allowed by the policy
+
+
 def test_store_file_is_private(tmp_path: Path) -> None:
     store = AuthMetadataStore(tmp_path / "auth.json")
     store.create_user(User("alice", "pw"))
@@ -211,9 +246,13 @@ def test_local_secure_plan(tmp_path: Path) -> None:
     creds = parse_credentials_file(tmp_path / "secrets" / "admin.credentials")
     assert (tmp_path / "secrets" / "admin.credentials").stat().st_mode & 0o777 == 0o600
     assert json.loads((tmp_path / "secrets" / "admin-user.json").read_text())["password"] == creds.secret_key
+    assert {info.kind for info in plan} == {"nameserver", "controller", "broker"}  # controller mode, secure
     for info in plan:
         text = " ".join(info.argv)
-        assert ("--config" in text) if info.kind == "nameserver" else ("aclEnable=true" in text), text
+        expected = {"nameserver": "--config", "controller": "--acl-enable", "broker": "aclEnable=true"}[info.kind]
+        assert expected in text, text
+        if info.kind != "nameserver":
+            assert "enforcing" in text, text  # TLS too
         assert creds.secret_key not in text  # keys never on a command line
     again = LocalCluster(tmp_path, 30000, brokers=1, secure=True)
     again.plan()
@@ -298,3 +337,27 @@ async def test_auth_admin_processor_answers_bad_input_clearly() -> None:
     resp = await call(RequestCode.AUTH_DELETE_USER, {"username": "u"})
     assert resp.code == ResponseCode.SYSTEM_ERROR and "slave" in (resp.remark or "")
     assert store.get_user("u") is not None
+
+
+def test_controller_acl_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACL on a controller needs someone who can sign in; the ACL switches are shown by
+    GET_CONTROLLER_CONFIG and cannot be turned off by UPDATE_CONTROLLER_CONFIG."""
+    from rocket.controller.config import ConfigError, ControllerConfig, Peer
+    from rocket.controller.server import check_auth_settings
+
+    for name in ("ROCKET_ACCESS_KEY", "ROCKET_SECRET_KEY", "ROCKET_CREDENTIALS_FILE", "ROCKET_INIT_AUTH_USER"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = ControllerConfig(peers=[Peer("n0", "127.0.0.1:1", "127.0.0.1:2")], self_address="127.0.0.1:1",
+                           secret="s" * 16, authentication_enabled=True, authorization_enabled=True)
+    with pytest.raises(AuthError, match="nobody could sign in"):
+        check_auth_settings(cfg)
+    init = tmp_path / "admin.json"
+    init.write_text(json.dumps({"username": "admin", "password": "admin-secret"}))
+    cfg.init_authentication_user = str(init)
+    check_auth_settings(cfg)
+    assert cfg.auth_config().enabled and cfg.auth_config().cluster_name == "DefaultCluster"
+    assert "authenticationEnabled=true" in cfg.to_properties()
+    assert "admin-secret" not in cfg.to_properties() and "admin-secret" not in repr(cfg)
+    with pytest.raises(ConfigError, match="black list"):
+        cfg.update_from_properties({"authenticationEnabled": "false"})
+    assert cfg.authentication_enabled

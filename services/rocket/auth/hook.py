@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rocket.auth.classify import Check, ClassifyError, classify
+from rocket.auth.classify import Check, Classifier, ClassifyError, classify
 from rocket.auth.model import AuthError, Decision, User, UserStatus, UserType
 from rocket.auth.signature import ACCESS_KEY, SIGNATURE, SessionCredentials, resolve_credentials, verify_signature
 from rocket.auth.store import AuthMetadataStore
@@ -140,10 +140,16 @@ class ServerAuth:
     """The server-side hook (module doc). ``store`` holds the users and ACLs.
 
     Call it as ``hook(request, connection)``: None lets the request through, a response
-    command refuses it. Counters: :attr:`denied` (refusals), :attr:`checked`."""
+    command refuses it. Counters: :attr:`denied` (refusals), :attr:`checked`. ``classifiers``:
+    the request codes this server classifies (default every code of
+    :data:`rocket.auth.classify.CLASSIFIERS`; a controller passes
+    :data:`~rocket.auth.classify.CONTROLLER_CLASSIFIERS`, so any other code is denied to
+    non-Super users)."""
 
-    def __init__(self, config: AuthConfig, store: AuthMetadataStore | None = None) -> None:
+    def __init__(self, config: AuthConfig, store: AuthMetadataStore | None = None, *,
+                 classifiers: dict[int, Classifier] | None = None) -> None:
         self.config = config
+        self.classifiers = classifiers
         self.store = store if store is not None else AuthMetadataStore(config.metadata_path)
         self.whitelist = {int(c) for c in config.authentication_whitelist.replace(" ", "").split(",") if c}
         self.stateful = config.stateful
@@ -198,12 +204,12 @@ class ServerAuth:
         if user.user_type is UserType.SUPER:
             return
         try:
-            checks = classify(request, self.config.cluster_name)
+            checks = classify(request, self.config.cluster_name, self.classifiers)
         except ClassifyError as exc:
             raise AuthError(f"User:{username}: {exc}") from None
         if checks is None:
-            raise AuthError(f"request code {request.code} is not classified for authorization; "
-                            "only Super users may send it")
+            raise AuthError(f"User:{username}: request code {request.code} is not classified for authorization "
+                            "on this server; only Super users may send it")
         if checks:
             self._authorize(username, checks, _host(peer))
 

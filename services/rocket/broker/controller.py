@@ -177,7 +177,7 @@ class BrokerController:
         self.auth: ServerAuth | None = (
             ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
         )
-        #: Credentials this broker signs its own requests with (registration, slave copies).
+        #: Credentials this broker signs its own requests with (registration, slave copies, controllers).
         self.inner_credentials = inner_credentials(self.auth_config) if self.auth_config.enabled else None
         #: Credential check of the HTTP ``/api/v1`` routes (None: open, ACL off and no token file).
         self.http_auth: HttpAuth | None = None
@@ -207,6 +207,8 @@ class BrokerController:
         if self.inner_credentials is not None:
             self.outer_api.client.rpc_hook = self.inner_credentials.sign
             self.ha.sync.client.rpc_hook = self.inner_credentials.sign
+            if self.ha.controller is not None:  # heartbeats, registration, elections, SyncStateSet changes
+                self.ha.controller.client.client.rpc_hook = self.inner_credentials.sign
         #: Sends being handled right now (overload protection).
         self.in_flight_sends = 0
         #: Body bytes of those sends.

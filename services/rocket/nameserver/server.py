@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
 from rocket.auth.http import HttpAuth, read_token
-from rocket.auth.sync import fetch_auth_metadata
+from rocket.auth.sync import copy_from_brokers
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
@@ -41,7 +41,7 @@ from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.processor import DefaultRequestProcessor
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.protocol.codes import RequestCode, ResponseCode
-from rocket.remoting import RemotingClient, RemotingError
+from rocket.remoting import RemotingClient
 from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.http import HttpServer
@@ -252,18 +252,9 @@ class NameServer:
         assert self._auth_client is not None
         masters = sorted(addr for bd in self.routes.broker_addr_table.values()
                          if (addr := bd.master_addr) is not None)
-        for addr in masters:
-            try:
-                metadata = await fetch_auth_metadata(self._auth_client, addr)
-                own = initial_user(self.auth_config)
-                if own is not None and not any(u.get("username") == own.username for u in metadata["users"]
-                                               if isinstance(u, dict)):
-                    metadata["users"].append(own.to_json())
-                self.auth_store.replace_all(metadata)
-                return True
-            except (RemotingError, ValueError) as exc:
-                log.warning("copying users and ACLs from broker %s failed: %s", addr, exc)
-        return False
+        own = initial_user(self.auth_config)
+        return await copy_from_brokers(self._auth_client, masters, self.auth_store,
+                                       [own] if own is not None else []) is not None
 
     async def _auth_sync_loop(self) -> None:
         interval = max(0.2, self.config.auth_sync_interval)
