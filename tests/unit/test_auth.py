@@ -13,7 +13,17 @@ import pytest
 
 from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, SessionCredentials
 from rocket.auth.classify import CLASSIFIERS, classify
-from rocket.auth.model import Acl, Action, Decision, PolicyEntry, PolicyType, Resource, User, UserType
+from rocket.auth.model import (
+    Acl,
+    Action,
+    Decision,
+    PolicyEntry,
+    PolicyType,
+    Resource,
+    User,
+    UserStatus,
+    UserType,
+)
 from rocket.auth.signature import combine_request_content, resolve_credentials, verify_signature
 from rocket.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -42,6 +52,83 @@ def test_signature_skips_unique_key_query_for_old_clients() -> None:
     fields = {"_UNIQUE_KEY_QUERY": "true", "topic": "T"}
     assert combine_request_content(fields, b"", version=400) == b"T"
     assert combine_request_content(fields, b"", version=401) == b"trueT"
+
+
+def test_fast_signing_equals_the_reference_for_any_key_and_field_order() -> None:
+    """The cached key schedule and per-key-set field order give exactly ``hmac.digest`` over
+    ``combine_request_content``: long and non-ASCII keys, fields in any order, non-ASCII field
+    names (UTF-16 order), old clients without ``_UNIQUE_KEY_QUERY``, None values, a changed key."""
+    from rocket.auth.signature import cal_signature
+
+    keys = ["sk", "k" * 64, "k" * 65, "k" * 200, "s\u00e9cret\u4e2d", ""]
+    field_sets = [
+        {"b": "T", "a": "G", "z": "9", "AccessKey": "ak"},
+        {"z": "9", "AccessKey": "ak", "b": "T", "a": "G"},
+        {"\uff21": "wide", "\U0001f600": "emoji", "a": "x"},  # UTF-16 order differs from code points
+        {"_UNIQUE_KEY_QUERY": "true", "topic": "T"},
+        {"only": "one"},
+        {},
+    ]
+    for secret in keys:
+        for fields in field_sets:
+            for body in (b"", b"payload" * 300):
+                for version in (400, 401):
+                    cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=dict(fields), body=body,
+                                          version=version)
+                    SessionCredentials("ak", secret).sign(cmd)
+                    signed = dict(cmd.ext_fields)
+                    content = combine_request_content(signed, body)
+                    reference = base64.b64encode(hmac.digest(secret.encode(), content, "sha1")).decode()
+                    assert signed["Signature"] == reference
+                    assert cal_signature(content, secret) == reference
+                    # (a server leaves _UNIQUE_KEY_QUERY out for version 400: checked below)
+                    old_query = version <= 400 and "_UNIQUE_KEY_QUERY" in fields
+                    assert verify_signature(cmd, secret) is not old_query
+                    assert verify_signature(cmd, secret + "x") is False
+    # the server drops _UNIQUE_KEY_QUERY for clients up to V4_9_3 only
+    cmd = RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields={"_UNIQUE_KEY_QUERY": "true", "topic": "T"},
+                          version=400)
+    cmd.ext_fields["AccessKey"] = "ak"
+    cmd.ext_fields["Signature"] = base64.b64encode(hmac.digest(b"sk", b"akT", "sha1")).decode()
+    assert verify_signature(cmd, "sk")
+    cmd.version = 401
+    assert not verify_signature(cmd, "sk")
+    # a hand-built command with a None value signs as the reference (None values left out)
+    cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"a": "x"}, body=b"")
+    cmd.ext_fields["n"] = None  # type: ignore[assignment]
+    SessionCredentials("ak", "sk").sign(cmd)
+    assert cmd.ext_fields["Signature"] == base64.b64encode(hmac.digest(b"sk", b"akx", "sha1")).decode()
+
+
+def test_decisions_follow_acl_and_user_changes() -> None:
+    """Cached authorization decisions never outlive the ACL or user they came from."""
+    store = AuthMetadataStore()
+    store.create_user(User("u", "pw"))
+    store.put_acl(_acl({"resource": "Topic:t", "actions": ["Pub"], "decision": "Allow"}))
+    auth = ServerAuth(AuthConfig(authentication_enabled=True, authorization_enabled=True), store)
+
+    def send() -> RemotingCommand:
+        cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"a": "g", "b": "t"}, body=b"m")
+        SessionCredentials("u", store.users["u"].password).sign(cmd)
+        return cmd
+
+    auth.check(send(), "10.0.0.1:1")
+    store.put_acl(_acl({"resource": "Topic:t", "actions": ["Pub"], "decision": "Deny"}))
+    with pytest.raises(AuthError, match="deny"):
+        auth.check(send(), "10.0.0.1:1")
+    store.put_acl(_acl({"resource": "Topic:t", "actions": ["Pub"], "decision": "Allow"}))
+    auth.check(send(), "10.0.0.1:1")
+    old = send()
+    store.update_user(User("u", "new-pw"))  # the old SecretKey's signature no longer passes
+    with pytest.raises(AuthError, match="signature"):
+        auth.check(old, "10.0.0.1:1")
+    auth.check(send(), "10.0.0.1:1")
+    store.update_user(User("u", "new-pw", UserType.NORMAL, UserStatus.DISABLE))
+    with pytest.raises(AuthError, match="disabled"):
+        auth.check(send(), "10.0.0.1:1")
+    store.delete_user("u")
+    with pytest.raises(AuthError, match="not found"):
+        auth.check(old, "10.0.0.1:1")
 
 
 def test_resolve_credentials(tmp_path: Path) -> None:

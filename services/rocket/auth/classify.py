@@ -77,8 +77,8 @@ def _authenticated(req: RemotingCommand, cluster: str) -> list[Check]:
 
 def _send(topic_key: str, group_key: str) -> Classifier:
     def classify(req: RemotingCommand, cluster: str) -> list[Check]:
-        topic = _field(req, topic_key)
-        if _is_retry(topic):  # a consumer sending back to its retry topic
+        topic = req.ext_fields.get(topic_key) or _field(req, topic_key)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a consumer sending back to its retry topic
             return [(Resource.group(req.ext_fields.get(group_key) or topic), SUB)]
         return [(Resource.topic(topic), PUB)]
     return classify
