@@ -33,7 +33,7 @@ from bench.compare.results import FAILOVER, FAILOVER_CONFIG
 
 #: Seconds of load before the kill, after the first acknowledgement by the new master, and the
 #: longest wait for one after the kill.
-BEFORE_KILL, AFTER_RECOVERY, MAX_WAIT = 5.0, 3.0, 60.0
+BEFORE_KILL, AFTER_RECOVERY, MAX_WAIT = 3.0, 2.0, 60.0
 #: Producer threads, how often the client asks the NameServer for routes (ms; Java's default is
 #: 30 000), its send timeout (ms) and its pause after a failed send (ms).
 THREADS, POLL_NAMESRV_MS, SEND_TIMEOUT_MS, PAUSE_AFTER_ERROR_MS = 8, 200, 3000, 20

@@ -243,3 +243,15 @@ def test_a_driver_that_runs_over_its_time_is_killed(tmp_path: Path) -> None:
     run = java.stream_driver(fake_driver("print('CELL e2e', flush=True)\nimport time\ntime.sleep(60)\n"), timeout=1,
                              stderr_path=tmp_path / "err.log")
     assert run.timed_out and run.returncode is None and time.monotonic() - started < 20
+
+
+def test_the_quorum_cell_takes_sync_master_from_the_sync_master_mode_when_that_ran() -> None:
+    ms = [m("ours", "SYNC_MASTER+slave", 0, "produce:64", produce(1000.0)),
+          m("apache", "SYNC_MASTER+slave", 0, "produce:64", produce(900.0)),
+          m("ours", QUORUM_ALLACK, 0, "produce:64", produce(700.0))]
+    cells = results.combine(ms)
+    assert results.quorum_ratios(cells) == {"produce:64": 0.7}
+    assert "| produce:64 | 1,000 | 700 | 0.70 | **0.70** (not met)" in "\n".join(results.quorum_lines(cells))
+    # its own SYNC_MASTER run, when there is one, comes first
+    cells = results.combine([*ms, m("ours", QUORUM_BASE, 0, "produce:64", produce(875.0))])
+    assert results.quorum_ratios(cells) == {"produce:64": 0.8}
