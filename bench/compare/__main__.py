@@ -125,11 +125,14 @@ def measure(system: str, config: str, rnd: int, cells: tuple[str, ...], settings
     current: dict[str, Any] = {}
 
     def on_start(cell: str) -> None:
-        current.update(cell=cell, cpu=cluster.broker_cpu_seconds(), load=os.getloadavg()[0])
+        current.update(cell=cell, cpu=cluster.broker_cpu_seconds(), ctl=cluster.controller_cpu_seconds(),
+                       load=os.getloadavg()[0])
 
     def on_result(r: dict[str, Any]) -> None:
         cell = str(r.get("cell"))
         r["broker_cpu_s"] = round(cluster.broker_cpu_seconds() - current.get("cpu", 0.0), 3)
+        if cluster.controllers():
+            r["controller_cpu_s"] = round(cluster.controller_cpu_seconds() - current.get("ctl", 0.0), 3)
         load = (float(current.get("load", 0.0)), os.getloadavg()[0])
         current.clear()
         if cell in ("server-warmup", "fill"):

@@ -274,14 +274,25 @@ def quorum_ratios(cells: dict[tuple[str, str, str], Cell]) -> dict[str, float | 
     return out
 
 
+def _cpu_text(c: Cell | None) -> str:
+    v = _cpu_us(c.chosen if c else None)
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _ctl_text(c: Cell | None) -> str:
+    v = c.chosen.get("controller_cpu_s") if c else None
+    return "" if v is None else f"; {float(v):.1f} s"
+
+
 def quorum_lines(cells: dict[tuple[str, str, str], Cell]) -> list[str]:
     """The quorum-ack section's table (empty when the cell did not run)."""
     ratios = quorum_ratios(cells)
     if not ratios:
         return []
     lines = ["| cell | SYNC_MASTER msgs/s per round | allAckInSyncStateSet msgs/s per round | ratio per round | "
-             f"median ratio (target ≥ {QUORUM_TARGET:.2f}) | load 1m (SYNC_MASTER / allAck) | errors |",
-             "|---|---|---|---|---:|---|---|"]
+             f"median ratio (target ≥ {QUORUM_TARGET:.2f}) | load 1m (SYNC_MASTER / allAck) | "
+             "broker CPU µs/msg, median round (SYNC_MASTER / allAck; controllers' CPU s) | errors |",
+             "|---|---|---|---|---:|---|---|---|"]
     for cell, med in ratios.items():
         base, allack = quorum_base(cells, cell), cells.get(("ours", QUORUM_ALLACK, cell))
         per = [ratio(x, y) for x, y in zip(allack.rounds, base.rounds, strict=False)] if base and allack else []
@@ -291,7 +302,8 @@ def quorum_lines(cells: dict[tuple[str, str, str], Cell]) -> list[str]:
         lines.append(f"| {cell} | {_values_text(base.rounds) if base else '-'} | "
                      f"{_values_text(allack.rounds) if allack else '-'} | {', '.join(_fmt_ratio(x) for x in per)} | "
                      f"**{_fmt_ratio(med)}**{verdict} | {_load_text(base.loads) if base else '-'} / "
-                     f"{_load_text(allack.loads) if allack else '-'} | {errors} |")
+                     f"{_load_text(allack.loads) if allack else '-'} | {_cpu_text(base)} / {_cpu_text(allack)}"
+                     f"{_ctl_text(allack)} | {errors} |")
     return lines
 
 
@@ -337,7 +349,9 @@ def failover_lines(measurements: list[dict[str, Any]]) -> list[str]:
         lines += ["", f"RTO ours / Apache (median): **{_fmt_ratio(r)}**{met}; target ≤ 1.00."]
     lines += ["", "| system | round | RTO s | new master routed s | last failed send s | acknowledged (before kill) | "
               "failed sends | lost | duplicates | load 1m |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for m in sorted((m for m in measurements if m["cell"] == FAILOVER), key=lambda m: (m["system"], m["round"])):
+    order = {name: i for i, name in enumerate(SYSTEMS)}
+    for m in sorted((m for m in measurements if m["cell"] == FAILOVER),
+                    key=lambda m: (order.get(m["system"], 9), m["round"])):
         r = m["result"]
         if "failed" in r:
             lines.append(f"| {m['system']} | {m['round'] + 1} | failed: {r['failed'].splitlines()[0][:200]} "
@@ -516,7 +530,7 @@ def _error_lines(data: dict[str, Any]) -> list[str]:
                 kind = re.sub(r"\s*See https?://\S+ for further details\.", "", kind)
                 kind = re.sub(r"cost \[\d+\]ms", "cost [..]ms", kind)
                 merged[kind] = merged.get(kind, 0) + int(v)
-            note = " (the failover's sends while no master answered)" if m["cell"] == FAILOVER else ""
+            note = " (failed sends of the round, most while no master answered)" if m["cell"] == FAILOVER else ""
             lines.append(f"- {where}{note}: " + "; ".join(f"{k} (x{v})" for k, v in merged.items()))
     return lines
 

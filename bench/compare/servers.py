@@ -150,6 +150,10 @@ class Cluster:
         raise ClusterStartError(f"{self.system}: no master with {members} in sync after {timeout:.0f} s "
                                 f"(last state {state})\n{tails}")
 
+    def controller_cpu_seconds(self) -> float:
+        """CPU seconds used so far by the controller processes (0 outside controller mode)."""
+        return sum(p.cpu_seconds() for p in self.procs if p.role == "controller")
+
     def broker_cpu_seconds(self) -> float:
         """CPU seconds used so far by the broker processes (master and slave)."""
         return sum(p.cpu_seconds() for p in self.brokers())
