@@ -400,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = results.build_rows(cells_now)
     if rows:
         print("\n" + results.render_table(rows, java.version()) + "\n")
-    for line in [*results.quorum_lines(cells_now), "", *results.failover_lines(data["measurements"])]:
-        print(line)
+    for section in (results.quorum_lines(cells_now), results.failover_lines(data["measurements"])):
+        if section:
+            print("\n".join(section) + "\n")
     print(f"\nheadline: {data['headline']}\ntook {(time.monotonic() - began) / 60:.1f} min")
     if saved:
         print(f"written: {saved[0]}, {saved[1]}, {args.out / 'README.md'}")
