@@ -589,7 +589,8 @@ INDEX_HEAD = ("# Saved `make bench-compare` runs",
               "",
               "Written by `python -m bench.compare` after every cell (do not edit by hand); newest first. "
               "Ratios are ours / Apache RocketMQ (msgs/s: above 1 is better; RTO: below 1 is better), "
-              "medians over the rounds.",
+              "medians over the rounds. The 2026-11-22 pages ran a fresh driver JVM per cell, later ones one per "
+              "cluster (a JIT-warm client): their throughput ratios are not comparable (README, Performance).",
               "")
 
 
