@@ -24,7 +24,7 @@ Real clients stay unchanged: they are only pointed at the listener's port.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.protocol import BrokerData, ClusterInfo
@@ -141,16 +141,15 @@ class ListenerAddressBook:
         return copy
 
 
-def listener_processors(base: Processors, listener: str, routes: RouteInfoManager, book: ListenerAddressBook
-                        ) -> Processors:
+def listener_processors(base: Processors, listener: str, routes: RouteInfoManager, book: ListenerAddressBook,
+                        no_route_remark: Callable[[str], str]) -> Processors:
     """The request table of listener ``listener``'s port: ``base``'s handlers, with
     GET_ROUTEINFO_BY_TOPIC and GET_BROKER_CLUSTER_INFO answering the listener's addresses.
 
     ``routes``: the NameServer's route table; ``book``: its listener addresses. Observers
-    (metrics) are shared with ``base``. A lookup answers TOPIC_NOT_EXIST (17) as on the default port.
+    (metrics) are shared with ``base``. An unknown topic is answered TOPIC_NOT_EXIST (17) with
+    ``no_route_remark(topic)``, as on the default port.
     """
-    from rocket.nameserver.processor import no_route_remark
-
     out = Processors()
     for code in base.codes():
         entry = base.lookup(code)

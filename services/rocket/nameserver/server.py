@@ -39,7 +39,7 @@ from rocket.nameserver.http import build_app
 from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from rocket.nameserver.listeners import listener_processors, parse_listener_ports
 from rocket.nameserver.metrics import NameServerMetrics
-from rocket.nameserver.processor import DefaultRequestProcessor
+from rocket.nameserver.processor import DefaultRequestProcessor, no_route_remark
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting import RemotingClient, RemotingError
@@ -119,7 +119,8 @@ class NameServer:
         self.listener_remoting: dict[str, RemotingServer] = {}
         for listener, listener_port in parse_listener_ports(cfg.listeners).items():
             server = RemotingServer(
-                listener_processors(processors, listener, self.routes, self.processor.listener_book),
+                listener_processors(processors, listener, self.routes, self.processor.listener_book,
+                                    no_route_remark),
                 host=cfg.host, port=listener_port, max_frame_size=cfg.max_frame_size, name=f"nameserver-{listener}",
                 rpc_hook=self.auth, flow_control=cfg.flow_control(), tls=self.tls)
             server.on_connection_closed.append(self._connection_closed)
