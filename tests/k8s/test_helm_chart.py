@@ -178,6 +178,9 @@ def test_service_account_may_do_what_the_operator_does(release: Release, kube: A
     assert allowed("create", "apps", "statefulsets") and allowed("delete", "apps", "statefulsets")
     assert allowed("patch", "", "persistentvolumeclaims") and allowed("delete", "", "pods")
     assert allowed("create", "", "events")
+    # listeners: node addresses, Services of removed listeners
+    assert allowed("get", "", "nodes", namespace="") and not allowed("patch", "", "nodes", namespace="")
+    assert allowed("delete", "", "services") and not allowed("delete", "", "configmaps")
     assert not allowed("get", "", "secrets")
     assert not allowed("delete", "", "namespaces")
     assert not allowed("create", "rbac.authorization.k8s.io", "rolebindings")

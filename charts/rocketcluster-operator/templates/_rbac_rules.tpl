@@ -42,6 +42,10 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# The Services of a listener removed from spec.listeners.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch"]
