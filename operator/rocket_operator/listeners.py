@@ -18,7 +18,9 @@ listener (:mod:`rocket.nameserver.listeners`). For an external listener
   InternalIP, Hostname, Strimzi's order) and the Service's ``nodePort``. An entry of
   ``L.addresses`` (target ``nameserver`` or a broker pod's name) is advertised instead;
 * writes every broker's addresses into the ConfigMap ``c-broker-listeners``
-  (key ``listeners.conf``, lines ``<brokerName>.<brokerId>.<L>=host:port``), mounted
+  (key ``listeners.conf``, lines ``<pod>.<L>=host:port``: a pod's host name is its
+  name, and its address follows the pod whatever brokerId or role it has, as with
+  ``failover: Controller``), mounted
   in the broker pods at ``/etc/rocket-listeners`` and named by the broker setting
   ``listenerAddrsFile`` (:mod:`rocket.broker.listeners`): brokers re-read it at each
   registration, so a learned address reaches them without a restart;
@@ -142,6 +144,18 @@ def add_nameserver_listeners(deployment: Manifest, spec: ClusterSpec) -> Manifes
     return deployment
 
 
+def open_listener_ports(policies: list[Manifest], cluster: str, spec: ClusterSpec) -> list[Manifest]:
+    """The cluster's NetworkPolicies (``spec.security.networkPolicies``) with the NameServers' one
+    also admitting each external listener's port from anywhere, as their remoting port is (changed
+    in place and returned; the brokers' Services target the remoting port, already open)."""
+    extra = [{"protocol": "TCP", "port": lst.port} for lst in external_listeners(spec)]
+    for policy in policies:
+        if extra and policy["metadata"]["name"] == names.nameserver(cluster) and policy["spec"]["podSelector"][
+                "matchLabels"] == names.selector_labels(cluster, names.COMPONENT_NAMESERVER):
+            policy["spec"]["ingress"] = [*policy["spec"]["ingress"], {"ports": extra}]
+    return policies
+
+
 def broker_config(spec: ClusterSpec) -> dict[str, str]:
     """``broker.conf`` keys for the listeners: ``listenerAddrsFile`` when there is an external listener."""
     if not external_listeners(spec):
@@ -166,8 +180,8 @@ def add_broker_listeners_volume(statefulset: Manifest, cluster: str, spec: Clust
 
 def listeners_config_text(addresses: Mapping[str, Mapping[BrokerPod, str]]) -> str:
     """``listeners.conf``: {listener: {broker pod: host:port}} as sorted lines
-    ``<brokerName>.<brokerId>.<listener>=<host:port>`` (read by :mod:`rocket.broker.listeners`)."""
-    lines = sorted(f"{bp.broker_name}.{bp.broker_id}.{listener}={addr}\n"
+    ``<pod>.<listener>=<host:port>`` (host-name entries of :mod:`rocket.broker.listeners`)."""
+    lines = sorted(f"{bp.pod}.{listener}={addr}\n"
                    for listener, table in addresses.items() for bp, addr in table.items())
     return "".join(lines)
 
@@ -286,7 +300,7 @@ def listener_status(cluster: str, namespace: str, lst: ListenerSpec, pods: list[
         else:
             pending.append(bp.pod)
     entry = {"name": lst.name, "type": lst.type, "port": lst.port, "bootstrap": bootstrap,
-             "brokers": [{"pod": bp.pod, "brokerName": bp.broker_name, "brokerId": bp.broker_id, "address": addr}
+             "brokers": [{"pod": bp.pod, "brokerName": bp.broker_name, "address": addr}
                          for bp, addr in brokers.items()]}
     return entry, brokers, pending
 

@@ -81,7 +81,8 @@ def _run_server(command: str, main: Coroutine[Any, Any, None], log_level: str,
 
 def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
                        secret_file: Path | None, port: int, host: str | None, unclean: bool | None,
-                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None) -> Any:
+                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None,
+                       raft_bind_host: str | None = None) -> Any:
     """Build and check a ControllerConfig from the command line (raises ConfigError)."""
     from rocket.controller.config import DEFAULT_RAFT_PORT, ControllerConfig, parse_peers, read_secret
 
@@ -91,7 +92,7 @@ def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | No
         secret=read_secret(secret_file),
         data_dir=str(data_dir or Path("controller-data")),
         port=port,
-    ).with_overrides(host=host, http_port=http_port, enable_elect_unclean_master=unclean,
+    ).with_overrides(host=host, http_port=http_port, raft_bind_host=raft_bind_host, enable_elect_unclean_master=unclean,
                      controller_heart_beat_timeout_mills=heartbeat_timeout_ms, log_level=log_level)
     cfg.resolve_self(port)
     cfg.validate()
@@ -191,6 +192,8 @@ def controller(
     self_addr: str | None = typer.Option(None, "--self-addr", help="This controller's entry in the peers "
                                          "(default: the one whose port is --port)."),
     host: str | None = typer.Option(None, "--host", help="Address to listen on (default 0.0.0.0)."),
+    raft_bind_host: str | None = typer.Option(None, "--raft-bind-host", help="Address the Raft port binds "
+                                              "(default: this peer's host in --controller-peers), e.g. 0.0.0.0."),
     http_port: int | None = typer.Option(None, "--http-port", help="HTTP probes, /metrics and /api/v1/controller "
                                          "(default: off)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Raft journal and snapshots (default "
@@ -213,7 +216,7 @@ def controller(
         cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
                                  data_dir=data_dir, secret_file=secret_file, port=port, host=host,
                                  unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
-                                 http_port=http_port)
+                                 http_port=http_port, raft_bind_host=raft_bind_host)
         cfg.tls = _tls_settings(cfg.tls, tls_mode, tls_config)
     except (ConfigError, TlsConfigError) as exc:
         raise _bad_config("controller", exc) from None

@@ -95,7 +95,7 @@ def test_listener_services_learned_addresses_and_status(api: Any, namespace: str
     assert external["bootstrap"] == [f"{NODE_IP}:{node_ports['lc-nameserver-external']}"]
     assert {b["pod"]: b["address"] for b in external["brokers"]} == {
         p: f"{NODE_IP}:{node_ports[f'{p}-external']}" for p in pods}
-    assert {(b["brokerName"], b["brokerId"]) for b in external["brokers"]} == {("lc-broker-0", 0), ("lc-broker-0", 1)}
+    assert {b["brokerName"] for b in external["brokers"]} == {"lc-broker-0"}
     internal = _listener_status(api, namespace, "lc", "internal")
     assert internal == {"name": "internal", "type": "internal", "port": 9876,
                         "bootstrap": [f"lc-nameserver.{namespace}.svc:9876"]}
@@ -117,14 +117,14 @@ def test_listener_services_learned_addresses_and_status(api: Any, namespace: str
 
     # -- what the brokers read: one line per broker and listener
     text = wait_for(lambda: (core.read_namespaced_config_map("lc-broker-listeners", namespace).data or {})
-                    .get("listeners.conf", "").count("public") == 2
+                    .get("listeners.conf", "").count(".public=") == 2
                     and core.read_namespaced_config_map("lc-broker-listeners", namespace).data["listeners.conf"],
                     30, what="listeners.conf with the load balancer address", retry_on=(ApiException,))
     assert text.splitlines() == sorted([
-        f"lc-broker-0.0.external={NODE_IP}:{node_ports['lc-broker-master-0-external']}",
-        f"lc-broker-0.1.external={NODE_IP}:{node_ports['lc-broker-slave-1-0-external']}",
-        "lc-broker-0.0.public=198.51.100.2:9896",
-        "lc-broker-0.1.public=slave0.example.com:19896",
+        f"lc-broker-master-0.external={NODE_IP}:{node_ports['lc-broker-master-0-external']}",
+        f"lc-broker-slave-1-0.external={NODE_IP}:{node_ports['lc-broker-slave-1-0-external']}",
+        "lc-broker-master-0.public=198.51.100.2:9896",
+        "lc-broker-slave-1-0.public=slave0.example.com:19896",
     ])
 
     # -- a listener removed from the spec: its Services go, the status follows

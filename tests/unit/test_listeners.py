@@ -119,7 +119,11 @@ def test_broker_reads_its_own_entries_of_the_listener_file(tmp_path: Path) -> No
     assert read_listener_addrs_file(str(path), "rc-broker-0", 0) == {
         "external": "192.0.2.1:31001", "public": "lb.example.com:9896"}
     assert read_listener_addrs_file(str(path), "rc-broker-0", 1) == {"external": "192.0.2.1:31002"}
-    addresses = ListenerAddresses("rc-broker-1", 0, "127.0.0.1", str(path))
+    # a host-name entry (what the operator writes: the pod's name) wins over a brokerName.brokerId one
+    path.write_text(path.read_text() + "rc-broker-slave-1-0.external=192.0.2.1:31009\n")
+    assert read_listener_addrs_file(str(path), "rc-broker-0", 0, "rc-broker-slave-1-0") == {
+        "external": "192.0.2.1:31009", "public": "lb.example.com:9896"}
+    addresses = ListenerAddresses("rc-broker-1", 0, "127.0.0.1", str(path), host_name="rc-broker-master-1")
     assert addresses.current({"external": 20001, "local": 20002}) == {
         "external": "192.0.2.1:31003", "local": "127.0.0.1:20002"}  # the file wins over brokerIP1:port
     path.unlink()  # not there (yet): the ports' defaults only, no error
@@ -164,6 +168,16 @@ def test_no_listeners_changes_nothing_and_external_ones_add_ports_and_mounts() -
     assert command[-2:] == ["--listener", "ext:9896"]
 
 
+def test_network_policy_admits_the_listener_ports() -> None:
+    spec = parse_spec({"security": {"networkPolicies": {"enabled": True}},
+                       "listeners": [{"name": "ext", "type": "nodeport", "port": 9886}]})
+    policies = {c["metadata"]["name"]: c for c in desired_children(Owner("ns", "rc", "uid"), spec)
+                if c["kind"] == "NetworkPolicy"}
+    assert {"ports": [{"protocol": "TCP", "port": 9886}]} in policies["rc-nameserver"]["spec"]["ingress"]
+    broker_ports = [p["port"] for rule in policies["rc-broker"]["spec"]["ingress"] for p in rule["ports"]]
+    assert 9886 not in broker_ports and 10911 in broker_ports  # per-pod Services target the remoting port
+
+
 def test_addresses_learned_from_services_and_nodes() -> None:
     nodeport = ListenerSpec("ext", "nodeport", 9886)
     lb = ListenerSpec("pub", "loadbalancer", 9896)
@@ -181,4 +195,4 @@ def test_addresses_learned_from_services_and_nodes() -> None:
                                         None) == "[2001:db8::1]:9896"
     pod = op_listeners.BrokerPod("rc-broker-master-0", "rc-broker-0", 0)
     text = op_listeners.listeners_config_text({"pub": {pod: "lb.example:9896"}})
-    assert text == "rc-broker-0.0.pub=lb.example:9896\n"
+    assert text == "rc-broker-master-0.pub=lb.example:9896\n"
