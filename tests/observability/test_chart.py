@@ -259,7 +259,7 @@ def test_rbac_least_privilege():
                 where = f"{scenario} {role['kind']} {role['metadata']['name']}: {rule}"
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
                 # Secrets by name only: listing or watching them would expose every Secret of a namespace
-                assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {"get", "create", "patch"}, where
+                assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {"get", "create", "patch", "delete"}, where
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), where
                 assert "rolebindings" not in rule["resources"] and "clusterroles" not in rule["resources"], where
 
