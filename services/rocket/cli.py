@@ -143,6 +143,9 @@ def nameserver(
     secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
     tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
     tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
+    listener: list[str] | None = typer.Option(None, "--listener", help="name:port of an extra remoting port "
+                                              "whose routes carry the brokers' addresses on that listener "
+                                              "(repeatable)."),
 ) -> None:
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
@@ -159,6 +162,7 @@ def nameserver(
             broker_timeout=broker_timeout,
             log_level=log_level,
             tls=_tls_settings(base.tls, tls_mode, tls_config),
+            listeners=",".join(listener) if listener else None,
         )
         settings.validate()
     except (ConfigError, TlsConfigError) as exc:
