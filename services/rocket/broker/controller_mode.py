@@ -211,8 +211,9 @@ class ControllerReplicas:
 
     @property
     def fence_timeout(self) -> float:
-        """Seconds a master keeps acknowledging after its last confirmation by the controller
-        leader: ``controllerHeartBeatTimeoutMills / 2``."""
+        """The lease: seconds after its last confirmation by the controller leader (counted from
+        when it asked) until a master fences itself, when :attr:`lease_fences`:
+        ``controllerHeartBeatTimeoutMills / 2``."""
         return self.ha.config.controller_heart_beat_timeout_mills / 2000.0
 
     @property
