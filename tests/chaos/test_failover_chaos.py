@@ -311,7 +311,7 @@ async def test_restart_every_controller_and_broker_one_by_one_under_load(group: 
                     return m is not None and i in st and (m == i or (st[i]["master"] or {}).get("state")
                                                           == "transferring")
 
-                await eventually(whole, 60, what="the group whole again", retry_on=TRANSIENT)
+                await eventually(whole, 120, what="the group whole again", retry_on=TRANSIENT)
                 print(f"{time.monotonic() - began:.1f} s: broker {i} restarted; acked so far {len(load.acked)}, "
                       f"not ok {load.not_ok}", flush=True)
             await asyncio.sleep(1.0)

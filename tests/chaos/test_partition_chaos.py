@@ -237,8 +237,8 @@ def _wait_elected(c: Cluster, timeout: float = 40) -> str:
                  what="the majority side to elect a slave")
     except AssertionError as exc:
         states = {b: (c.status(b) or {}).get("controllerMode") for b in ("s1", "s2")}
-        logs = "\n".join((c.tmp / f"c{i}.log").read_text(errors="replace")[-1500:] for i in range(3))
-        raise AssertionError(f"{exc}; slaves: {states}; controller logs:\n{logs}") from None
+        logs = "\n".join((c.tmp / f"{n}.log").read_text(errors="replace")[-3000:] for n in ("c0", "m", "s1", "s2"))
+        raise AssertionError(f"{exc}; slaves: {states}; logs:\n{logs}") from None
     new = c.master(among=("s1", "s2"))
     assert new is not None
     return new

@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rocket.remoting import parse_addr
-from rocket.runtime import LoopService
+from rocket.runtime import LoopService, await_ended
 from rocket.store.ha.epoch import EpochEntry, entries_from_json, find_consistent_point
 from rocket.store.ha.protocol import (
     HAProtocolError,
@@ -352,5 +352,4 @@ class HAClient(LoopService):
             applier.cancel()
             beater.cancel()
             for t in (applier, beater):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+                await await_ended(t)  # a stop() of this client arriving meanwhile must not be lost
