@@ -44,7 +44,7 @@ The broker follows the contract in :mod:`rocket.controller` (steps 1-8):
 
   - **With** ``allAckInSyncStateSet`` the lease adds nothing to safety, so it does not fence: a
     master keeps acknowledging while 2 of 3 controllers are down (no election can happen either).
-    Why two masters never both acknowledge, without clocks:
+    Why two masters never both acknowledge, without leases:
 
     1. the controllers elect (cleanly) only a member of the SyncStateSet they hold for the master
        epoch; an election starts a new epoch whose set is the new master alone;
@@ -55,7 +55,9 @@ The broker follows the contract in :mod:`rocket.controller` (steps 1-8):
        the required set always contains the controllers' set: a removal counts only once the
        controllers committed it; while a change is in flight, and after one whose outcome is
        unknown (a timeout), the old and new sets are both required until a controller answer
-       gives the committed set; a joining slave is required before the ALTER that adds it;
+       settles it (``UNSURE_SETTLE_S``: a newer set epoch, a later ALTER at the same epoch
+       committed, or the same epoch still 10 s later — the one timing assumption, and only for
+       an ALTER whose answer was lost); a joining slave is required before the ALTER that adds it;
     4. a member counts as holding what its HA client reported after appending it to its own
        CommitLog. A member the controllers make master first stops its HA client and waits for its
        store to be idle, then starts the new epoch at its log end: everything it ever acknowledged
