@@ -7,7 +7,8 @@ handed to the reconciler:
 
 * :class:`DnsAddressResolver` (default): in-cluster DNS. NameServers are every
   A record of the headless Service ``<cluster>-nameserver-headless``; a broker
-  pod is ``<pod>.<cluster>-broker.<namespace>.svc:10911``.
+  pod is ``<pod>.<cluster>-broker.<namespace>.svc:10911``; a controller pod
+  (``failover: Controller``) ``<pod>.<cluster>-controller.<namespace>.svc:9878``.
 * Tests pass a resolver that maps pod names to processes on 127.0.0.1
   (:class:`StaticAddressResolver`).
 """
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rocket_operator import names
-from rocket_operator.spec import BROKER_PORT, NAMESERVER_PORT
+from rocket_operator.spec import BROKER_PORT, CONTROLLER_PORT, CONTROLLER_REPLICAS, NAMESERVER_PORT
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,14 @@ class AddressResolver:
     def broker(self, cluster: ClusterRef, pod: str) -> str:
         """The remoting ``host:port`` of broker pod ``pod``."""
         raise NotImplementedError
+
+    def controller(self, cluster: ClusterRef, pod: str) -> str:
+        """The remoting ``host:port`` of controller pod ``pod``."""
+        raise NotImplementedError
+
+    def controllers(self, cluster: ClusterRef) -> list[str]:
+        """Every controller's remoting ``host:port`` (pods ``<cluster>-controller-0..2``)."""
+        return [self.controller(cluster, names.controller_pod(cluster.name, i)) for i in range(CONTROLLER_REPLICAS)]
 
 
 class DnsAddressResolver(AddressResolver):
@@ -70,21 +79,28 @@ class DnsAddressResolver(AddressResolver):
         """``<pod>.<cluster>-broker.<ns>.svc.<domain>:10911``."""
         return f"{pod}.{names.broker_service(cluster.name)}.{cluster.namespace}.svc.{self.cluster_domain}:{BROKER_PORT}"
 
+    def controller(self, cluster: ClusterRef, pod: str) -> str:
+        """``<pod>.<cluster>-controller.<ns>.svc.<domain>:9878``."""
+        return (f"{pod}.{names.controller(cluster.name)}.{cluster.namespace}.svc.{self.cluster_domain}:"
+                f"{CONTROLLER_PORT}")
+
 
 class StaticAddressResolver(AddressResolver):
     """Fixed addresses, for tests and for running the operator outside the cluster.
 
     ``nameserver_addrs`` maps a cluster name (or ``"*"``) to NameServer
-    addresses; ``broker_addrs`` maps pod names to addresses. A pod that is not
-    in the map gets ``unknown_broker(pod)`` (default: an address nothing listens
+    addresses; ``broker_addrs`` (and ``controller_addrs``) map pod names to addresses. A pod
+    that is not in the map gets ``unknown_broker(pod)`` (default: an address nothing listens
     on, so calls fail fast with a connection error).
     """
 
     def __init__(self, nameserver_addrs: Mapping[str, list[str]] | None = None,
                  broker_addrs: Mapping[str, str] | None = None,
-                 unknown_broker: Callable[[str], str] | None = None) -> None:
+                 unknown_broker: Callable[[str], str] | None = None,
+                 controller_addrs: Mapping[str, str] | None = None) -> None:
         self.nameserver_addrs: dict[str, list[str]] = {k: list(v) for k, v in (nameserver_addrs or {}).items()}
         self.broker_addrs: dict[str, str] = dict(broker_addrs or {})
+        self.controller_addrs: dict[str, str] = dict(controller_addrs or {})
         self.unknown_broker = unknown_broker or (lambda pod: "127.0.0.1:1")
 
     async def nameservers(self, cluster: ClusterRef) -> list[str]:
@@ -94,3 +110,7 @@ class StaticAddressResolver(AddressResolver):
     def broker(self, cluster: ClusterRef, pod: str) -> str:
         """The mapped address of ``pod``."""
         return self.broker_addrs.get(pod) or self.unknown_broker(pod)
+
+    def controller(self, cluster: ClusterRef, pod: str) -> str:
+        """The mapped address of controller pod ``pod``."""
+        return self.controller_addrs.get(pod) or self.unknown_broker(pod)

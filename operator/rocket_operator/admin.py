@@ -16,24 +16,38 @@ drain progress                            43 GET_ALL_CONSUMER_OFFSET, 30/31 GET_
                                           45 GET_ALL_DELAY_OFFSET (208 GET_CONSUME_STATS as fallback)
 slave caught up                           28 GET_BROKER_RUNTIME_INFO ``commitLogMaxOffset``
 remove a group                            104 UNREGISTER_BROKER on every NameServer
+a broker's actual role (controller mode)  907 GET_BROKER_HA_STATUS
+a group's master, epochs, SyncStateSet    1004 CONTROLLER_GET_REPLICA_INFO to the controller leader
+switch a master (controller mode)         1002 CONTROLLER_ELECT_MASTER ``designateElect=true``
+                                          (``rocket cluster failover``'s code path)
 ========================================  ===============================================
 
 Errors: every method raises :class:`AdminError` (a message naming the request
 and the peer) when a peer cannot be reached or answers with an error.
+
+Signing (RocketMQ ACL): :meth:`ClusterAdmin.with_credentials` gives a view whose every request
+carries ``AccessKey`` and ``Signature`` as ``AclClientRPCHook`` makes them; a pass of a cluster
+with ``spec.security.acl`` uses its admin user's keys. :func:`http_auth_headers` is the same
+credential for the brokers' and NameServers' ``/api/v1`` (HTTP Basic).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket.nameserver import client as ns_client
+from rocket.auth.signature import SessionCredentials
+from rocket.client.admin import Admin
+from rocket.controller.client import ControllerClient, ReplicaInfo
 from rocket.protocol import (
     PERM_READ,
     PERM_WRITE,
+    ClusterInfo,
     RequestCode,
     ResponseCode,
     TopicConfig,
@@ -43,7 +57,7 @@ from rocket.protocol import (
     parse_kv_table,
 )
 from rocket.remoting.client import RemotingClient
-from rocket.remoting.command import RemotingCommand, RemotingCommandError, RemotingError
+from rocket.remoting.command import RemotingCommand, RemotingError
 
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
@@ -152,8 +166,37 @@ class ClusterAdmin:
         """UNREGISTER_BROKER of every ``brokerId -> addr`` of a group on every NameServer."""
         raise NotImplementedError
 
+    async def broker_ha_status(self, broker: str) -> dict[str, Any]:
+        """GET_BROKER_HA_STATUS of ``broker``: ``brokerRole``, ``controllerMode`` (its controller
+        broker id, master epoch, SyncStateSet) and replication figures."""
+        raise NotImplementedError
+
+    async def replica_info(self, controllers: list[str], broker_name: str) -> ReplicaInfo:
+        """The controllers' view of group ``broker_name`` (master id and address, epochs, SyncStateSet)."""
+        raise NotImplementedError
+
+    async def switch_master(self, nameservers: list[str], broker_name: str, broker_id: int) -> dict[str, Any]:
+        """Make controller broker id ``broker_id`` the master of ``broker_name`` through the
+        controllers and wait until it runs as master; returns its HA status."""
+        raise NotImplementedError
+
     async def close(self) -> None:
         """Release connections."""
+
+    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
+        """This admin signing every request with ``credentials`` (RocketMQ ACL; None: unsigned).
+        The default (for admins that sign nothing, such as test fakes) returns ``self``."""
+        return self
+
+
+def http_auth_headers(credentials: SessionCredentials | None) -> dict[str, str]:
+    """The ``Authorization`` header of a broker's or NameServer's ``/api/v1`` request made with the
+    admin (Super) user's keys: ``Basic base64(AccessKey:SecretKey)`` (``rocket.auth.http``);
+    empty without credentials."""
+    if credentials is None:
+        return {}
+    token = base64.b64encode(f"{credentials.access_key}:{credentials.secret_key}".encode()).decode("ascii")
+    return {"Authorization": f"Basic {token}"}
 
 
 _OFFSET_PAIR = re.compile(r"\{[^{}]*\"brokerOffset\"\s*:\s*(-?\d+)[^{}]*\"consumerOffset\"\s*:\s*(-?\d+)[^{}]*\}")
@@ -179,14 +222,29 @@ class RemotingClusterAdmin(ClusterAdmin):
     """
 
     def __init__(self, client: RemotingClient | None = None, *, timeout: float = 3.0,
-                 catch_up_allowance: int = 256 * 1024) -> None:
+                 catch_up_allowance: int = 256 * 1024, credentials: SessionCredentials | None = None) -> None:
         self.client = client or RemotingClient(connect_timeout=min(timeout, 2.0))
         self.timeout = timeout
         self.catch_up_allowance = catch_up_allowance
+        #: What every request is signed with (``AclClientRPCHook``), None: unsigned.
+        self.credentials = credentials
+
+    def with_credentials(self, credentials: SessionCredentials | None) -> RemotingClusterAdmin:
+        """A view sharing this admin's connections whose requests are signed with ``credentials``
+        (one operator serves clusters with different admin keys). Closing the view closes them."""
+        view = copy.copy(self)
+        view.credentials = credentials
+        return view
+
+    def http_headers(self) -> dict[str, str]:
+        """:func:`http_auth_headers` of this admin's credentials (for ``/api/v1`` calls)."""
+        return http_auth_headers(self.credentials)
 
     async def _call(self, addr: str, code: int, ext: Mapping[str, str] | None = None, body: bytes = b"",
                     accept: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         request = RemotingCommand(code=int(code), ext_fields=dict(ext or {}), body=body)
+        if self.credentials is not None:
+            self.credentials.sign(request)
         try:
             response = await self.client.invoke(addr, request, self.timeout)
         except (RemotingError, OSError, TimeoutError) as exc:
@@ -201,8 +259,9 @@ class RemotingClusterAdmin(ClusterAdmin):
 
         async def one(addr: str) -> None:
             try:
-                info = await ns_client.get_cluster_info(self.client, addr, self.timeout)
-            except (RemotingError, OSError, TimeoutError, ValueError):
+                response = await self._call(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+                info = ClusterInfo.from_json(response.body)
+            except (AdminError, ValueError):
                 result.unreachable.append(addr)
                 return
             members = set(info.cluster_addr_table.get(cluster_name, []))
@@ -424,16 +483,55 @@ class RemotingClusterAdmin(ClusterAdmin):
         calls = []
         for ns in nameservers:
             for broker_id, addr in brokers.items():
-                calls.append(ns_client.unregister_broker(
-                    self.client, ns, cluster_name=cluster_name, broker_name=broker_name, broker_addr=addr,
-                    broker_id=broker_id, timeout=self.timeout))
+                ext = {"brokerName": broker_name, "brokerAddr": addr, "clusterName": cluster_name,
+                       "brokerId": str(broker_id)}  # UnRegisterBrokerRequestHeader
+                calls.append(self._call(ns, RequestCode.UNREGISTER_BROKER, ext))
         results = await asyncio.gather(*calls, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             first = errors[0]
-            if isinstance(first, RemotingCommandError | RemotingError | OSError | TimeoutError):
+            if isinstance(first, AdminError):
                 raise AdminError(f"UNREGISTER_BROKER of {broker_name}: {first}") from first
             raise first
+
+    async def broker_ha_status(self, broker: str) -> dict[str, Any]:
+        """907 with ``format=rocketcluster`` (the JSON ``rocket cluster ha`` prints). Raises
+        :class:`AdminError` when the broker cannot be reached, refuses, or answers no JSON object."""
+        response = await self._call(broker, RequestCode.GET_BROKER_HA_STATUS, {"format": "rocketcluster"})
+        try:
+            obj = loads_lenient(response.body) if response.body else None
+        except ValueError as exc:
+            raise AdminError(f"GET_BROKER_HA_STATUS from {broker}: bad body: {exc}") from exc
+        if not isinstance(obj, dict):
+            raise AdminError(f"GET_BROKER_HA_STATUS from {broker}: no status object")
+        return obj
+
+    async def replica_info(self, controllers: list[str], broker_name: str) -> ReplicaInfo:
+        """1004 CONTROLLER_GET_REPLICA_INFO through :class:`rocket.controller.client.ControllerClient`
+        (leader found with 1005 GET_METADATA_INFO, redirects followed for up to ``timeout``).
+        Raises :class:`AdminError` when no controller leads or the group is unknown to them (2008)."""
+        controller = ControllerClient(controllers, client=self.client, timeout=self.timeout,
+                                      redirect_timeout=self.timeout)
+        try:
+            return await controller.get_replica_info(broker_name)
+        except (RemotingError, OSError, TimeoutError, ValueError) as exc:
+            raise AdminError(f"CONTROLLER_GET_REPLICA_INFO of {broker_name} from {controllers}: {exc}") from exc
+
+    async def switch_master(self, nameservers: list[str], broker_name: str, broker_id: int) -> dict[str, Any]:
+        """What ``rocket cluster failover --broker-name N --broker-id I`` does
+        (:meth:`rocket.client.admin.Admin.failover`): the group's brokers from the NameServers
+        (106), their HA status (907), then CONTROLLER_ELECT_MASTER (1002, ``designateElect=true``)
+        to the controller leader named in their ``controllerAddr``, and a wait (up to 20 s) until
+        the chosen broker runs as master. Returns its HA status. Raises :class:`AdminError` when
+        the group or broker is unknown, the controller refuses (e.g. 2012: not an alive
+        SyncStateSet member) or the broker does not switch in time."""
+        admin = Admin(";".join(nameservers), timeout=self.timeout, credentials=self.credentials)
+        try:
+            return await admin.failover(broker_name, broker_id=broker_id)
+        except (KeyError, RemotingError, OSError, TimeoutError, ValueError) as exc:
+            raise AdminError(f"master switch of {broker_name} to broker {broker_id}: {exc}") from exc
+        finally:
+            await admin.close()
 
     async def close(self) -> None:
         """Close every connection."""

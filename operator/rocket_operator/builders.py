@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rocket_operator import names
+from rocket_operator import names, security
 from rocket_operator.spec import (
     BROKER_HA_PORT,
     BROKER_HTTP_PORT,
     BROKER_PORT,
+    CONTROLLER_PORT,
+    CONTROLLER_REPLICAS,
     NAMESERVER_HTTP_PORT,
     NAMESERVER_PORT,
     AnalyticsJobSpec,
@@ -225,6 +227,12 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
         }]}},
         **_pod_scheduling(spec),
     }
+    security.add_to_nameserver(pod_spec, container, cluster, spec.security)
+    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
+    ns_config = build_nameserver_configmap(owner, spec)
+    if ns_config is not None:  # a settings change rolls the NameServers
+        template["metadata"]["annotations"] = {
+            names.ANNOTATION_CONFIG_HASH: config_hash(json.dumps(ns_config["data"], sort_keys=True))}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -233,7 +241,7 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
             "replicas": spec.name_server.replicas,
             "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": template,
         },
     }
 
@@ -259,6 +267,18 @@ def nameserver_dns(namespace: str, cluster: str) -> str:
     return f"{names.nameserver_headless(cluster)}.{namespace}.svc:{NAMESERVER_PORT}"
 
 
+def controller_dns(namespace: str, cluster: str, index: int) -> str:
+    """``host:port`` of controller pod ``index`` (its stable DNS name under the controllers' headless
+    Service: ``<cluster>-controller-<i>.<cluster>-controller.<ns>.svc:9878``)."""
+    return f"{names.controller_pod(cluster, index)}.{names.controller(cluster)}.{namespace}.svc:{CONTROLLER_PORT}"
+
+
+def controller_addr(namespace: str, cluster: str) -> str:
+    """A broker's ``controllerAddr``: every controller's :func:`controller_dns`, ``;``-separated
+    (RocketMQ's ``BrokerConfig.controllerAddr`` format)."""
+    return ";".join(controller_dns(namespace, cluster, i) for i in range(CONTROLLER_REPLICAS))
+
+
 # -- broker ---------------------------------------------------------------------------------
 
 def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
@@ -268,7 +288,9 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
     address) come first in precedence order; ``spec.broker.config`` may add
     keys but cannot override ``brokerClusterName``, ``namesrvAddr`` or ports.
     Per-pod values (``brokerName``, ``brokerId``, ``brokerRole`` of slaves) are
-    given on the command line.
+    given on the command line. With ``failover: Controller`` the operator also
+    owns ``enableControllerMode=true`` and ``controllerAddr`` (:func:`controller_addr`),
+    and writes no ``brokerRole`` (the controllers choose the roles).
     """
     fixed = {
         "brokerClusterName": owner.name,
@@ -276,6 +298,7 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
         "listenPort": str(BROKER_PORT),
         "haListenPort": str(BROKER_HA_PORT),
         "storePathRootDir": STORE_MOUNT,
+        **security.broker_settings(spec.security),
     }
     merged = {
         "brokerRole": spec.broker.broker_role,
@@ -283,6 +306,9 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
         **spec.broker.config,
         **fixed,
     }
+    if spec.broker.controller_mode:
+        merged.pop("brokerRole", None)
+        merged.update({"enableControllerMode": "true", "controllerAddr": controller_addr(owner.namespace, owner.name)})
     return "".join(f"{key}={merged[key]}\n" for key in sorted(merged))
 
 
@@ -302,6 +328,28 @@ def build_broker_configmap(owner: Owner, spec: ClusterSpec) -> Manifest:
     }
 
 
+def build_nameserver_configmap(owner: Owner, spec: ClusterSpec) -> Manifest | None:
+    """ConfigMap ``<cluster>-nameserver-config`` (``nameserver.json``, the ACL and TLS settings) when
+    ACL or TLS is on, else None (the NameServer then runs on its defaults)."""
+    if not spec.security.any:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(owner, security.nameserver_config(owner.name),
+                          names.base_labels(owner.name, names.COMPONENT_NAMESERVER)),
+        "data": {security.NAMESERVER_CONFIG_FILE: security.nameserver_config_json(spec.security)},
+    }
+
+
+def build_network_policies(owner: Owner, spec: ClusterSpec) -> list[Manifest]:
+    """The cluster's NetworkPolicies (:func:`rocket_operator.security.network_policies`)."""
+    return security.network_policies(
+        lambda name, component: _meta(owner, name, names.base_labels(owner.name, component)), owner.name,
+        spec.security, nameserver_port=NAMESERVER_PORT, nameserver_http_port=NAMESERVER_HTTP_PORT,
+        broker_port=BROKER_PORT, broker_ha_port=BROKER_HA_PORT, broker_http_port=BROKER_HTTP_PORT)
+
+
 def build_broker_headless_service(owner: Owner) -> Manifest:
     """Headless Service governing every broker StatefulSet: pod DNS ``<pod>.<cluster>-broker.<ns>.svc``.
 
@@ -313,18 +361,21 @@ def build_broker_headless_service(owner: Owner) -> Manifest:
                     {"clusterIP": "None", "publishNotReadyAddresses": True})
 
 
-def broker_command(owner: Owner, broker_id: int) -> list[str]:
+def broker_command(owner: Owner, broker_id: int, controller_mode: bool = False) -> list[str]:
     """The broker container's command: brokerName from the pod's ordinal (``${HOSTNAME##*-}``).
 
     A StatefulSet pod's hostname is its name, ``<sts>-<ordinal>``; ordinal i is
     broker group i, so the pod runs ``rocket broker --name <cluster>-broker-<i>``.
-    Slaves run with ``brokerRole=SLAVE``.
+    Manual failover: ``--broker-id`` of the StatefulSet, slaves with ``brokerRole=SLAVE``.
+    ``controller_mode``: neither (the broker applies for an id and learns its role from the
+    controllers, ``enableControllerMode`` in ``broker.conf``).
     """
-    role = "" if broker_id == 0 else " --role SLAVE"
+    role = "" if broker_id == 0 or controller_mode else " --role SLAVE"
+    identity = "" if controller_mode else f"--broker-id {broker_id} "
     script = (
         'ordinal="${HOSTNAME##*-}"; '
         f'exec python -m rocket.cli broker --name "{owner.name}-broker-$ordinal" --cluster {owner.name} '
-        f"--broker-id {broker_id} --port {BROKER_PORT} --http-port {BROKER_HTTP_PORT} "
+        f"{identity}--port {BROKER_PORT} --http-port {BROKER_HTTP_PORT} "
         f"--namesrv {nameserver_dns(owner.namespace, owner.name)} --store-dir {STORE_MOUNT} "
         f'--ip "$POD_IP" --config {CONFIG_MOUNT}/{CONFIG_FILE}{role}'
     )
@@ -373,12 +424,15 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
     role = "master" if broker_id == 0 else "slave"
     labels = {**names.base_labels(cluster, names.COMPONENT_BROKER),
               names.LABEL_BROKER_ID: str(broker_id), names.LABEL_ROLE: role}
+    # with failover: Controller the StatefulSet is a replica slot, not a role: pods carry no role label
+    pod_labels = {k: v for k, v in labels.items() if k != names.LABEL_ROLE} if spec.broker.controller_mode \
+        else labels
     selector = names.broker_selector(cluster, broker_id)
     container: dict[str, Any] = {
         "name": "broker",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": broker_command(owner, broker_id),
+        "command": broker_command(owner, broker_id, spec.broker.controller_mode),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -408,6 +462,7 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
         "volumes": [{"name": "config", "configMap": {"name": names.broker_config(cluster)}}, _tmp_volume()],
         **_pod_scheduling(spec),
     }
+    security.add_to_pod(pod_spec, container, cluster, spec.security)
     affinity = _broker_affinity(owner, spec, caps)
     if affinity:
         pod_spec["affinity"] = affinity
@@ -429,7 +484,7 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": labels, "annotations": {names.ANNOTATION_CONFIG_HASH: conf_hash}},
+                "metadata": {"labels": pod_labels, "annotations": {names.ANNOTATION_CONFIG_HASH: conf_hash}},
                 "spec": pod_spec,
             },
             "volumeClaimTemplates": [{
@@ -505,9 +560,27 @@ def analytics_output_volume(job: AnalyticsJobSpec) -> tuple[dict[str, Any], dict
     return volume, mount
 
 
+#: uid/gid of the analytics image's ``spark`` user (images/analytics/Dockerfile).
+SPARK_RUN_AS = 185
+
+
+def spark_pod_security() -> dict[str, Any]:
+    """``podSecurityContext`` and ``securityContext`` of the Spark driver and executor pods: the
+    restricted Pod Security Standard (non-root uid 185, RuntimeDefault seccomp, no privilege
+    escalation, no capabilities). The root filesystem stays writable: Spark writes its scratch
+    space and ``work-dir`` there."""
+    return {
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": SPARK_RUN_AS, "runAsGroup": SPARK_RUN_AS,
+                               "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+
+
 def _spark_pod(resources: SparkPodResources, labels: Mapping[str, str], *, executor: bool,
                service_account: str | None) -> dict[str, Any]:
-    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels)}
+    pod: dict[str, Any] = {"cores": resources.cores, "memory": resources.memory, "labels": dict(labels),
+                           **spark_pod_security()}
     if executor:
         pod["instances"] = resources.instances
     if service_account:
@@ -608,7 +681,10 @@ def desired_children(owner: Owner, spec: ClusterSpec, statefulset_replicas: int 
     """
     caps = caps or Capabilities()
     replicas = spec.broker.groups if statefulset_replicas is None else statefulset_replicas
+    ns_config = build_nameserver_configmap(owner, spec)
     children = [
+        *([ns_config] if ns_config else []),
+        *build_network_policies(owner, spec),
         build_broker_configmap(owner, spec),
         build_nameserver_service(owner),
         build_nameserver_headless_service(owner),

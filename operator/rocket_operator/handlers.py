@@ -13,6 +13,7 @@
   (the daemon waits on kopf's stop flag between passes).
 * ``on.delete`` (optional, no finalizer): forget in-memory state. Children go
   by garbage collection through their owner references.
+* RocketUser resources have handlers of their own (:mod:`rocket_operator.user_handlers`).
 * SparkApplications and ScheduledSparkApplications of a cluster's analytics jobs
   (and the runs the Spark operator makes of them) are watched by
   :class:`rocket_operator.watch.SparkWatch`, in each namespace where a pass
@@ -36,7 +37,7 @@ from typing import Any
 
 import kopf
 
-from rocket_operator import metrics, names
+from rocket_operator import metrics, names, user_handlers  # noqa: F401  (registers the RocketUser handlers)
 from rocket_operator.addresses import AddressResolver, DnsAddressResolver, StaticAddressResolver
 from rocket_operator.admin import ClusterAdmin, RemotingClusterAdmin
 from rocket_operator.kube import Credentials, KubeClient
@@ -199,7 +200,9 @@ async def drive(body: kopf.Body, namespace: str | None, name: str, uid: str, log
     pass is counted in metrics and retried after ``RECHECK_SECONDS``.
     """
     while not stopped:
-        st = state()
+        if _STATE is None:  # the operator is stopping: cleanup ran before kopf stopped this daemon
+            return
+        st = _STATE
         if st.http is not None:
             st.http.beat()
         wait = st.due.get(uid, 0.0) - time.monotonic()

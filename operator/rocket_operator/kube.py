@@ -35,6 +35,7 @@ _RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Pod"): ("pods", True),
     ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
     ("v1", "Event"): ("events", True),
+    ("v1", "Secret"): ("secrets", True),
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apps/v1", "StatefulSet"): ("statefulsets", True),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
@@ -44,6 +45,9 @@ _RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     (names.SPARK_API_VERSION, names.SPARK_APPLICATION): (names.SPARK_PLURALS[names.SPARK_APPLICATION], True),
     (names.SPARK_API_VERSION, names.SCHEDULED_SPARK_APPLICATION):
         (names.SPARK_PLURALS[names.SCHEDULED_SPARK_APPLICATION], True),
+    # spec.security and RocketUser
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("networkpolicies", True),
+    (names.API_VERSION, names.USER_KIND): (names.USER_PLURAL, True),
 }
 
 

@@ -11,6 +11,11 @@ For a RocketCluster ``c``:
 ``c-broker-slave-k`` (k = 1..replicas)     StatefulSet of the k-th slave of every group
 ``c-broker-i``                             ``brokerName`` of group i (RocketMQ's broker group)
 ``store-<pod>``                            PVC of a broker pod (volumeClaimTemplate ``store``)
+``c-controller``                           ``failover: Controller``: the controllers' StatefulSet,
+                                           their headless Service and PDB
+``c-controller-<i>`` (i = 0..2)            controller pods (``rocket controller``, a Raft peer each)
+``c-controller-secret``                    Secret holding the controllers' Raft password
+``data-<controller pod>``                  PVC of a controller pod (volumeClaimTemplate ``data``)
 ``c-<job>``                                SparkApplication / ScheduledSparkApplication of the
                                            analytics job ``<job>`` (shortened with a hash when
                                            too long, see :func:`analytics_application`)
@@ -27,6 +32,9 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "RocketCluster"
 PLURAL = "rocketclusters"
+#: The RocketUser resource: a user (and its ACL) on a RocketCluster's brokers.
+USER_KIND = "RocketUser"
+USER_PLURAL = "rocketusers"
 
 #: The field manager of every server-side apply the operator makes.
 FIELD_MANAGER = "rocket-operator"
@@ -51,6 +59,11 @@ LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 COMPONENT_NAMESERVER = "nameserver"
 COMPONENT_BROKER = "broker"
 COMPONENT_ANALYTICS = "analytics"
+COMPONENT_CONTROLLER = "controller"
+#: volumeClaimTemplate of the controller pods (Raft journal and snapshot).
+CONTROLLER_DATA_VOLUME = "data"
+#: Key of the Raft password in the controller Secret.
+CONTROLLER_SECRET_KEY = "raft-secret"
 
 #: The Spark operator's API (kubeflow spark-operator) and the kinds the operator creates there.
 SPARK_GROUP = "sparkoperator.k8s.io"
@@ -102,6 +115,21 @@ def broker_statefulset(cluster: str, broker_id: int) -> str:
 def broker_pod(cluster: str, broker_id: int, group: int) -> str:
     """Pod name of brokerId ``broker_id`` in broker group ``group`` (StatefulSet ordinal = group)."""
     return f"{broker_statefulset(cluster, broker_id)}-{group}"
+
+
+def controller(cluster: str) -> str:
+    """Name of the controllers' StatefulSet, headless Service and PDB (``failover: Controller``)."""
+    return f"{cluster}-controller"
+
+
+def controller_pod(cluster: str, index: int) -> str:
+    """Pod name of controller ``index`` (StatefulSet ordinal)."""
+    return f"{controller(cluster)}-{index}"
+
+
+def controller_secret(cluster: str) -> str:
+    """Name of the Secret holding the controllers' Raft password (key :data:`CONTROLLER_SECRET_KEY`)."""
+    return f"{cluster}-controller-secret"
 
 
 def broker_name(cluster: str, group: int) -> str:

@@ -8,6 +8,9 @@ the outcome, in this order (as Strimzi's ``KafkaReconciler`` chains its steps):
    fresh from the API server (``status`` is the memory of long operations) and its
    broker StatefulSets. An invalid spec is reported, not built; the
    ``rocket.dev/paused`` annotation stops the pass there;
+   then **security** (:func:`~rocket_operator.security_step.reconcile_security`): the admin
+   credentials and TLS Secrets of ``spec.security``; every later remoting call is signed with
+   the admin keys;
 2. **plan** (:func:`~rocket_operator.steps.plan_brokers`, pure): the broker
    StatefulSets' size (a scale-in keeps draining groups) and the drain records;
 3. **apply children** (:func:`~rocket_operator.steps.apply_children`): server-side
@@ -16,7 +19,10 @@ the outcome, in this order (as Strimzi's ``KafkaReconciler`` chains its steps):
 4. **analytics** (:func:`~rocket_operator.steps.run_analytics`): the analytics jobs'
    (Scheduled)SparkApplications; its failures never stop the rest of the pass;
 5. **observe members** (:func:`~rocket_operator.steps.observe_members`): pods, PVCs,
-   the NameServers' view of the brokers (``GET_BROKER_CLUSTER_INFO``);
+   the NameServers' view of the brokers (``GET_BROKER_CLUSTER_INFO``); with
+   ``failover: Controller`` the controllers first (:func:`~rocket_operator.steps.apply_controllers`,
+   after step 3) and each group's actual master, epochs and SyncStateSet
+   (:func:`~rocket_operator.steps.observe_roles`);
 6. **claims** (:func:`~rocket_operator.steps.own_claims`): PVC ownership;
 7. **broker groups** (:func:`~rocket_operator.steps.sync_groups`): registration,
    metadata copy to new groups (scale-out), topics from the spec;
@@ -39,9 +45,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket_operator import conditions, metrics, status, steps
+from rocket_operator import conditions, metrics, security_step, status, steps
 from rocket_operator.kube import ApiError
-from rocket_operator.spec import SpecError, parse_spec
+from rocket_operator.spec import CONTROLLER_REPLICAS, SpecError, parse_spec
 from rocket_operator.steps import Context, Event, Observed, Part
 
 __all__ = ["Context", "Outcome", "merge_patch_diff", "reconcile"]
@@ -90,16 +96,25 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         return outcome
 
     now = datetime.datetime.now(datetime.UTC)
+    secured = await security_step.reconcile_security(
+        ctx, seen, spec, now, getattr(ctx.resolver, "cluster_domain", "cluster.local"))
+    outcome.add(secured)
+    ctx = secured.signed(ctx)
     plan = steps.plan_brokers(seen, spec, now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     outcome.add(await steps.apply_children(ctx, seen, spec, plan.replicas))
+    outcome.add(await steps.apply_controllers(ctx, seen, spec))
     analytics = await steps.run_analytics(ctx, seen, spec)
     outcome.add(analytics)
     outcome.spark_served = analytics.spark_served
     members = await steps.observe_members(ctx, seen)
     outcome.add(members)
+    outcome.add(await steps.observe_roles(ctx, seen, spec, plan.replicas, members))
     outcome.add(await steps.own_claims(ctx, seen, spec, members.pvcs))
     groups = await steps.sync_groups(ctx, seen, spec, plan, members)
     outcome.add(groups)
+    for entry in groups.entries:
+        if entry["index"] in members.roles:
+            entry.update(members.roles[entry["index"]].status_fields())
     drains = await steps.drain_groups(ctx, seen, spec, plan, members, now)
     outcome.add(drains)
     rolled = await steps.roll_brokers(ctx, seen, spec, plan, members, groups.entries)
@@ -111,7 +126,14 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         nameservers_ready=members.nameservers_ready, groups=groups.entries, drain=drains.records,
         outdated=rolled.outdated, unobserved=rolled.unobserved, rollout=rolled.status,
         analytics_entries=analytics.entries, analytics_condition=analytics.condition), outcome.waiting)
+    if spec.broker.controller_mode:
+        report.fields["controllersReady"] = f"{members.controllers_ready}/{CONTROLLER_REPLICAS}"
+    else:
+        report.fields["controllersReady"] = None
     outcome.waiting.extend(report.waiting)
+    report.fields["security"] = secured.status
+    if secured.condition is not None:
+        report.conditions.append(secured.condition)
     outcome.phase = report.phase
     metrics.CLUSTER_PHASE.labels(namespace, name).state(outcome.phase)
     await _write_status(ctx, seen, report.fields, report.conditions)

@@ -21,11 +21,18 @@ gate of :func:`next_restart` is open, in this order:
 
 :func:`update_revisions` and :func:`unobserved` read what the decision needs from
 the StatefulSets.
+
+This is the order and the gates of ``spec.broker.failover: Manual``, where the
+brokerId-0 StatefulSet holds the masters. With ``failover: Controller`` the
+controllers choose the roles: :func:`next_restart` then gets the order by actual
+role and, as its last gate, every group settled in its SyncStateSet
+(:mod:`rocket_operator.failover`), and a master is switched away before its pod
+is deleted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +97,8 @@ class RolloutDecision:
 
 
 def next_restart(pods: Sequence[PodView], update_revisions: Mapping[int, str], expected: Mapping[int, int],
-                 slaves_caught_up: bool | None, *, unregistered: Sequence[str] = (), lagging: str = ""
-                 ) -> RolloutDecision:
+                 slaves_caught_up: bool | None, *, unregistered: Sequence[str] = (), lagging: str = "",
+                 order: Callable[[Sequence[PodView]], list[PodView]] = restart_order) -> RolloutDecision:
     """Decide the next pod to delete (the gates of the module doc, in order).
 
     ``update_revisions``: brokerId -> the StatefulSet's ``status.updateRevision``
@@ -102,11 +109,13 @@ def next_restart(pods: Sequence[PodView], update_revisions: Mapping[int, str], e
     has caught up with its master; True when the cluster has no slaves; None when
     not checked yet, which yields ``check_slaves`` (and no deletion) once every
     other gate is open. ``lagging``: why the slaves have not caught up (the
-    waiting reason when ``slaves_caught_up`` is False).
+    waiting reason when ``slaves_caught_up`` is False). ``order``: the restart order
+    (:func:`restart_order` by brokerId; ``failover: Controller`` passes one by actual role,
+    :func:`rocket_operator.failover.restart_order`).
     """
     outdated = [p for p in pods if update_revisions.get(p.broker_id) and p.revision
                 and p.revision != update_revisions[p.broker_id]]
-    names_out = tuple(p.name for p in restart_order(outdated))
+    names_out = tuple(p.name for p in order(outdated))
     if not outdated:
         return RolloutDecision((), None, "")
     why = _pods_not_settled(pods, expected)
@@ -118,7 +127,7 @@ def next_restart(pods: Sequence[PodView], update_revisions: Mapping[int, str], e
         why = lagging or "waiting for slaves to catch up with their masters"
     if why:
         return RolloutDecision(names_out, None, why)
-    return RolloutDecision(names_out, restart_order(outdated)[0], "")
+    return RolloutDecision(names_out, order(outdated)[0], "")
 
 
 def _pods_not_settled(pods: Sequence[PodView], expected: Mapping[int, int]) -> str:

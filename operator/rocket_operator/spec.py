@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocket_operator.security import SecuritySpec, SecuritySpecError, parse_security
+
 DEFAULT_IMAGE = "rocketcluster/rocket:0.1.0"
 
 #: Remoting and HTTP ports inside the pods (RocketMQ's defaults for remoting).
@@ -24,6 +26,12 @@ NAMESERVER_HTTP_PORT = 9877
 BROKER_PORT = 10911
 BROKER_HA_PORT = 10912
 BROKER_HTTP_PORT = 10913
+#: Remoting, HTTP and Raft ports of a controller pod (RocketMQ's controller port 9878; ``rocket controller``).
+CONTROLLER_PORT = 9878
+CONTROLLER_HTTP_PORT = 9879
+CONTROLLER_RAFT_PORT = 9880
+#: Controllers per cluster with ``spec.broker.failover: Controller`` (a Raft majority survives one loss).
+CONTROLLER_REPLICAS = 3
 
 #: ``metadata.annotations`` key that stops reconciliation while its value is "true".
 PAUSED_ANNOTATION = "rocket.dev/paused"
@@ -34,6 +42,9 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 ANTI_AFFINITY_MODES = ("Required", "Preferred", "None")
 DRAIN_ON_TIMEOUT = ("Hold", "Force")
 TOPIC_PERMS = (2, 4, 6)
+#: ``spec.broker.failover``: Controller (RocketMQ 5 controller mode: 3 controllers elect each group's
+#: master) or Manual (fixed roles by brokerId; a dead master is replaced with ``rocket cluster failover``).
+FAILOVER_MODES = ("Controller", "Manual")
 #: The analytics jobs a RocketCluster can run (``rocket.analytics.jobs.<job>``).
 ANALYTICS_JOBS = ("traffic", "logs")
 CONCURRENCY_POLICIES = ("Allow", "Forbid", "Replace")
@@ -100,7 +111,10 @@ class StorageSpec:
 
 @dataclass(frozen=True, slots=True)
 class BrokerSpec:
-    """``spec.broker``: groups (masters), slaves per master, roles, storage and extra config."""
+    """``spec.broker``: groups, slaves per group, roles, storage, extra config, ``failover`` (one of
+    :data:`FAILOVER_MODES`) and ``clientRouteRefreshSeconds`` (how often producers re-read routes,
+    RocketMQ clients' ``pollNameServerInterval``; a rolling restart with ``failover: Controller``
+    waits that long between making one group writable again and the next one read-only)."""
 
     groups: int = 2
     replicas_per_group: int = 1
@@ -110,6 +124,13 @@ class BrokerSpec:
     resources: Resources = field(default_factory=Resources)
     config: dict[str, str] = field(default_factory=dict)
     termination_grace_period_seconds: int = 120
+    failover: str = "Controller"
+    client_route_refresh_seconds: int = 30
+
+    @property
+    def controller_mode(self) -> bool:
+        """True with ``failover: Controller``: roles come from the controllers, not from brokerId."""
+        return self.failover == "Controller"
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +252,7 @@ class ClusterSpec:
     drain: DrainSpec = field(default_factory=DrainSpec)
     topics: tuple[TopicSpec, ...] = ()
     analytics: AnalyticsSpec = field(default_factory=AnalyticsSpec)
+    security: SecuritySpec = field(default_factory=SecuritySpec)
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:
@@ -459,6 +481,8 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
         resources=_resources(br.get("resources"), "spec.broker.resources"),
         config=_str_map(br.get("config"), "spec.broker.config"),
         termination_grace_period_seconds=_int(br, "terminationGracePeriodSeconds", 120, 10, 3600, "spec.broker"),
+        failover=_enum(br, "failover", "Controller", FAILOVER_MODES, "spec.broker"),
+        client_route_refresh_seconds=_int(br, "clientRouteRefreshSeconds", 30, 0, 600, "spec.broker"),
     )
 
     sc = _obj(root.get("scheduling"), "spec.scheduling")
@@ -494,8 +518,13 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
                                 perm=_enum(t, "perm", 6, TOPIC_PERMS, f"spec.topics[{i}]")))
 
     analytics = _analytics(_obj(root.get("analytics"), "spec.analytics"))
+    try:
+        security = parse_security(root.get("security"))
+    except SecuritySpecError as exc:
+        raise SpecError(str(exc)) from None
     return ClusterSpec(image=image, image_pull_policy=pull, name_server=name_server, broker=broker,
-                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics=analytics)
+                       scheduling=scheduling, drain=drain, topics=tuple(topics), analytics=analytics,
+                       security=security)
 
 
 def is_paused(annotations: Mapping[str, str] | None) -> bool:

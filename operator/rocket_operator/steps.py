@@ -14,6 +14,9 @@ a step that must wait says so in ``waiting`` and the next pass carries on from
 :func:`observe_cluster`    the RocketCluster and its broker StatefulSets
 :func:`plan_brokers`       broker StatefulSets' size and drain records (pure, :func:`drain.plan`)
 :func:`apply_children`     server-side apply of every child; slave StatefulSets no longer wanted deleted
+:func:`apply_controllers`  ``failover: Controller``: the Raft secret (created once), the controllers
+:func:`observe_roles`      ``failover: Controller``: each group's master, epochs and SyncStateSet
+                           from the controllers, each pod's actual role from its broker
 :func:`run_analytics`      the analytics jobs' (Scheduled)SparkApplications; never stops the pass
 :func:`observe_members`    pods, PVCs, the NameServers' registration table (``GET_BROKER_CLUSTER_INFO``)
 :func:`own_claims`         PVC owner references (``deleteClaim.onDelete``)
@@ -37,12 +40,12 @@ from typing import Any
 
 import aiohttp
 
-from rocket_operator import analytics, builders, conditions, drain, metrics, names, rollout
+from rocket_operator import analytics, builders, conditions, controllers, drain, failover, metrics, names, rollout
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, Registration
 from rocket_operator.builders import Capabilities, Owner
-from rocket_operator.kube import ApiError, KubeClient
-from rocket_operator.spec import ClusterSpec, is_paused
+from rocket_operator.kube import ApiError, KubeClient, resource_path
+from rocket_operator.spec import CONTROLLER_REPLICAS, ClusterSpec, is_paused
 
 log = logging.getLogger("rocket_operator")
 
@@ -105,6 +108,9 @@ class Observed:
     annotations: Mapping[str, str] | None
     statefulsets: dict[int, dict[str, Any]]
     statefulset_names: set[str]
+    #: ``failover: Controller``: group index -> remoting address of the pod the controllers made
+    #: master (:func:`observe_roles`); groups missing here use the brokerId 0 pod
+    masters: dict[int, str] = field(default_factory=dict)
 
     @property
     def owner(self) -> Owner:
@@ -328,6 +334,10 @@ class Members(Part):
     nameservers_ready: int = 0
     broker_pods: list[rollout.PodView] = field(default_factory=list)
     registration: Registration = field(default_factory=Registration)
+    #: controller pods Ready (``failover: Controller``)
+    controllers_ready: int = 0
+    #: ``failover: Controller``: group index -> its :class:`failover.GroupState` (:func:`observe_roles`)
+    roles: dict[int, failover.GroupState] = field(default_factory=dict)
 
     def group_pods(self, index: int) -> list[rollout.PodView]:
         """The pods of broker group ``index``, by brokerId."""
@@ -344,6 +354,9 @@ async def observe_members(ctx: Context, seen: Observed) -> Members:
         1 for p in pods if (p["metadata"].get("labels") or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_NAMESERVER
         and rollout.pod_ready(p))
     members.broker_pods = [v for v in (rollout.pod_view(p) for p in pods) if v is not None]
+    members.controllers_ready = sum(
+        1 for p in pods if (p["metadata"].get("labels") or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_CONTROLLER
+        and rollout.pod_ready(p))
     members.nameservers = await ctx.resolver.nameservers(seen.ref)
     if members.nameservers:
         try:
@@ -356,6 +369,12 @@ async def observe_members(ctx: Context, seen: Observed) -> Members:
 
 def _pod_addr(ctx: Context, seen: Observed, broker_id: int, group: int) -> str:
     return ctx.resolver.broker(seen.ref, names.broker_pod(seen.name, broker_id, group))
+
+
+def _master_addr(ctx: Context, seen: Observed, group: int) -> str:
+    """The address of group ``group``'s master: the pod the controllers chose (``failover:
+    Controller``, when known), else the brokerId 0 pod."""
+    return seen.masters.get(group) or _pod_addr(ctx, seen, 0, group)
 
 
 # -- claims ----------------------------------------------------------------------------------------
@@ -453,7 +472,7 @@ async def _sync_group(ctx: Context, seen: Observed, spec: ClusterSpec, entry: di
         elif source is not None:
             source_name = names.broker_name(seen.name, source)
             try:
-                copied = await ctx.admin.copy_metadata(_pod_addr(ctx, seen, 0, source), _pod_addr(ctx, seen, 0, index),
+                copied = await ctx.admin.copy_metadata(_master_addr(ctx, seen, source), _master_addr(ctx, seen, index),
                                                        exclude)
             except AdminError as exc:
                 part.waiting.append(f"copying topics to {bname}: {exc}")
@@ -464,7 +483,7 @@ async def _sync_group(ctx: Context, seen: Observed, spec: ClusterSpec, entry: di
                                                            f"subscription groups from {source_name}"))
     if entry["registered"] and entry["metadataSynced"] and entry["topicsDigest"] != digest:
         try:
-            await ctx.admin.create_topics(_pod_addr(ctx, seen, 0, index),
+            await ctx.admin.create_topics(_master_addr(ctx, seen, index),
                                           [(t.name, t.queues, t.perm) for t in spec.topics])
         except AdminError as exc:
             part.waiting.append(f"creating spec topics on {bname}: {exc}")
@@ -493,7 +512,7 @@ async def drain_groups(ctx: Context, seen: Observed, spec: ClusterSpec, plan: dr
             continue
         try:
             await ctx.admin.set_write_permission(members.nameservers, rec["brokerName"],
-                                                 [_pod_addr(ctx, seen, 0, int(rec["index"]))], True)
+                                                 [_master_addr(ctx, seen, int(rec["index"]))], True)
             part.events.append(("Normal", "DrainCancelled", f"{rec['brokerName']} is writable again"))
         except AdminError as exc:
             part.records[int(rec["index"])] = rec  # keep trying
@@ -528,7 +547,7 @@ async def _drive_drain(ctx: Context, seen: Observed, spec: ClusterSpec, members:
         step = drain.advance(rec, observed, spec.drain, now, delete_claims)
         if step.need is None:
             return step
-        master = _pod_addr(ctx, seen, 0, index)
+        master = _master_addr(ctx, seen, index)
         try:
             if step.need == drain.WIPE_WRITE_PERMISSION:
                 await ctx.admin.set_write_permission(members.nameservers, bname, [master], False)
@@ -584,6 +603,9 @@ async def roll_brokers(ctx: Context, seen: Observed, spec: ClusterSpec, plan: dr
     kept_pods = [p for p in members.broker_pods if p.group < active and p.broker_id in revisions]
     expected = {bid: active for bid in revisions}
     unregistered = [g["name"] for g in groups if g["state"] == "Active" and not g["registered"]]
+    if spec.broker.controller_mode:
+        return await _roll_by_actual_role(ctx, seen, spec, members, part, kept_pods, revisions, expected,
+                                          unregistered)
     decision = rollout.next_restart(kept_pods, revisions, expected, None if slaves else True,
                                     unregistered=unregistered)
     if decision.check_slaves:
@@ -619,3 +641,208 @@ async def _slaves_caught_up(ctx: Context, seen: Observed, groups: int, slaves: i
             except AdminError as exc:
                 return False, f"cannot compare {pod} with its master: {exc}"
     return True, ""
+
+
+# -- controller mode (spec.broker.failover: Controller) ----------------------------------------------
+
+async def apply_controllers(ctx: Context, seen: Observed, spec: ClusterSpec) -> Part:
+    """``failover: Controller``: create the Raft secret once (a random password; an existing Secret
+    is never read back nor changed), then apply the controllers' Service, StatefulSet and PDB
+    (:func:`controllers.controller_children`). ``failover: Manual``: delete those (and the Secret)
+    when a controller StatefulSet is left from before; their PVCs stay, as broker PVCs do.
+    Raises :class:`ApiError` for a refused write."""
+    part = Part()
+    owner = seen.owner
+    sts_name = names.controller(seen.name)
+    if not spec.broker.controller_mode:
+        if await ctx.kube.get("apps/v1", "StatefulSet", seen.namespace, sts_name) is None:
+            return part
+        for api_version, kind, name in (("apps/v1", "StatefulSet", sts_name), ("v1", "Service", sts_name),
+                                        (ctx.caps.pdb_api_version, "PodDisruptionBudget", sts_name),
+                                        ("v1", "Secret", names.controller_secret(seen.name))):
+            await ctx.kube.delete(api_version, kind, seen.namespace, name)
+            ctx.applied.pop((seen.uid, kind, name), None)
+        part.events.append(("Normal", "ControllersRemoved", f"failover is Manual: removed {sts_name}"))
+        return part
+    secret_name = names.controller_secret(seen.name)
+    checked = ctx.applied.get((seen.uid, "Secret", secret_name))
+    if checked is None or time.monotonic() - checked[1] >= REAPPLY_SECONDS:
+        if await ctx.kube.get("v1", "Secret", seen.namespace, secret_name) is None:
+            manifest = controllers.build_controller_secret(owner, controllers.new_raft_secret())
+            try:
+                await ctx.kube.request("POST", resource_path("v1", "Secret", seen.namespace), body=manifest)
+                part.events.append(("Normal", "ControllerSecretCreated", f"created {secret_name}"))
+            except ApiError as exc:
+                if exc.status != 409:  # 409: made meanwhile (another pass); keep that one
+                    raise ApiError(exc.status, exc.reason, f"creating Secret {secret_name} refused") from None
+        ctx.applied[(seen.uid, "Secret", secret_name)] = ("", time.monotonic())
+    await apply_manifests(ctx, seen.uid, controllers.controller_children(owner, spec, ctx.caps), False)
+    return part
+
+
+async def observe_roles(ctx: Context, seen: Observed, spec: ClusterSpec, replicas: int, members: Members) -> Part:
+    """``failover: Controller``: for each of the ``replicas`` groups, CONTROLLER_GET_REPLICA_INFO
+    from the controllers and GET_BROKER_HA_STATUS from each of its pods, concurrently, into
+    ``members.roles``; the master's pod address goes to ``seen.masters``. Failures are recorded in
+    the :class:`failover.GroupState` (and reported by the rollout when it needs them), never raised.
+    Adds a waiting reason while fewer controllers than wanted are Ready."""
+    part = Part()
+    if not spec.broker.controller_mode:
+        return part
+    if members.controllers_ready < CONTROLLER_REPLICAS:
+        part.waiting.append(f"controllers ready {members.controllers_ready}/{CONTROLLER_REPLICAS}")
+    addrs = ctx.resolver.controllers(seen.ref)
+
+    async def broker(pod: str, group: int, broker_id: int) -> failover.BrokerRole:
+        try:
+            ha = await ctx.admin.broker_ha_status(_pod_addr(ctx, seen, broker_id, group))
+        except AdminError as exc:
+            return failover.BrokerRole(pod=pod, error=str(exc))
+        return failover.BrokerRole.from_ha_status(pod, ha)
+
+    async def group(index: int) -> failover.GroupState:
+        bname = names.broker_name(seen.name, index)
+        pods = members.group_pods(index)
+        roles = await asyncio.gather(*(broker(p.name, p.group, p.broker_id) for p in pods))
+        try:
+            info = await ctx.admin.replica_info(addrs, bname)
+        except AdminError as exc:
+            return failover.GroupState(index=index, name=bname, brokers=tuple(roles), error=str(exc))
+        return failover.GroupState(index=index, name=bname, master_id=info.master_broker_id,
+                                   master_address=info.master_address, master_epoch=info.master_epoch,
+                                   sync_state_set=tuple(sorted(info.sync_state_set)),
+                                   sync_state_set_epoch=info.sync_state_set_epoch, brokers=tuple(roles))
+
+    states = await asyncio.gather(*(group(i) for i in range(replicas)))
+    members.roles = {g.index: g for g in states}
+    for state in states:
+        pod = state.master_pod
+        view = next((p for p in members.broker_pods if p.name == pod), None)
+        if view is not None:
+            seen.masters[state.index] = _pod_addr(ctx, seen, view.broker_id, view.group)
+    return part
+
+
+async def _roll_by_actual_role(ctx: Context, seen: Observed, spec: ClusterSpec, members: Members, part: Rollout,
+                               kept_pods: list[rollout.PodView], revisions: dict[int, str], expected: dict[int, int],
+                               unregistered: list[str]) -> Rollout:
+    """:func:`roll_brokers` under ``failover: Controller``: the gates of :func:`rollout.next_restart`
+    with every group settled (:func:`failover.groups_settled`) in place of the slaves' catching up,
+    pods in :func:`failover.restart_order` (group by group, actual slaves first). Before touching a
+    group's pod the group is made read-only (:func:`failover.plan_fence`; ``status.rollout``'s
+    ``writeFence`` and ``writesResumed`` carry it across passes and operator restarts) and made
+    writable again when the rollout moves on or ends. A pick the controllers made master is not
+    deleted: its group's master is switched to an in-sync slave first
+    (:meth:`ClusterAdmin.switch_master`), and the pod is restarted as a slave in a later pass.
+    Raises :class:`ApiError` when the deletion is refused."""
+    active = {p.group for p in kept_pods}
+    groups = {i: g for i, g in members.roles.items() if i in active}
+    roles = failover.actual_roles(groups)
+    unsettled = failover.groups_settled(groups)
+    decision = rollout.next_restart(kept_pods, revisions, expected, not unsettled, unregistered=unregistered,
+                                    lagging=unsettled, order=lambda pods: failover.restart_order(pods, roles))
+    old = seen.status.get("rollout") or {}
+    carried = {k: dict(old[k]) for k in ("writeFence", "writesResumed") if isinstance(old.get(k), Mapping)}
+    part.outdated = decision.outdated
+    refresh = float(spec.broker.client_route_refresh_seconds)
+    if not decision.outdated:
+        if "writeFence" in carried:  # done: the last fenced group takes writes again
+            part.status = carried
+            if await _write_fence(ctx, seen, members, part, None, len(active), refresh):
+                part.status = None
+        return part
+    part.status = {"outdatedPods": list(decision.outdated), **carried}
+    pick = decision.delete
+    if pick is None:
+        return _roll_waits(part, decision.waiting)
+    step = failover.next_step(pick, groups, {p.name for p in kept_pods if p.revision == revisions.get(p.broker_id)})
+    if step.delete is None and step.switch is None:
+        return _roll_waits(part, step.waiting)
+    if not await _write_fence(ctx, seen, members, part, pick.group, len(active), refresh):
+        return part
+    if step.switch is not None:
+        switch = step.switch
+        try:
+            await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
+        except AdminError as exc:
+            return _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
+                                     f"restarting {switch.from_pod}: {exc}")
+        part.status["switchedMaster"] = {"group": switch.group.name, "from": switch.from_pod, "to": switch.to_pod}
+        part.events.append(("Normal", "MasterSwitched",
+                            f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
+                            f"(controller broker id {switch.to_id}) before restarting {switch.from_pod}"))
+        part.waiting.append(f"rolling restart: {switch.from_pod} restarts once it runs as a slave")
+        return part
+    assert step.delete is not None
+    await ctx.kube.delete("v1", "Pod", seen.namespace, step.delete.name, uid=step.delete.uid)
+    part.status["restarting"] = step.delete.name
+    part.events.append(("Normal", "PodRestarted", f"deleted {step.delete.name} ({roles.get(step.delete.name)}) "
+                                                  "to roll it to the new revision"))
+    part.waiting.append(f"rolling restart: {step.delete.name} restarting")
+    metrics.ROLLING_RESTARTS.labels(seen.namespace, seen.name).inc()
+    return part
+
+
+def _roll_waits(part: Rollout, why: str) -> Rollout:
+    """The rollout waits for ``why`` (``status.rollout.waiting`` and a waiting reason)."""
+    if part.status is not None:
+        part.status["waiting"] = why
+    part.waiting.append(f"rolling restart: {why}")
+    return part
+
+
+def _age(record: Mapping[str, Any] | None, now: datetime.datetime) -> float | None:
+    """Seconds since ``record["since"]`` (RFC 3339, UTC); None without a readable record."""
+    if not record:
+        return None
+    try:
+        since = datetime.datetime.strptime(str(record.get("since")), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return 0.0
+    return (now - since.replace(tzinfo=datetime.UTC)).total_seconds()
+
+
+async def _write_fence(ctx: Context, seen: Observed, members: Members, part: Rollout, target: int | None,
+                       writable_groups: int, route_refresh: float) -> bool:
+    """Apply :func:`failover.plan_fence` for group ``target`` (None: the rollout ended) to the
+    fence records in ``part.status``: make the fenced group writable again and/or the target
+    read-only (WIPE / ADD write permission on every NameServer and ``brokerPermission`` on each
+    of its brokers). True when the restart may go ahead now; else the waiting reason is in ``part``."""
+    assert part.status is not None
+    now = datetime.datetime.now(datetime.UTC)
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    fence = part.status.get("writeFence")
+    target_name = names.broker_name(seen.name, target) if target is not None else None
+    plan = failover.plan_fence(fence.get("group") if fence else None, _age(fence, now) or 0.0, target_name,
+                               writable_groups, _age(part.status.get("writesResumed"), now), route_refresh)
+    if plan.release is not None and fence:
+        try:
+            await _set_group_writable(ctx, seen, members, int(fence.get("index", -1)), plan.release, True)
+        except AdminError as exc:
+            _roll_waits(part, f"making {plan.release} writable again: {exc}")
+            return False
+        part.status.pop("writeFence", None)
+        part.status["writesResumed"] = {"group": plan.release, "since": stamp}
+        part.events.append(("Normal", "WritesResumed", f"{plan.release} takes writes again"))
+    if plan.fence is not None and target is not None:
+        try:
+            await _set_group_writable(ctx, seen, members, target, plan.fence, False)
+        except AdminError as exc:
+            _roll_waits(part, f"making {plan.fence} read-only: {exc}")
+            return False
+        part.status["writeFence"] = {"group": plan.fence, "index": target, "since": stamp}
+        part.status.pop("writesResumed", None)
+        part.events.append(("Normal", "WritesPaused", f"{plan.fence} made read-only while its brokers restart"))
+    if not plan.proceed:
+        if target is not None:
+            _roll_waits(part, plan.waiting)
+        return target is None
+    return True
+
+
+async def _set_group_writable(ctx: Context, seen: Observed, members: Members, index: int, broker_name: str,
+                              writable: bool) -> None:
+    """Write permission of group ``index`` on every NameServer and each of its brokers (raises
+    :class:`AdminError`)."""
+    addrs = [_pod_addr(ctx, seen, p.broker_id, p.group) for p in members.group_pods(index)]
+    await ctx.admin.set_write_permission(members.nameservers, broker_name, addrs, writable)

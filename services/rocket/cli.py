@@ -22,6 +22,15 @@ def _root(
     credentials_file: Path | None = typer.Option(None, "--credentials-file", envvar="ROCKET_CREDENTIALS_FILE",
                                                  show_envvar=True,
                                                  help="File with AccessKey=... and SecretKey=... lines."),
+    tls: bool | None = typer.Option(None, "--tls/--no-tls", envvar="ROCKET_TLS", show_envvar=True,
+                                    help="Connect with TLS (RocketMQ's useTLS); on by itself with --tls-ca."),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", envvar="ROCKET_TLS_CA", show_envvar=True,
+                                       help="PEM file of the CAs that sign the servers' certificates "
+                                       "(default: the system's)."),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", envvar="ROCKET_TLS_CERT", show_envvar=True,
+                                         help="Client certificate (PEM), for servers that ask for one."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", envvar="ROCKET_TLS_KEY", show_envvar=True,
+                                        help="Private key (PEM) of --tls-cert."),
 ) -> None:
     """RocketCluster command line."""
     import os
@@ -37,6 +46,11 @@ def _root(
     if creds is not None:  # clients (MQClient) sign with these
         os.environ["ROCKET_ACCESS_KEY"] = creds.access_key
         os.environ["ROCKET_SECRET_KEY"] = creds.secret_key
+    # clients (MQClient) connect as these say (rocket.remoting.tls.client_tls_from_env)
+    for name, value in (("ROCKET_TLS", None if tls is None else str(tls).lower()), ("ROCKET_TLS_CA", tls_ca),
+                        ("ROCKET_TLS_CERT", tls_cert), ("ROCKET_TLS_KEY", tls_key)):
+        if value is not None:
+            os.environ[name] = str(value)
 
 
 def _bad_config(command: str, exc: Exception) -> typer.Exit:
@@ -49,22 +63,26 @@ def _run_server(command: str, main: Coroutine[Any, Any, None], log_level: str,
                 failures: tuple[type[Exception], ...] = (OSError,)) -> None:
     """Set up logging at ``log_level`` and run the server coroutine ``main`` until it returns (a signal).
 
-    A ``failures`` error (a port taken; for a broker also a store that cannot be recovered) is printed
+    A ``failures`` error (a port taken; for a broker also a store that cannot be recovered) or a TLS
+    certificate that does not load is printed
     as ``rocket <command>: <error>`` and raises ``typer.Exit(1)``.
     """
+    from rocket.remoting.tls import TlsConfigError
     from rocket.runtime import run, setup_logging
 
     setup_logging(log_level)
+    caught: tuple[type[Exception], ...] = (*failures, TlsConfigError)
     try:
         run(main)
-    except failures as exc:
+    except caught as exc:
         typer.echo(f"rocket {command}: {exc}", err=True)
         raise typer.Exit(1) from None
 
 
 def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | None, data_dir: Path | None,
                        secret_file: Path | None, port: int, host: str | None, unclean: bool | None,
-                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None) -> Any:
+                       heartbeat_timeout_ms: int | None, log_level: str | None, http_port: int | None = None,
+                       raft_bind_host: str | None = None) -> Any:
     """Build and check a ControllerConfig from the command line (raises ConfigError)."""
     from rocket.controller.config import DEFAULT_RAFT_PORT, ControllerConfig, parse_peers, read_secret
 
@@ -74,11 +92,29 @@ def _controller_config(*, peers: str, self_addr: str | None, raft_port: int | No
         secret=read_secret(secret_file),
         data_dir=str(data_dir or Path("controller-data")),
         port=port,
-    ).with_overrides(host=host, http_port=http_port, enable_elect_unclean_master=unclean,
+    ).with_overrides(host=host, http_port=http_port, raft_bind_host=raft_bind_host, enable_elect_unclean_master=unclean,
                      controller_heart_beat_timeout_mills=heartbeat_timeout_ms, log_level=log_level)
     cfg.resolve_self(port)
     cfg.validate()
     return cfg
+
+
+_TLS_MODE_HELP = ("TLS on the remoting and HTTP ports: disabled, permissive (TLS and plaintext on one port) or "
+                  "enforcing (RocketMQ's tls.server.mode).")
+_TLS_CONFIG_HELP = ("A Java properties file of RocketMQ's tls.* keys (tls.server.certPath, tls.server.keyPath, "
+                    "tls.enable, tls.client.trustCertPath, ...; RocketMQ's tls.config.file).")
+
+
+def _tls_settings(base: Any, mode: str | None, config_file: Path | None) -> Any:
+    """``base`` (a TlsConfig) with ``--tls-mode`` and ``--tls-config`` applied (raises TlsConfigError)."""
+    from rocket.remoting.tls import TlsConfig
+
+    values: dict[str, str] = {}
+    if mode is not None:
+        values["tlsMode"] = mode
+    if config_file is not None:
+        values["tls.config.file"] = str(config_file)
+    return TlsConfig.from_properties(values, base=base) if values else base
 
 
 _PEERS_HELP = ("Every controller's remoting address, each optionally with '/<raft port>': "
@@ -105,10 +141,13 @@ def nameserver(
     controller_data_dir: Path | None = typer.Option(None, "--controller-data-dir", help="Raft journal and "
                                                     "snapshots (default ./controller-data)."),
     secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
+    tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
+    tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
 ) -> None:
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
     from rocket.nameserver.server import serve
+    from rocket.remoting.tls import TlsConfigError
 
     try:
         base = load_config_file(config) if config is not None else NameServerConfig()
@@ -119,9 +158,10 @@ def nameserver(
             scan_interval=scan_interval,
             broker_timeout=broker_timeout,
             log_level=log_level,
+            tls=_tls_settings(base.tls, tls_mode, tls_config),
         )
         settings.validate()
-    except ConfigError as exc:
+    except (ConfigError, TlsConfigError) as exc:
         raise _bad_config("nameserver", exc) from None
     controller_cfg = None
     if enable_controller:
@@ -134,6 +174,7 @@ def nameserver(
                 peers=controller_peers, self_addr=self_addr, raft_port=raft_port, data_dir=controller_data_dir,
                 secret_file=secret_file, port=settings.port, host=None, unclean=None, heartbeat_timeout_ms=None,
                 log_level=None)
+            controller_cfg.tls = settings.tls
         except ControllerConfigError as exc:
             raise _bad_config("nameserver", exc) from None
     _run_server("nameserver", serve(settings, controller_cfg), settings.log_level)
@@ -147,6 +188,8 @@ def controller(
     self_addr: str | None = typer.Option(None, "--self-addr", help="This controller's entry in the peers "
                                          "(default: the one whose port is --port)."),
     host: str | None = typer.Option(None, "--host", help="Address to listen on (default 0.0.0.0)."),
+    raft_bind_host: str | None = typer.Option(None, "--raft-bind-host", help="Address the Raft port binds "
+                                              "(default: this peer's host in --controller-peers), e.g. 0.0.0.0."),
     http_port: int | None = typer.Option(None, "--http-port", help="HTTP probes, /metrics and /api/v1/controller "
                                          "(default: off)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Raft journal and snapshots (default "
@@ -157,17 +200,21 @@ def controller(
     heartbeat_timeout_ms: int | None = typer.Option(None, "--heartbeat-timeout-ms", help="Broker heartbeat "
                                                     "timeout when a heartbeat carries none (default 10000)."),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
+    tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
 ) -> None:
     """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
     from rocket.controller.config import ConfigError
     from rocket.controller.server import serve
+    from rocket.remoting.tls import TlsConfigError
 
     try:
         cfg = _controller_config(peers=controller_peers, self_addr=self_addr, raft_port=raft_port,
                                  data_dir=data_dir, secret_file=secret_file, port=port, host=host,
                                  unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
-                                 http_port=http_port)
-    except ConfigError as exc:
+                                 http_port=http_port, raft_bind_host=raft_bind_host)
+        cfg.tls = _tls_settings(cfg.tls, tls_mode, tls_config)
+    except (ConfigError, TlsConfigError) as exc:
         raise _bad_config("controller", exc) from None
     _run_server("controller", serve(cfg), log_level)
 
@@ -247,7 +294,8 @@ def local_up(
     foreground: bool = typer.Option(False, "--foreground", "-f", help="Stay attached; Ctrl-C stops the cluster."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for readiness."),
     secure: bool = typer.Option(False, "--secure", help="ACL on (an admin user whose keys are written to "
-                                                        "<dir>/secrets/admin.credentials) and a locked HTTP API."),
+                                                        "<dir>/secrets/admin.credentials), a locked HTTP API and "
+                                                        "TLS enforced on every port (CA: <dir>/secrets/tls/ca.pem)."),
 ) -> None:
     """Start 2 NameServers, 3 controllers and broker-a/broker-b (master + slave each) as local processes."""
     from rocket.local import LocalCluster, LocalClusterError, print_state

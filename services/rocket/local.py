@@ -55,6 +55,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -123,6 +124,8 @@ class ClusterState:
     #: With ``--secure``: the admin (Super user) credentials file and the HTTP bearer token file.
     credentials_file: str = ""
     http_token_file: str = ""
+    #: With ``--secure``: the CA certificate (PEM) that signs every process's certificate (TLS).
+    tls_ca_file: str = ""
 
     def save(self) -> None:
         """Write ``state.json`` atomically."""
@@ -221,9 +224,13 @@ def _spawn(info: ProcessInfo, *, detach: bool) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _http_ok(port: int, path: str) -> bool:
+def _http_ok(port: int, path: str, ca_file: str = "") -> bool:
+    """GET ``path`` on the local ``port`` answers 200 (over HTTPS trusting ``ca_file`` when given)."""
+    scheme, context = "http", None
+    if ca_file:
+        scheme, context = "https", ssl.create_default_context(cafile=ca_file)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1.0) as resp:
+        with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}{path}", timeout=1.0, context=context) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -255,22 +262,26 @@ def pid_alive(pid: int) -> bool:
         return True  # no /proc: trust kill(0)
 
 
-def _ready(info: ProcessInfo) -> bool:
+def _ready(info: ProcessInfo, ca_file: str = "") -> bool:
     if info.kind == "controller":
         return _tcp_ok(info.port)
     if info.kind == "broker":
-        return _http_ok(info.http_port, "/readyz")
-    return _tcp_ok(info.port) and (_http_ok(info.http_port, "/readyz") or _http_ok(info.http_port, "/healthz"))
+        return _http_ok(info.http_port, "/readyz", ca_file)
+    return _tcp_ok(info.port) and (_http_ok(info.http_port, "/readyz", ca_file)
+                                   or _http_ok(info.http_port, "/healthz", ca_file))
 
 
-async def _registered(namesrv: Sequence[str], brokers: Sequence[str], credentials_file: str = "") -> bool:
+async def _registered(namesrv: Sequence[str], brokers: Sequence[str], credentials_file: str = "",
+                      ca_file: str = "") -> bool:
     from rocket.auth.signature import parse_credentials_file
     from rocket.client.base import MQClient
     from rocket.protocol import ClusterInfo
     from rocket.remoting import RequestCode
+    from rocket.remoting.tls import ClientTls
 
     creds = parse_credentials_file(credentials_file) if credentials_file else None
-    client = MQClient(";".join(namesrv), timeout=1.0, credentials=creds)
+    tls = ClientTls.trusting(ca_file) if ca_file else False
+    client = MQClient(";".join(namesrv), timeout=1.0, credentials=creds, tls=tls)
     try:
         for addr in namesrv:
             response = await client.invoke(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
@@ -293,23 +304,29 @@ class LocalCluster:
     (brokerId 1, ``slaveReadEnable``); ``flush``: ``ASYNC_FLUSH`` or
     ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags; ``failover``:
     ``"controller"`` (3 controllers elect the masters; the default with slaves) or ``"manual"``
-    (fixed roles; always so without slaves, and with ``secure``).
+    (fixed roles; always so without slaves, and with ACL).
     ``secure``: ACL on every NameServer and broker (``aclEnable``), an admin Super user whose
     keys are written to ``<data_dir>/secrets/admin.credentials`` (mode 0600, kept across runs) and
-    a bearer token for the HTTP API in ``<data_dir>/secrets/http.token``.
+    a bearer token for the HTTP API in ``<data_dir>/secrets/http.token``; and TLS enforced on every
+    port (``tlsMode=enforcing``, remoting, HA and HTTP; brokers connect with ``tls.enable``), with
+    a CA made for this folder (``<data_dir>/secrets/tls/ca.pem``, kept across runs; its key stays
+    there, 0600) and a certificate for 127.0.0.1/localhost (``server.pem``/``server.key``).
+    ``acl`` / ``tls`` (default: ``secure``) turn either half on alone (the benchmarks compare them).
     """
 
     def __init__(self, data_dir: Path | str = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, *,
                  brokers: int = 2, nameservers: int = 2, flush: str = "ASYNC_FLUSH",
                  extra_broker_args: Sequence[str] = (), slaves: bool = True, secure: bool = False,
-                 failover: str = "controller") -> None:
+                 failover: str = "controller", acl: bool | None = None, tls: bool | None = None) -> None:
         if failover not in ("controller", "manual"):
             raise LocalClusterError(f"failover must be 'controller' or 'manual', not {failover!r}")
         # ACL (``secure``) runs without controllers for now: the standalone controllers do not
         # sign their requests to brokers (only a NameServer-embedded one does)
-        self.controllers = failover == "controller" and slaves and not secure
+        self.acl = secure if acl is None else acl
+        self.tls = secure if tls is None else tls
+        self.secure = self.acl or self.tls
+        self.controllers = failover == "controller" and slaves and not self.acl
         self.data_dir = Path(data_dir).resolve()
-        self.secure = secure
         self.base_port = base_port
         self.brokers = max(1, min(brokers, len(BROKER_NAMES)))
         self.nameservers = max(1, min(nameservers, 2))
@@ -370,16 +387,58 @@ class LocalCluster:
             write(token, _secrets.token_urlsafe(32) + "\n")
         return creds, init_user, token
 
+    @property
+    def tls_dir(self) -> Path:
+        """Where ``--secure`` keeps the CA, the certificate and ``tls.properties``."""
+        return self.secrets_dir / "tls"
+
+    def ensure_tls(self) -> tuple[Path, Path]:
+        """Create the CA once (``ca.pem``, ``ca.key`` 0600), a certificate it signs for 127.0.0.1 and
+        localhost when there is none valid for 30 more days, and ``tls.properties`` (RocketMQ's
+        ``tls.config.file``: the certificate, its key, ``tls.enable`` and the CA as trust store);
+        returns (CA file, tls.properties)."""
+        from rocket.remoting import certs
+
+        folder = self.tls_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+        ca_file, ca_key = folder / "ca.pem", folder / "ca.key"
+        if not (ca_file.exists() and ca_key.exists()):
+            certs.write_pair(folder, "ca", certs.issue_ca(f"RocketCluster local CA ({self.data_dir.name})"))
+        ca = certs.KeyPair(ca_file.read_bytes(), ca_key.read_bytes())
+        server = folder / "server.pem"
+        if not server.exists() or certs.expires_within(server.read_bytes(), days=30):
+            certs.write_pair(folder, "server", certs.issue_cert(ca, "rocket-local", ["127.0.0.1", "localhost"]))
+        props = folder / "tls.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in {
+            "tls.test.mode.enable": "false",
+            "tls.server.certPath": folder / "server.pem",
+            "tls.server.keyPath": folder / "server.key",
+            "tls.enable": "true",
+            "tls.client.authServer": "true",
+            "tls.client.trustCertPath": ca_file,
+        }.items()))
+        return ca_file, props
+
     def _secure_args(self) -> tuple[list[str], list[str]]:
-        """(NameServer flags, broker flags) turning ACL on."""
+        """(NameServer flags, broker flags) turning ACL and/or TLS on."""
         if not self.secure:
             return [], []
-        _, init_user, token = self.ensure_secrets()
-        ns_config = self.secrets_dir / "namesrv-acl.json"
-        ns_config.write_text(json.dumps({"acl_enable": True, "init_authentication_user": str(init_user),
-                                         "auth_sync_interval": 2.0, "http_auth_token_file": str(token)}))
-        broker = ["--set", "aclEnable=true", "--set", f"initAuthenticationUser={init_user}",
-                  "--set", f"httpAuthTokenFile={token}"]
+        ns_settings: dict[str, Any] = {}
+        broker: list[str] = []
+        if self.acl:
+            _, init_user, token = self.ensure_secrets()
+            ns_settings.update({"acl_enable": True, "init_authentication_user": str(init_user),
+                                "auth_sync_interval": 2.0, "http_auth_token_file": str(token)})
+            broker += ["--set", "aclEnable=true", "--set", f"initAuthenticationUser={init_user}",
+                       "--set", f"httpAuthTokenFile={token}"]
+        if self.tls:
+            _, tls_props = self.ensure_tls()
+            ns_settings.update({"tlsMode": "enforcing", "tls.config.file": str(tls_props)})
+            broker += ["--set", "tlsMode=enforcing", "--set", f"tls.config.file={tls_props}"]
+        self.secrets_dir.mkdir(parents=True, exist_ok=True)
+        ns_config = self.secrets_dir / "namesrv-security.json"
+        ns_config.write_text(json.dumps(ns_settings))
         return ["--config", str(ns_config)], broker
 
     def plan(self) -> list[ProcessInfo]:
@@ -403,7 +462,9 @@ class LocalCluster:
                 plan.append(ProcessInfo(name, "controller", port, http, str(logs / f"{name}.log"), [
                     *exe, "controller", "--controller-peers", peers, "--port", str(port), "--host", "127.0.0.1",
                     "--http-port", str(http), "--data-dir", str(self.data_dir / name),
-                    "--secret-file", str(self.data_dir / CONTROLLER_SECRET_FILE)]))
+                    "--secret-file", str(self.data_dir / CONTROLLER_SECRET_FILE),
+                    *(["--tls-mode", "enforcing", "--tls-config", str(self.tls_dir / "tls.properties")]
+                      if self.tls else [])]))
             addrs = ";".join(f"127.0.0.1:{layout[n][0]}" for n in CONTROLLER_NAMES)
             controller_args = ["--set", "enableControllerMode=true", "--set", f"controllerAddr={addrs}",
                                "--set", "allAckInSyncStateSet=true"]
@@ -449,9 +510,11 @@ class LocalCluster:
         self.state = ClusterState(str(self.data_dir), self.base_port, self.namesrv, plan)
         if self.controllers:
             _ensure_secret(self.data_dir / CONTROLLER_SECRET_FILE)
-        if self.secure:
+        if self.acl:
             self.state.credentials_file = str(self.secrets_dir / "admin.credentials")
             self.state.http_token_file = str(self.secrets_dir / "http.token")
+        if self.tls:
+            self.state.tls_ca_file = str(self.tls_dir / "ca.pem")
         try:
             for info in plan:
                 self.procs[info.name] = _spawn(info, detach=detach)
@@ -462,7 +525,8 @@ class LocalCluster:
             self._wait_ready(plan, timeout)
             deadline = time.monotonic() + timeout
             nss = self.namesrv.split(";")
-            while not asyncio.run(_registered(nss, BROKER_NAMES[: self.brokers], self.state.credentials_file)):
+            while not asyncio.run(_registered(nss, BROKER_NAMES[: self.brokers], self.state.credentials_file,
+                                              self.state.tls_ca_file)):
                 if time.monotonic() > deadline:
                     raise LocalClusterError("brokers did not register with the NameServers in time")
                 time.sleep(0.2)
@@ -481,7 +545,7 @@ class LocalCluster:
                     tail = _tail(Path(info.log))
                     raise LocalClusterError(f"{info.name} exited with {proc.returncode} during start-up; "
                                             f"log {info.log}:\n{tail}")
-                if _ready(info):
+                if _ready(info, self.state.tls_ca_file if self.state else ""):
                     pending.remove(info)
             if pending and time.monotonic() > deadline:
                 names = ", ".join(p.name for p in pending)
@@ -615,17 +679,23 @@ def status(data_dir: Path | str = DEFAULT_DIR) -> tuple[ClusterState, list[Proce
     for p in state.processes:
         running = pid_alive(p.pid)
         rows.append(ProcessStatus(p.name, p.kind, p.pid, p.addr, p.http_port, running,
-                                  running and _ready(p), p.log))
+                                  running and _ready(p, state.tls_ca_file), p.log))
     return state, rows
 
 
 def namesrv_from_state(data_dir: Path | str = DEFAULT_DIR) -> str | None:
-    """The NameServer list of a running local cluster in ``data_dir``, if any."""
+    """The NameServer list of a running local cluster in ``data_dir``, if any. When that cluster
+    enforces TLS (``--secure``) and ``ROCKET_TLS`` / ``ROCKET_TLS_CA`` are unset, ``ROCKET_TLS_CA``
+    is set to its CA, so the clients of this process trust it."""
     try:
         state = ClusterState.load(Path(data_dir))
     except LocalClusterError:
         return None
-    return state.namesrv if any(pid_alive(p.pid) for p in state.processes) else None
+    if not any(pid_alive(p.pid) for p in state.processes):
+        return None
+    if state.tls_ca_file and not os.environ.get("ROCKET_TLS") and not os.environ.get("ROCKET_TLS_CA"):
+        os.environ["ROCKET_TLS_CA"] = state.tls_ca_file
+    return state.namesrv
 
 
 def print_state(state: ClusterState) -> None:
@@ -652,7 +722,11 @@ def print_state(state: ClusterState) -> None:
         console.print(f"ACL is on. Admin credentials: [bold]{state.credentials_file}[/bold]   "
                       f"(export ROCKET_CREDENTIALS_FILE='{state.credentials_file}')", highlight=False)
         console.print(f"HTTP API bearer token: {state.http_token_file}   "
-                      f"(curl -H \"Authorization: Bearer $(cat {state.http_token_file})\" ...)", highlight=False)
+                      f"(curl --cacert {state.tls_ca_file or '...'} -H \"Authorization: Bearer "
+                      f"$(cat {state.http_token_file})\" https://...)", highlight=False)
+    if state.tls_ca_file:
+        console.print(f"TLS is enforced on every port. CA certificate: [bold]{state.tls_ca_file}[/bold]   "
+                      f"(export ROCKET_TLS_CA='{state.tls_ca_file}')", highlight=False)
 
 
 # -- the LogHub demo ---------------------------------------------------------------------
@@ -806,8 +880,9 @@ def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool 
          report_dir: Path | None = DEFAULT_REPORT_DIR, secure: bool = False) -> int:
     """``make run``: start a cluster, publish and consume LogHub, print a summary, run the
     Spark logs job on the published topics (unless ``report_dir`` is None), print its
-    summary, stop. ``secure``: ACL on (as ``rocket local up --secure``); the demo's clients
-    sign with the admin credentials (``ROCKET_CREDENTIALS_FILE``). Returns the process exit
+    summary, stop. ``secure``: ACL and TLS on (as ``rocket local up --secure``); the demo's clients
+    sign with the admin credentials (``ROCKET_CREDENTIALS_FILE``) and trust the cluster's CA
+    (``ROCKET_TLS_CA``). Returns the process exit
     code (0 when every message came back)."""
     from rocket.client.output import stdout_console
 
@@ -829,6 +904,8 @@ def demo(data_dir: Path | None = None, base_port: int | None = None, keep: bool 
         state = cluster.start(detach=False)
         if state.credentials_file:  # the demo's clients (and the Spark job's) sign with the admin keys
             os.environ["ROCKET_CREDENTIALS_FILE"] = state.credentials_file
+        if state.tls_ca_file:  # ... and connect with TLS, trusting the cluster's CA
+            os.environ["ROCKET_TLS_CA"] = state.tls_ca_file
         print_state(state)
         console.print(f"publishing {sum(len(v) for v in logs.values())} lines of {len(logs)} systems "
                       f"from {source} ...")
@@ -881,7 +958,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_demo.add_argument("--report-dir", type=Path, default=DEFAULT_REPORT_DIR,
                         help=f"where the logs job writes its report (default: {DEFAULT_REPORT_DIR})")
     p_demo.add_argument("--no-analytics", action="store_true", help="skip the Spark logs job")
-    p_demo.add_argument("--secure", action="store_true", help="ACL on (rocket local up --secure)")
+    p_demo.add_argument("--secure", action="store_true", help="ACL and TLS on (rocket local up --secure)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.dir, args.base_port, args.keep, None if args.no_analytics else args.report_dir,

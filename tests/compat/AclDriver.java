@@ -1,5 +1,6 @@
 // Apache RocketMQ's own clients signing with AclClientRPCHook(new SessionCredentials(ak, sk)) against
-// a cluster of ours with ACL on (tests/compat/test_java_acl.py). Compiled and run like
+// a cluster of ours with ACL on (tests/compat/test_acl_clients.py), and unsigned in the clients' TLS mode
+// (tests/compat/test_tls_java.py; 5.4.0 and 4.9.8 jars). Compiled and run like
 // TransactionDriver.java (bench/compare/java.py: ensure_driver, driver_argv(..., main="AclDriver")).
 //
 //   java -cp <rocketmq jars>:<classes> AclDriver produce namesrv=h:p topic=T group=G ak=A sk=S count=3
@@ -15,6 +16,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -80,7 +82,8 @@ public final class AclDriver {
     static int consume(Map<String, String> o) throws Exception {
         RPCHook hook = hook(o);
         DefaultMQPushConsumer consumer = hook == null
-            ? new DefaultMQPushConsumer(o.get("group")) : new DefaultMQPushConsumer(o.get("group"), hook);
+            ? new DefaultMQPushConsumer(o.get("group"))
+            : new DefaultMQPushConsumer(o.get("group"), hook, new AllocateMessageQueueAveragely()); // 4.9.8 too
         consumer.setNamesrvAddr(o.get("namesrv"));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(o.get("topic"), "*");

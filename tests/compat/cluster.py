@@ -19,6 +19,7 @@ tests against the Java NameServer and broker instead (never in ``make test``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -31,6 +32,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.compat import rawremoting
 from tests.support import free_port, rocket_command, wait_for, wait_port
@@ -302,6 +304,19 @@ def _registered(namesrv: str, names: Sequence[str]) -> bool:
         return False
     table = reply.json().get("brokerAddrTable", {})
     return all(name in table and "0" in {str(k) for k in table[name].get("brokerAddrs", {})} for name in names)
+
+
+def masters_registered(namesrv: str, **admin: Any) -> bool:
+    """True when our ``Admin(namesrv, **admin)`` (credentials, TLS) sees a master in the cluster."""
+    from rocket.client import Admin
+
+    async def check() -> bool:
+        async with Admin(namesrv, timeout=2, **admin) as client:
+            return bool((await client.cluster_info()).masters(CLUSTER_NAME))
+    try:
+        return asyncio.run(check())
+    except Exception:
+        return False
 
 
 class _PortClash(RuntimeError):

@@ -30,7 +30,7 @@ from bench.compare import java
 from rocket.auth import SessionCredentials
 from rocket.client import Admin
 from tests.compat import realclient
-from tests.compat.cluster import CLUSTER_NAME, Proc, _broker_proc, pick_port
+from tests.compat.cluster import CLUSTER_NAME, Proc, _broker_proc, masters_registered, pick_port
 from tests.support import rocket_command, unique, wait_for, wait_port
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
@@ -87,16 +87,6 @@ async def _admin_setup(namesrv: str, c: AclCluster) -> None:
         await admin.put_acl(APP.access_key, [f"Topic:{c.payments}"], ["Get"])
 
 
-def _registered(namesrv: str) -> bool:
-    async def check() -> bool:
-        async with Admin(namesrv, credentials=ROOT, timeout=2) as admin:
-            return bool((await admin.cluster_info()).masters(CLUSTER_NAME))
-    try:
-        return asyncio.run(check())
-    except Exception:
-        return False
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
     try:
@@ -123,7 +113,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
                                                           "initAuthenticationUser": str(init_user)}, "ASYNC_FLUSH")
         procs.append(broker)
         broker.start()
-        wait_for(lambda: _registered(namesrv), 30, what="the broker to register (signed)")
+        wait_for(lambda: masters_registered(namesrv, credentials=ROOT), 30, what="the broker to register (signed)")
         home = root / "home"
         (home / "conf").mkdir(parents=True)
         (home / "conf" / "tools.yml").write_text(f"accessKey: {ROOT.access_key}\nsecretKey: {ROOT.secret_key}\n")

@@ -2,7 +2,8 @@
 
 It records every call and answers from plain attributes the test sets:
 ``registered`` (None = every broker group of every cluster is registered),
-``pending`` (brokerName -> messages a drain still waits for), ``caught_up``.
+``pending`` (brokerName -> messages a drain still waits for), ``caught_up``, and for
+``failover: Controller`` ``master_ids`` (which pod of a group the fake controllers made master).
 :class:`RoutingAdmin` sends fake addresses to a :class:`FakeAdmin` and real ones to the real admin,
 so clusters backed by real NameServer/broker processes and fake ones share one operator.
 """
@@ -13,6 +14,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rocket.auth.signature import SessionCredentials
+from rocket.controller.client import ReplicaInfo
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, DrainProgress, Registration
 
@@ -27,6 +30,9 @@ class FakeAdmin(ClusterAdmin):
         self.pending: dict[str, int] = {}
         self.caught_up = True
         self.unreachable: set[str] = set()
+        #: controller mode: brokerName -> the controller broker id of its master (default 1: the
+        #: ``@master`` pod, whose controller id is 1; ``@slave-k`` pods have id k + 1)
+        self.master_ids: dict[str, int] = {}
         self.calls: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
 
@@ -87,6 +93,27 @@ class FakeAdmin(ClusterAdmin):
         """Record; the group is then no longer registered."""
         self._record("unregister", broker_name)
 
+    async def broker_ha_status(self, broker: str) -> dict[str, Any]:
+        """A controller-mode broker: ``<group>@master`` has controller id 1, ``@slave-k`` k + 1; it runs
+        as master when that id is ``master_ids[group]`` (default 1)."""
+        name, _, slot = broker.partition("@")
+        if name in self.unreachable:
+            raise AdminError(f"{name} unreachable")
+        controller_id = 1 if slot == "master" else int(slot.rpartition("-")[2]) + 1
+        role = "SYNC_MASTER" if controller_id == self.master_ids.get(name, 1) else "SLAVE"
+        return {"brokerName": name, "brokerRole": role, "controllerMode": {"controllerBrokerId": controller_id}}
+
+    async def replica_info(self, controllers: list[str], broker_name: str) -> ReplicaInfo:
+        """Master ``master_ids[group]`` (default 1), every id 1..5 in the SyncStateSet."""
+        master = self.master_ids.get(broker_name, 1)
+        return ReplicaInfo(master, f"{broker_name}@{master}", master, frozenset(range(1, 6)), master)
+
+    async def switch_master(self, nameservers: list[str], broker_name: str, broker_id: int) -> dict[str, Any]:
+        """Record; ``broker_id`` is then the group's master."""
+        self._record("switch_master", broker_name, broker_id)
+        self.master_ids[broker_name] = broker_id
+        return {"brokerName": broker_name, "brokerRole": "SYNC_MASTER"}
+
 
 def fake_broker_addr(pod: str) -> str:
     """``<cluster>-broker-master-3`` -> ``<cluster>-broker-3@master`` (what :class:`FakeAdmin` understands)."""
@@ -104,12 +131,16 @@ class TestResolver(AddressResolver):
     def __init__(self) -> None:
         self.nameserver_addrs: dict[str, list[str]] = {}
         self.broker_addrs: dict[str, str] = {}
+        self.controller_addrs: dict[str, str] = {}
 
     async def nameservers(self, cluster: ClusterRef) -> list[str]:
         return list(self.nameserver_addrs.get(cluster.name, [FAKE_NAMESERVER]))
 
     def broker(self, cluster: ClusterRef, pod: str) -> str:
         return self.broker_addrs.get(pod) or fake_broker_addr(pod)
+
+    def controller(self, cluster: ClusterRef, pod: str) -> str:
+        return self.controller_addrs.get(pod) or f"{pod}@controller"
 
 
 def _is_fake(addr: str) -> bool:
@@ -125,6 +156,10 @@ class RoutingAdmin(ClusterAdmin):
 
     def _pick(self, *addrs: str) -> ClusterAdmin:
         return self.fake if any(_is_fake(a) for a in addrs) else self.real
+
+    def with_credentials(self, credentials: SessionCredentials | None) -> ClusterAdmin:
+        """Real calls signed with ``credentials`` (the fake ignores them)."""
+        return RoutingAdmin(self.fake, self.real.with_credentials(credentials))
 
     async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
         return await self._pick(*nameservers).registration(nameservers, cluster_name)
@@ -150,6 +185,15 @@ class RoutingAdmin(ClusterAdmin):
     async def unregister(self, nameservers: list[str], cluster_name: str, broker_name: str,
                          brokers: Mapping[int, str]) -> None:
         await self._pick(*nameservers).unregister(nameservers, cluster_name, broker_name, brokers)
+
+    async def broker_ha_status(self, broker: str) -> dict[str, Any]:
+        return await self._pick(broker).broker_ha_status(broker)
+
+    async def replica_info(self, controllers: list[str], broker_name: str) -> ReplicaInfo:
+        return await self._pick(*controllers).replica_info(controllers, broker_name)
+
+    async def switch_master(self, nameservers: list[str], broker_name: str, broker_id: int) -> dict[str, Any]:
+        return await self._pick(*nameservers).switch_master(nameservers, broker_name, broker_id)
 
     async def close(self) -> None:
         await self.real.close()

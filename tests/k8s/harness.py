@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SCRIPT = HERE / "control_plane.sh"
 CRD_FILE = ROOT / "crds" / "rocketclusters.yaml"
+USER_CRD_FILE = ROOT / "crds" / "rocketusers.yaml"
 #: Our own schema of the Spark operator's SparkApplication and ScheduledSparkApplication (a test fixture).
 SPARK_CRDS_FILE = HERE / "fixtures" / "spark-operator-crds.yaml"
 NODE = "fake-node-1"
@@ -126,13 +127,14 @@ def _wait_established(ext: Any, name: str, timeout: float) -> None:
 
 
 def install_crd(api: Any, timeout: float = 30.0) -> None:
-    """Create (or replace) the RocketCluster CRD and wait until it is Established."""
+    """Create (or replace) the RocketCluster and RocketUser CRDs and wait until they are Established."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api)
-    body = yaml.safe_load(CRD_FILE.read_text())
-    _install(ext, body)
-    _wait_established(ext, body["metadata"]["name"], timeout)
+    for path in (CRD_FILE, USER_CRD_FILE):
+        body = yaml.safe_load(path.read_text())
+        _install(ext, body)
+        _wait_established(ext, body["metadata"]["name"], timeout)
 
 
 def spark_crd_names() -> list[str]:
@@ -238,7 +240,7 @@ class FakeKubelet:
             if exc.status != 409:
                 raise
         self._heartbeat()
-        self.ensure_pvs(60)
+        self.ensure_pvs(120)  # failover: Controller adds 3 controller PVCs per cluster
         self._thread.start()
 
     def stop(self) -> None:

@@ -156,8 +156,10 @@ def rocket_processes() -> Iterator[dict[str, Any]]:
 class Traffic:
     """A producer sending without pause and a push consumer, in their own thread and event loop."""
 
-    def __init__(self, namesrv: str) -> None:
+    def __init__(self, namesrv: str, topic: str = TOPIC, group: str = GROUP) -> None:
         self.namesrv = namesrv
+        self.topic = topic
+        self.group = group
         self.sent: dict[str, str] = {}  # body -> broker group it went to
         self.failed: list[str] = []
         self.received: set[str] = set()
@@ -198,10 +200,10 @@ class Traffic:
                     self.duplicates += 1
                 self.received.add(body)
 
-        consumer = PushConsumer(GROUP, self.namesrv, on_messages, consume_from=ConsumeFrom.FIRST_OFFSET,
+        consumer = PushConsumer(self.group, self.namesrv, on_messages, consume_from=ConsumeFrom.FIRST_OFFSET,
                                 rebalance_interval=1.0, persist_interval=0.5, poll_namesrv_interval=1.0,
                                 heartbeat_interval=2.0, suspend_timeout=2.0)
-        consumer.subscribe(TOPIC)
+        consumer.subscribe(self.topic)
         producer = Producer("drain-producers", self.namesrv, retries=2, poll_namesrv_interval=1.0,
                             heartbeat_interval=2.0, send_timeout=3.0)
         async def consume_when_asked() -> None:
@@ -218,7 +220,7 @@ class Traffic:
                 body = f"m-{n}"
                 n += 1
                 try:
-                    result = await producer.send(build_message(TOPIC, body))
+                    result = await producer.send(build_message(self.topic, body))
                 except Exception as exc:  # a failed send is what this test must never see
                     self.failed.append(f"{body}: {exc!r}")
                 else:
@@ -257,7 +259,8 @@ def test_scale_out_then_scale_in_with_real_brokers(api: Any, namespace: str, ope
 def _scenario(api: Any, namespace: str, operator: Any, procs: dict[str, Any]) -> None:
     brokers = procs["brokers"]
     # two groups first; drain-broker-2 runs but is not part of the cluster yet (an empty new broker)
-    create(api, namespace, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 0},
+    # the processes are brokers with fixed roles: failover Manual
+    create(api, namespace, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 0, "failover": "Manual"},
                                topics=[{"name": TOPIC, "queues": 4}], drain={"timeoutSeconds": 120}))
     st = wait_for(lambda: (s := status(api, namespace, CLUSTER)).get("phase") == "Running" and s, 60,
                   what="Running with 2 registered groups and the spec topic created on each")

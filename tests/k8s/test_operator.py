@@ -124,7 +124,8 @@ def test_crd_refuses_long_names_and_fills_defaults(api: Any, namespace: str) -> 
 
 def test_children_status_and_scale_out(api: Any, namespace: str, operator: Any) -> None:
     started = time.monotonic()
-    cr = create(api, namespace, rkc("demo", broker={"groups": 2, "replicasPerGroup": 1, "config": {"a": "1"}},
+    cr = create(api, namespace, rkc("demo", broker={"groups": 2, "replicasPerGroup": 1, "config": {"a": "1"},
+                                                    "failover": "Manual"},
                                     topics=[{"name": "TopicA", "queues": 4}]))
     uid = cr["metadata"]["uid"]
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
@@ -206,7 +207,8 @@ def test_children_status_and_scale_out(api: Any, namespace: str, operator: Any) 
 # -- rolling restart -----------------------------------------------------------------------------
 
 def test_rolling_restart_slaves_before_masters_one_at_a_time(api: Any, namespace: str, operator: Any) -> None:
-    create(api, namespace, rkc("roll", broker={"groups": 2, "replicasPerGroup": 1}))
+    # failover: Manual keeps roles by brokerId (test_failover_operator.py rolls by actual role)
+    create(api, namespace, rkc("roll", broker={"groups": 2, "replicasPerGroup": 1, "failover": "Manual"}))
     wait_for(lambda: status(api, namespace, "roll").get("phase") == "Running", 45, what="Running")
     before = {name: p.metadata.uid for name, p in pods(api, namespace).items()}
     patch(api, namespace, "roll", {"spec": {"image": "rocketcluster/rocket:0.1.1"}})

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests import pod_security
 from tests.observability.conftest import CHART, DASHBOARDS, RULES
 from tests.observability.tools import need_helm, need_venv_tool
 from tests.support import ROOT
@@ -137,6 +138,8 @@ def pod_specs(scenario: str) -> list[tuple[str, dict[str, Any]]]:
 def test_pods_run_restricted(scenario: str):
     specs = pod_specs(scenario)
     assert specs
+    for where, pod, pod_annotations in pod_security.workload_pods(objects(scenario)):
+        assert pod_security.violations(pod, pod_annotations) == [], where  # every control of "restricted"
     for name, spec in specs:
         psc = spec.get("securityContext", {})
         assert psc.get("runAsNonRoot") is True, name
@@ -172,7 +175,12 @@ KIND_RESOURCES = {
     "Event": ("", "events"),
     "SparkApplication": ("sparkoperator.k8s.io", "sparkapplications"),
     "ScheduledSparkApplication": ("sparkoperator.k8s.io", "scheduledsparkapplications"),
+    "Secret": ("", "secrets"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+    "RocketUser": ("rocket.dev", "rocketusers"),
 }
+#: Kinds the operator reads and writes by name only: it needs no list or watch of them.
+BY_NAME_ONLY = {"Secret"}
 OPERATOR_SRC = ROOT / "operator" / "rocket_operator"
 
 
@@ -227,7 +235,8 @@ def test_rbac_covers_every_kind_the_operator_manages():
     rules = granted(by_kind("with-prometheus-operator", "ClusterRole")[0]["rules"])
     for kind in kinds:
         verbs = rules.get(KIND_RESOURCES[kind], set())
-        needed = {"create", "patch"} if kind == "Event" else {"get", "list", "watch"}
+        needed = {"create", "patch"} if kind == "Event" else {"get"} if kind in BY_NAME_ONLY else {
+            "get", "list", "watch"}
         assert needed <= verbs, f"{kind}: {sorted(needed - verbs)} missing"
 
 
@@ -249,7 +258,8 @@ def test_rbac_least_privilege():
             for rule in role["rules"]:
                 where = f"{scenario} {role['kind']} {role['metadata']['name']}: {rule}"
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
-                assert "secrets" not in rule["resources"], where
+                # Secrets by name only: listing or watching them would expose every Secret of a namespace
+                assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {"get", "create", "patch"}, where
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), where
                 assert "rolebindings" not in rule["resources"] and "clusterroles" not in rule["resources"], where
 
@@ -360,16 +370,17 @@ def test_dashboards_shipped_as_sidecar_configmaps():
 
 # ---- CRDs -----------------------------------------------------------------------------------------
 
-def test_chart_crd_identical_to_top_level():
-    top = ROOT / "crds" / "rocketclusters.yaml"
-    copy = CHART / "crds" / "rocketclusters.yaml"
+@pytest.mark.parametrize("file", ["rocketclusters.yaml", "rocketusers.yaml"])
+def test_chart_crd_identical_to_top_level(file: str):
+    top = ROOT / "crds" / file
+    copy = CHART / "crds" / file
     assert copy.exists(), f"{copy} is missing: copy {top} into the chart"
     assert copy.read_bytes() == top.read_bytes(), f"{copy} differs from {top}: copy it again"
 
 
 def test_crd_rendered_with_include_crds():
     crds = by_kind("defaults", "CustomResourceDefinition")
-    assert [c["metadata"]["name"] for c in crds] == ["rocketclusters.rocket.dev"]
+    assert sorted(c["metadata"]["name"] for c in crds) == ["rocketclusters.rocket.dev", "rocketusers.rocket.dev"]
 
 
 # ---- the example chart ----------------------------------------------------------------------------

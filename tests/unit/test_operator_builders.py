@@ -80,6 +80,7 @@ def test_desired_children_names_kinds_and_owner_refs() -> None:
         ("Service", "rc-broker"), ("Deployment", "rc-nameserver"), ("PodDisruptionBudget", "rc-nameserver"),
         ("PodDisruptionBudget", "rc-broker"), ("StatefulSet", "rc-broker-master"),
         ("StatefulSet", "rc-broker-slave-1"), ("StatefulSet", "rc-broker-slave-2"),
+        ("NetworkPolicy", "rc-broker"), ("NetworkPolicy", "rc-nameserver"), ("NetworkPolicy", "rc-controller"),
     }
     for child in children:
         meta = child["metadata"]
@@ -96,7 +97,7 @@ def test_desired_children_names_kinds_and_owner_refs() -> None:
 
 def test_broker_statefulsets_one_per_broker_id_ordinal_is_group() -> None:
     spec = parse_spec({"broker": {"groups": 3, "replicasPerGroup": 1, "terminationGracePeriodSeconds": 300,
-                                  "storage": {"size": "50Gi", "storageClassName": "fast"}}})
+                                  "storage": {"size": "50Gi", "storageClassName": "fast"}, "failover": "Manual"}})
     master = builders.build_broker_statefulset(OWNER, spec, 0, 3)
     slave = builders.build_broker_statefulset(OWNER, spec, 1, 3)
     for sts, broker_id in ((master, 0), (slave, 1)):

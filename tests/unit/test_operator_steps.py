@@ -405,7 +405,7 @@ async def test_groups_step_copies_metadata_to_new_groups_and_creates_spec_topics
 
 async def test_rollout_step_waits_for_lagging_slaves_without_deleting(ctx: tuple[steps.Context, FakeAdmin]) -> None:
     context, admin = ctx
-    spec = parse_spec({"broker": {"groups": 2, "replicasPerGroup": 1}})
+    spec = parse_spec({"broker": {"groups": 2, "replicasPerGroup": 1, "failover": "Manual"}})
     seen = observed(groups=2)
     plan = steps.plan_brokers(seen, spec, NOW_TEXT)
     members = members_of(seen, 2)

@@ -31,6 +31,25 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: ["rocket.dev"]
   resources: ["rocketclusters/finalizers"]
   verbs: ["update"]
+# RocketUsers (kopf: finalizer, progress annotations), their status and finalizers.
+- apiGroups: ["rocket.dev"]
+  resources: ["rocketusers"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["rocket.dev"]
+  resources: ["rocketusers/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["rocket.dev"]
+  resources: ["rocketusers/finalizers"]
+  verbs: ["update"]
+# spec.security and RocketUsers: the admin credentials, cluster CA, TLS and user Secrets, read and
+# written by name only (never listed or watched).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch"]
+# spec.security.networkPolicies.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Children applied server-side: NameServer Deployment, Services, broker ConfigMap, PDBs.
 - apiGroups: ["apps"]
   resources: ["deployments"]
@@ -54,6 +73,17 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "patch", "delete"]
+# failover: Controller: the controllers' Raft secret, created once (read to see whether it exists;
+# never listed or watched); with failover: Manual the controllers' objects are deleted.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["delete"]
 # Analytics jobs: the Spark operator's SparkApplications / ScheduledSparkApplications (applied,
 # watched for their status, deleted when a job leaves spec.analytics). Harmless where the Spark
 # operator is not installed.

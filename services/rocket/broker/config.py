@@ -44,6 +44,12 @@ fileReservedTime                    hours    72 (store; ``file_reserved_time_hou
 deleteWhen                          hour     ``04`` (store; hours of the day, ``;``-separated)
 ==================================  =======  ===========================================
 
+TLS: ``tlsMode`` (``disabled`` / ``permissive`` / ``enforcing``; RocketMQ's ``tls.server.mode``) and
+RocketMQ's ``tls.*`` keys written as RocketMQ writes them (``tls.server.certPath``, ``tls.enable``,
+``tls.client.trustCertPath``, ``tls.config.file`` ...; :data:`rocket.remoting.tls.TLS_KEYS`); in a
+TOML file ``tls.server.certPath = "..."`` is a dotted key and works as is. They are read at start
+and refused by UPDATE_BROKER_CONFIG.
+
 A millisecond value must be an integer, as in Java (``flushIntervalCommitLog=0.5`` is an
 error, not half a millisecond). The store keeps its intervals in seconds
 (:class:`~rocket.store.api.MessageStoreConfig`); :meth:`BrokerConfig.store_config` converts.
@@ -59,7 +65,6 @@ import enum
 import json
 import logging
 import os
-import re
 import socket
 import tomllib
 import typing
@@ -68,8 +73,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocket.protocol.body import format_properties as format_properties
+from rocket.protocol.body import parse_properties as parse_properties
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
+from rocket.remoting.tls import TlsConfig, TlsConfigError, flatten_tables, norm_key
 from rocket.store.api import BrokerRole, FlushDiskType, MessageStoreConfig
 
 log = logging.getLogger("rocket.broker")
@@ -200,6 +208,11 @@ class BrokerConfig:
     #: majority (RocketMQ 5's behaviour). ``true`` / ``false`` force it (RocketCluster setting;
     #: the argument is in ``rocket.broker.controller_mode``).
     controller_lease_fence: str = "auto"
+    #: Controller mode: write every topic, subscription-group and consumer-offset change into the
+    #: CommitLog (system topic ``rmq_sys_broker_metadata``) so it reaches the slaves with the data,
+    #: and answer such changes once they are replicated (``rocket.broker.metadata.replication``;
+    #: ours, default true). False: slaves learn metadata only from the ``slaveSyncInterval`` copy.
+    enable_metadata_replication: bool = True
     #: Largest number of messages one pull returns.
     max_transfer_count_on_message_in_memory: int = 32
     #: Largest body of one pull response.
@@ -254,6 +267,31 @@ class BrokerConfig:
     http_auth_token_file: str = ""
     #: Also require the credential for /healthz, /readyz and /metrics.
     http_auth_probes: bool = False
+    #: TLS (RocketMQ's ``TlsSystemConfig`` keys, :mod:`rocket.remoting.tls`). ``tlsMode`` (RocketMQ's
+    #: ``tls.server.mode``): ``disabled``, ``permissive`` or ``enforcing``, for the remoting, VIP, HA and
+    #: HTTP ports; read at start.
+    tls_mode: str = field(default="disabled", metadata=_java("tlsMode"))
+    #: This broker's own connections (NameServers, the master's HA port, controllers) use TLS.
+    tls_enable: bool = field(default=False, metadata=_java("tls.enable"))
+    #: A throwaway self-signed certificate when no ``tls.server.certPath``; clients trust any server.
+    tls_test_mode_enable: bool = field(default=False, metadata=_java("tls.test.mode.enable"))
+    #: A properties file of these ``tls.*`` keys; its values win (RocketMQ's ``tls.config.file``).
+    tls_config_file: str = field(default="", metadata=_java("tls.config.file"))
+    #: ``none``, ``optional`` or ``require``: ask for client certificates (verified against trustCertPath).
+    tls_server_need_client_auth: str = field(default="none", metadata=_java("tls.server.need.client.auth"))
+    #: PEM files of the server's certificate chain, private key (PKCS#8/PKCS#1) and trusted client CAs.
+    tls_server_cert_path: str = field(default="", metadata=_java("tls.server.certPath"))
+    tls_server_key_path: str = field(default="", metadata=_java("tls.server.keyPath"))
+    tls_server_key_password: str = field(default="", metadata={"java": "tls.server.keyPassword", "secret": "always"})
+    tls_server_auth_client: bool = field(default=False, metadata=_java("tls.server.authClient"))
+    tls_server_trust_cert_path: str = field(default="", metadata=_java("tls.server.trustCertPath"))
+    #: This broker's client certificate and key (when servers ask for one), and the CAs it trusts.
+    tls_client_cert_path: str = field(default="", metadata=_java("tls.client.certPath"))
+    tls_client_key_path: str = field(default="", metadata=_java("tls.client.keyPath"))
+    tls_client_key_password: str = field(default="", metadata={"java": "tls.client.keyPassword", "secret": "always"})
+    #: Verify the server's certificate and address (RocketMQ's default: false; ours: true).
+    tls_client_auth_server: bool = field(default=True, metadata=_java("tls.client.authServer"))
+    tls_client_trust_cert_path: str = field(default="", metadata=_java("tls.client.trustCertPath"))
     #: Store keys (see module doc), as given.
     store_overrides: dict[str, str] = field(default_factory=dict, metadata={"internal": "1"})
 
@@ -293,6 +331,11 @@ class BrokerConfig:
         """The remoting connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
         return FlowControl(self.write_buffer_high_water_mark, self.write_buffer_low_water_mark,
                            self.server_channel_max_pending_requests)
+
+    def tls_config(self) -> TlsConfig:
+        """The ``tls*`` settings as a :class:`~rocket.remoting.tls.TlsConfig` (``tls.config.file`` read
+        now). Raises :class:`~rocket.remoting.tls.TlsConfigError` for settings that do not fit together."""
+        return TlsConfig.from_properties({key: getattr(self, name) for key, name in _TLS_FIELDS.items()})
 
     def namesrv_list(self) -> str:
         """The configured NameServer list, falling back to ``$NAMESRV_ADDR``."""
@@ -371,11 +414,7 @@ class BrokerConfig:
         for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
-        self.controller_lease_fence = self.controller_lease_fence.strip().lower()
-        if self.controller_lease_fence not in ("auto", "true", "false"):
-            raise ConfigError(f"controllerLeaseFence must be auto, true or false, got {self.controller_lease_fence!r}")
-        if self.enable_controller_mode and not self.controller_addr.strip(" ;,"):
-            raise ConfigError("enableControllerMode needs controllerAddr (host:port;host:port;...)")
+        self._validate_controller_mode()
         for name in ("slave_read_lag_bytes", "transaction_time_out"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_java_name(name)} must be >= 0")
@@ -383,12 +422,23 @@ class BrokerConfig:
             self.flow_control()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        try:
+            self.tls_config()
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from None
         from rocket.broker.schedule import parse_delay_levels
 
         try:
             parse_delay_levels(self.message_delay_level)
         except ValueError as exc:
             raise ConfigError(f"messageDelayLevel: {exc}") from None
+
+    def _validate_controller_mode(self) -> None:
+        self.controller_lease_fence = self.controller_lease_fence.strip().lower()
+        if self.controller_lease_fence not in ("auto", "true", "false"):
+            raise ConfigError(f"controllerLeaseFence must be auto, true or false, got {self.controller_lease_fence!r}")
+        if self.enable_controller_mode and not self.controller_addr.strip(" ;,"):
+            raise ConfigError("enableControllerMode needs controllerAddr (host:port;host:port;...)")
 
     def to_properties(self) -> dict[str, str]:
         """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence). Secrets given
@@ -398,7 +448,8 @@ class BrokerConfig:
             if f.metadata.get("internal"):
                 continue
             text = _to_text(getattr(self, f.name))
-            if f.metadata.get("secret") and text.lstrip().startswith("{"):
+            if (f.metadata.get("secret") == "always" and text) or \
+                    (f.metadata.get("secret") and text.lstrip().startswith("{")):
                 text = "******"
             out[_java_name(f.name)] = text
         out.update(self.store_overrides)
@@ -406,6 +457,17 @@ class BrokerConfig:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+#: RocketMQ's TLS key -> our field (``tlsMode`` is ``tls.server.mode``).
+_TLS_FIELDS = {
+    "tlsMode": "tls_mode", "tls.enable": "tls_enable", "tls.test.mode.enable": "tls_test_mode_enable",
+    "tls.config.file": "tls_config_file", "tls.server.need.client.auth": "tls_server_need_client_auth",
+    "tls.server.certPath": "tls_server_cert_path", "tls.server.keyPath": "tls_server_key_path",
+    "tls.server.keyPassword": "tls_server_key_password", "tls.server.authClient": "tls_server_auth_client",
+    "tls.server.trustCertPath": "tls_server_trust_cert_path", "tls.client.certPath": "tls_client_cert_path",
+    "tls.client.keyPath": "tls_client_key_path", "tls.client.keyPassword": "tls_client_key_password",
+    "tls.client.authServer": "tls_client_auth_server", "tls.client.trustCertPath": "tls_client_trust_cert_path",
+}
 
 #: Settings that must be > 0 (:meth:`BrokerConfig.validate`).
 _POSITIVE_FIELDS = (
@@ -461,12 +523,12 @@ def _store_value(key: str, raw: Any, kind: Any) -> Any:
     return millis / 1000.0
 
 
-#: Java names of store settings that differ from ours (beyond case and underscores).
-_STORE_ALIASES = {"filereservedtime": "filereservedtimehours"}
+#: Java names of settings that differ from ours (beyond case, dots, dashes and underscores).
+_STORE_ALIASES = {"filereservedtime": "filereservedtimehours", "tlsservermode": "tlsmode"}
 
 
 def _norm(key: str) -> str:
-    norm = key.replace("_", "").replace("-", "").lower()
+    norm = norm_key(key)
     return _STORE_ALIASES.get(norm, norm)
 
 
@@ -527,37 +589,6 @@ def _convert(kind: Any, raw: Any, key: str) -> Any:
     return raw
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text: ``key=value`` or ``key: value``, ``#``/``!`` comments.
-
-    Line continuations (trailing backslash) are joined; other escapes are kept
-    as written (broker configs do not use them).
-    """
-    result: dict[str, str] = {}
-    pending = ""
-    for raw_line in text.splitlines():
-        line = pending + raw_line.strip()
-        pending = ""
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            result[match.group(1)] = match.group(2).strip()
-        else:
-            result[line] = ""
-    if pending:
-        result.setdefault(pending, "")
-    return result
-
-
-def format_properties(values: Mapping[str, str]) -> str:
-    """``key=value`` lines, sorted by key (GET_BROKER_CONFIG body, persisted overrides)."""
-    return "".join(f"{key}={value}\n" for key, value in sorted(values.items()))
-
-
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Read a config file into a flat ``{key: value}`` mapping.
 
@@ -582,7 +613,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} does not parse: {exc}") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"config file {p} must hold a flat object of settings")
-    return {str(k): v for k, v in obj.items() if not isinstance(v, (dict, list))}
+    return {str(k): v for k, v in flatten_tables(obj).items() if not isinstance(v, list)}
 
 
 def runtime_overrides_path(store_path_root_dir: str | Path) -> Path:

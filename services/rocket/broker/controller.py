@@ -34,6 +34,7 @@ from rocket.auth.processor import AuthAdminProcessor
 from rocket.broker.client_manager import ConsumerManager, ProducerManager
 from rocket.broker.config import (
     BrokerConfig,
+    ConfigError,
     changed_keys,
     format_properties,
     parse_properties,
@@ -43,6 +44,7 @@ from rocket.broker.inner import MessageInner
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
 from rocket.broker.metadata import BrokerMetadata
+from rocket.broker.metadata.replication import MetadataReplicator
 from rocket.broker.metrics import BrokerCollector, BrokerMetrics, GaugeSnapshot, LagRow
 from rocket.broker.processor.admin import AdminBrokerProcessor
 from rocket.broker.processor.client_manage import ClientManageProcessor, ConsumerManageProcessor
@@ -82,6 +84,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.timer import TimerMessageStore
@@ -129,8 +132,16 @@ class BrokerController:
         self.store = DefaultMessageStore(config.store_config())
         self.metadata = BrokerMetadata(Path(config.store_path_root_dir) / "config")
         self.metrics = BrokerMetrics()
+        tls = config.tls_config()
+        #: TLS of the remoting, VIP, HA and HTTP ports (None: plaintext; ``tlsMode``).
+        self.tls = tls.server()
+        #: TLS of this broker's own connections: NameServers, its master, controllers (``tls.enable``).
+        self.client_tls = tls.client()
         #: Replication: roles, epochs, the HA listener and client (``rocket.broker.replicas``).
         self.ha = ReplicationManager(self)
+        #: Metadata changes written into the CommitLog for the slaves (controller mode;
+        #: ``rocket.broker.metadata.replication``).
+        self.metadata_replication = MetadataReplicator(self)
         self.stats = BrokerStats()
         self.consumer_manager = ConsumerManager(
             self._notify_consumer_ids_changed, config.channel_expired_timeout / 1000.0
@@ -178,6 +189,7 @@ class BrokerController:
             self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
             rpc_hook=self.auth,
             flow_control=config.flow_control(),
+            tls=self.tls,
         )
         self.vip_remoting: RemotingServer | None = None
         if config.vip_channel_enable:
@@ -185,9 +197,13 @@ class BrokerController:
                 self._processors(vip=True), host=config.bind_address, port=config.fast_port, name="broker-vip",
                 rpc_hook=self.auth,
                 flow_control=config.flow_control(),
+                tls=self.tls,
             )
         for server in self._servers():
             server.on_connection_closed.append(self._connection_closed)
+        self.outer_api.client.tls = self.ha.sync.client.tls = self.client_tls
+        if self.ha.controller is not None:
+            self.ha.controller.client.client.tls = self.client_tls
         if self.inner_credentials is not None:
             self.outer_api.client.rpc_hook = self.inner_credentials.sign
             self.ha.sync.client.rpc_hook = self.inner_credentials.sign
@@ -312,6 +328,7 @@ class BrokerController:
         self._init_system_groups()
         self.schedule.load()
         self.store.add_dispatch_listener(self._on_dispatch)
+        self.metadata_replication.attach()
         self.timer.load()
         await self.timer.start(should_run_dequeue=cfg.is_master)
         started: list[RemotingServer] = []
@@ -323,7 +340,7 @@ class BrokerController:
             if cfg.http_port:
                 from rocket.broker.http import BrokerHttpServer
 
-                self._http = BrokerHttpServer(self)
+                self._http = BrokerHttpServer(self, self.tls)
                 self.http_port = await self._http.start(cfg.bind_address, cfg.http_port)
         except BaseException:
             for server in started:
@@ -684,8 +701,14 @@ class BrokerController:
 
         All or nothing: raises :class:`~rocket.broker.config.ConfigError` for an
         unknown key or a bad value without applying any. Settings read only at
-        start-up (ports, store path, delay levels) take effect on restart.
+        start-up (ports, store path, delay levels) take effect on restart. The TLS settings
+        (``tlsMode``, ``tls.*``) are refused: they come from the broker's own files only, so that
+        no request can turn TLS off or swap its certificates (as RocketMQ's ``configBlackList``).
         """
+        tls_keys = sorted(k for k in values if is_tls_key(k))
+        if tls_keys:
+            raise ConfigError(f"{', '.join(tls_keys)}: TLS settings are read at start from the broker's config "
+                              "file and cannot be changed by a request")
         cfg = self.config
         candidate = dataclasses.replace(cfg, store_overrides=dict(cfg.store_overrides))
         candidate.update(values, strict=True)

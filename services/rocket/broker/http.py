@@ -40,8 +40,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from rocket.broker.metadata.replication import wait_replicated
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.remoting import ResponseCode
+from rocket.remoting.http import HttpServer
+from rocket.remoting.tls import ServerTls
 
 if TYPE_CHECKING:
     from rocket.broker.interfaces import HttpBroker
@@ -70,32 +73,12 @@ def build_app(broker: HttpBroker) -> web.Application:
     return app
 
 
-class BrokerHttpServer:
-    """Runs :func:`build_app` on a TCP port."""
+class BrokerHttpServer(HttpServer):
+    """Runs :func:`build_app` on a TCP port (``tls``: the broker's ``tlsMode``, see :mod:`rocket.remoting.http`)."""
 
-    def __init__(self, broker: HttpBroker) -> None:
+    def __init__(self, broker: HttpBroker, tls: ServerTls | None = None) -> None:
+        super().__init__(build_app(broker), tls, name="broker-http")
         self.broker = broker
-        self._runner: web.AppRunner | None = None
-
-    async def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0 = any free port); returns the bound port. Raises ``OSError``."""
-        runner = web.AppRunner(build_app(self.broker), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        addresses = runner.addresses
-        return int(addresses[0][1]) if addresses else port
-
-    async def stop(self) -> None:
-        """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
 
 def _broker(request: web.Request) -> HttpBroker:
@@ -178,6 +161,10 @@ async def _create_topic(request: web.Request) -> web.Response:
         return _error(400, f"illegal settings: readQueueNums={read} writeQueueNums={write} perm={perm}")
     tc = broker.new_topic_config(topic, read_queue_nums=read, write_queue_nums=write, perm=perm, order=order)
     await broker.create_topic(tc)
+    not_replicated = await wait_replicated(broker.metadata_replication)
+    if not_replicated is not None:
+        return _error(503, f"topic[{topic}] created on the master, but not yet held by its SyncStateSet: "
+                      f"{not_replicated}", ResponseCode.SYSTEM_ERROR)
     return web.json_response(_topic_json(broker, tc), status=201)
 
 
@@ -189,7 +176,11 @@ async def _delete_topic(request: web.Request) -> web.Response:
     if is_system_topic(topic, broker.config.broker_cluster_name) or topic == broker.config.broker_name:
         return _error(400, f"The topic[{topic}] is conflict with system topic.", ResponseCode.SYSTEM_ERROR)
     await broker.delete_topic(topic)
+    not_replicated = await wait_replicated(broker.metadata_replication)
     await broker.register_broker_all()
+    if not_replicated is not None:
+        return _error(503, f"topic[{topic}] deleted on the master, but not yet on its SyncStateSet: "
+                      f"{not_replicated}", ResponseCode.SYSTEM_ERROR)
     return web.json_response({"deleted": topic})
 
 

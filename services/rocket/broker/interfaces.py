@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rocket.broker.locks import RebalanceLockManager
     from rocket.broker.long_polling import PullRequestHoldService
     from rocket.broker.metadata import BrokerMetadata
+    from rocket.broker.metadata.replication import MetadataReplicator
     from rocket.broker.metrics import BrokerMetrics
     from rocket.broker.schedule import ScheduleMessageService
     from rocket.broker.stats import BrokerStats, ConsumeStatRow
@@ -143,6 +144,11 @@ class BrokerBase(Protocol):
     @property
     def topics(self) -> TopicManager:
         """Topic creation and lookup."""
+        ...
+
+    @property
+    def metadata_replication(self) -> MetadataReplicator:
+        """Metadata changes written into the CommitLog for the slaves (controller mode)."""
         ...
 
 

@@ -59,7 +59,8 @@ from rocket.auth.signature import SessionCredentials
 from rocket.auth.store import AuthMetadataStore
 from rocket.broker.config import BrokerConfig
 from rocket.broker.controller_mode import ControllerReplicas
-from rocket.broker.slave_sync import SlaveSynchronize
+from rocket.broker.metadata.replication import METADATA_TOPIC
+from rocket.broker.slave_sync import FIRST_DELAY, SlaveSynchronize
 from rocket.broker.tasks import write_file_durably
 from rocket.protocol import loads_lenient
 from rocket.remoting import (
@@ -69,6 +70,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import ClientTls, ServerTls
 from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
 from rocket.store.ha.epoch import EPOCH_FILE_NAME, EpochFile
 from rocket.store.ha.master import HAService
@@ -85,6 +87,8 @@ if TYPE_CHECKING:
     from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker.replicas")
+#: Seconds before a controller-mode slave's first metadata copy round (``SlaveSynchronize``).
+CONTROLLER_MODE_FIRST_SYNC = 0.2
 
 HA_STATE_FILE = "haState.json"
 
@@ -158,6 +162,9 @@ class ReplicationBroker(Protocol):
     #: The request check (None when ACL is off) and what this broker signs with.
     auth: ServerAuth | None
     inner_credentials: SessionCredentials | None
+    #: TLS of this broker's ports (None: plaintext) and of its own connections (None: plaintext).
+    tls: ServerTls | None
+    client_tls: ClientTls | None
     #: On a slave: the master's remoting address and HA address from the NameServer's answer.
     master_addr: str | None
     ha_master_addr: str | None
@@ -189,8 +196,13 @@ class ReplicationManager:
         self.metrics = HAMetrics(broker.metrics.registry)
         self.service = HAService(self)
         self.client = HAClient(self)
+        # Controller mode: a slave may join the SyncStateSet (and be elected) as soon as it has
+        # caught up with the log; what predates its copy of the log comes only with a copy round,
+        # so the first one runs at once rather than after RocketMQ's 3 s.
         self.sync = SlaveSynchronize(broker, self.master_main_address,
-                                     period=broker.config.slave_sync_interval / 1000.0)
+                                     period=broker.config.slave_sync_interval / 1000.0,
+                                     first_delay=CONTROLLER_MODE_FIRST_SYNC if broker.config.enable_controller_mode
+                                     else FIRST_DELAY)
         #: False until the first registration round told a master it still is one.
         self.role_confirmed = False
         self.changing_role = False
@@ -231,6 +243,16 @@ class ReplicationManager:
         if self.broker.auth is None:
             return None
         return verify_hello(hello, self.broker.auth_store)
+
+    @property
+    def server_tls(self) -> ServerTls | None:
+        """TLS of the HA port: the broker's (``tlsMode``)."""
+        return self.broker.tls
+
+    @property
+    def client_tls(self) -> ClientTls | None:
+        """TLS of the slave's HA connection: the broker's own (``tls.enable``)."""
+        return self.broker.client_tls
 
     def master_ha_address(self) -> str | None:
         """Where a slave replicates from: ``haMasterAddress``, else the NameServer's answer."""
@@ -565,7 +587,7 @@ class ReplicationManager:
         configs = self.broker.metadata.topic_configs
         made = []
         for topic in store.topics():
-            if configs.get(topic) is None:
+            if configs.get(topic) is None and topic != METADATA_TOPIC:
                 tc = self.replicated_topic_config(topic)
                 if tc is not None:
                     made.append(tc)
@@ -730,6 +752,7 @@ class ReplicationManager:
             "minOffset": store.min_phy_offset,
             "roleConfirmed": self.role_confirmed,
             "controllerMode": None if self.controller is None else self.controller.status(),
+            "metadataReplication": self._metadata_replication_status(),
             "slaves": slaves,
             "syncWaiters": len(svc.waiters),
             "master": None if cfg.is_master else {
@@ -745,6 +768,10 @@ class ReplicationManager:
                 "configSyncError": self.sync.last_error,
             },
         }
+
+    def _metadata_replication_status(self) -> dict[str, Any] | None:
+        replicator = getattr(self.broker, "metadata_replication", None)
+        return None if replicator is None else dict(replicator.status())
 
     def snapshot(self) -> HASnapshot:
         """Scrape-time values for :class:`~rocket.store.ha.metrics.HACollector`."""

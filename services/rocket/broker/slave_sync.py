@@ -12,7 +12,10 @@ the interval if shorter) for
   durably when they changed; ``rocket.auth.sync``),
 
 so that a promoted slave serves consumers where they were and delivers
-delayed messages from where the master stopped. Each step fails on its own
+delayed messages from where the master stopped. A controller-mode master also writes its
+topic, subscription-group and offset changes into the CommitLog
+(:mod:`rocket.broker.metadata.replication`); the records a slave applies while a round runs
+are applied again after it, so the round's older snapshots never undo them. Each step fails on its own
 (logged once per distinct error) and is retried at the next round.
 """
 
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocket.broker.slave_sync")
 
 FIRST_DELAY = 3.0
+#: Seconds between checks for the master's address while it is unknown.
+UNKNOWN_MASTER_POLL = 1.0
 
 
 class SlaveSyncBroker(Protocol):
@@ -54,18 +59,19 @@ class SlaveSynchronize(LoopService):
 
     ``broker``: where the copies go (read at each round). ``master_address()``: the master's
     remoting address ``host:port``, None while unknown (the round is skipped). ``period``:
-    seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request.
+    seconds between rounds (``slaveSyncInterval`` / 1000); ``timeout``: seconds per request;
+    ``first_delay``: seconds before the first round after each start (at most ``period``).
     ``running``/``start``/``stop`` run the periodic copy (:class:`~rocket.runtime.LoopService`).
     """
 
     task_name = "ha-config-sync"
 
     def __init__(self, broker: SlaveSyncBroker, master_address: Callable[[], str | None], *, period: float,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, first_delay: float = FIRST_DELAY) -> None:
         self.broker = broker
         self.master_address = master_address
         self.period = period
-        self.first_delay = min(FIRST_DELAY, self.period)
+        self.first_delay = min(first_delay, self.period)
         self.timeout = timeout
         self.client = RemotingClient(connect_timeout=timeout)
         self.rounds = 0
@@ -86,7 +92,8 @@ class SlaveSynchronize(LoopService):
                 raise
             except Exception:
                 log.exception("config sync from the master failed")
-            await asyncio.sleep(self.period)
+            # while the master is unknown, look again every second: its first copy comes soon after
+            await asyncio.sleep(self.period if self.master_address() else min(self.period, UNKNOWN_MASTER_POLL))
 
     async def _call(self, addr: str, code: int) -> bytes:
         cmd = RemotingCommand(code=code, language="JAVA")
@@ -101,6 +108,22 @@ class SlaveSynchronize(LoopService):
         if not addr:
             return False
         self.rounds += 1
+        replicator = getattr(self.broker, "metadata_replication", None)
+        if replicator is not None:
+            replicator.open_window()
+        try:
+            ok = await self._round(addr)
+        finally:
+            if replicator is not None:
+                replicator.close_window()  # records newer than the snapshots win
+        if ok:
+            self.last_success = asyncio.get_running_loop().time()
+            if self.last_error:
+                log.info("config sync from master %s works again", addr)
+            self.last_error = ""
+        return ok
+
+    async def _round(self, addr: str) -> bool:
         ok = True
         for name, code, apply in (
             ("topic configs", RequestCode.GET_ALL_TOPIC_CONFIG, self._apply_topics),
@@ -125,11 +148,6 @@ class SlaveSynchronize(LoopService):
                 if text != self.last_error:
                     log.warning("%s", text)
                 self.last_error = text
-        if ok:
-            self.last_success = asyncio.get_running_loop().time()
-            if self.last_error:
-                log.info("config sync from master %s works again", addr)
-            self.last_error = ""
         return ok
 
     async def _sync_timer_checkpoint(self, addr: str) -> None:

@@ -48,6 +48,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import ClientTls
 
 log = logging.getLogger("rocket.client.admin")
 
@@ -160,12 +161,13 @@ def parse_consume_stats(body: bytes) -> tuple[list[QueueLag], float]:
 class Admin:
     """Administrative calls against the NameServers and brokers of a cluster.
 
-    ``namesrv_addr``: ``"host:port;host:port"``; ``timeout``: seconds per request.
+    ``namesrv_addr``: ``"host:port;host:port"``; ``timeout``: seconds per request; ``credentials``
+    and ``tls`` as for :class:`~rocket.client.base.MQClient`.
     """
 
     def __init__(self, namesrv_addr: str = "127.0.0.1:9876", *, timeout: float = DEFAULT_TIMEOUT,
-                 credentials: SessionCredentials | None = None) -> None:
-        self.client = MQClient(namesrv_addr, timeout=timeout, credentials=credentials)
+                 credentials: SessionCredentials | None = None, tls: ClientTls | bool | None = None) -> None:
+        self.client = MQClient(namesrv_addr, timeout=timeout, credentials=credentials, tls=tls)
 
     async def close(self) -> None:
         """Close every connection."""

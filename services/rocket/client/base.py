@@ -38,6 +38,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import ClientTls, resolve_client_tls
 
 log = logging.getLogger("rocket.client")
 
@@ -145,6 +146,11 @@ class MQClient:
     ``credentials`` (:class:`rocket.auth.SessionCredentials`): every request is signed with
     them, as ``AclClientRPCHook`` does; default: ``ROCKET_ACCESS_KEY``/``ROCKET_SECRET_KEY``
     (or ``ROCKET_CREDENTIALS_FILE``) when set, else unsigned. Change with :meth:`set_credentials`.
+
+    ``tls``: connect to NameServers and brokers with TLS (RocketMQ's ``useTLS``): a
+    :class:`~rocket.remoting.tls.ClientTls`, True (verify servers against the system's CAs) or False;
+    None (default): ``ROCKET_TLS`` / ``ROCKET_TLS_CA`` (:func:`~rocket.remoting.tls.client_tls_from_env`).
+    Raises :class:`~rocket.remoting.tls.TlsConfigError` when the CA or client certificate does not load.
     """
 
     def __init__(
@@ -156,6 +162,7 @@ class MQClient:
         poll_namesrv_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
         credentials: SessionCredentials | None = None,
+        tls: ClientTls | bool | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self._ns_index = random.randrange(len(self.namesrv_addrs))
@@ -163,7 +170,7 @@ class MQClient:
         self.timeout = timeout
         self.poll_namesrv_interval = poll_namesrv_interval
         self.heartbeat_interval = heartbeat_interval
-        self.remoting = RemotingClient()
+        self.remoting = RemotingClient(tls=resolve_client_tls(tls))
         self.credentials: SessionCredentials | None = None
         self.set_credentials(credentials if credentials is not None else resolve_credentials())
         #: Latest route of each topic this client uses (refreshed in the background).

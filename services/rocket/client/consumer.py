@@ -93,6 +93,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import ClientTls
 
 log = logging.getLogger("rocket.client.consumer")
 
@@ -272,12 +273,13 @@ class _Puller:
 
 def _consumer_client(namesrv_addr: str, heartbeat_body: Callable[[], dict[str, Any] | None], *,
                      instance_name: str | None, timeout: float, poll_namesrv_interval: float,
-                     heartbeat_interval: float, credentials: SessionCredentials | None) -> MQClient:
+                     heartbeat_interval: float, credentials: SessionCredentials | None,
+                     tls: ClientTls | bool | None) -> MQClient:
     """A consumer's :class:`MQClient`: it heartbeats ``heartbeat_body()`` to slaves as well as masters,
     since a consumer may be told to pull from a slave (``MQClientInstance.sendHeartbeatToAllBroker``)."""
     client = MQClient(namesrv_addr, instance_name=instance_name, timeout=timeout,
                       poll_namesrv_interval=poll_namesrv_interval, heartbeat_interval=heartbeat_interval,
-                      credentials=credentials)
+                      credentials=credentials, tls=tls)
     client.heartbeat_body = heartbeat_body
     client.heartbeat_slaves = True
     return client
@@ -333,12 +335,14 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
         poll_namesrv_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
         credentials: SessionCredentials | None = None,
+        tls: ClientTls | bool | None = None,
     ) -> None:
         self.group = group
         self.timeout = timeout
         self.client = _consumer_client(namesrv_addr, self._heartbeat_body, instance_name=instance_name,
                                        timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
-                                       heartbeat_interval=heartbeat_interval, credentials=credentials)
+                                       heartbeat_interval=heartbeat_interval, credentials=credentials,
+                                       tls=tls)
         self._puller = _Puller(self.client, group)
         self._subs: dict[str, SubscriptionData] = {}
         self._started = False
@@ -530,6 +534,7 @@ class PushConsumer(_OffsetAPI):
         offset_store_dir: Path | str | None = None,
         instance_name: str | None = None,
         credentials: SessionCredentials | None = None,
+        tls: ClientTls | bool | None = None,
     ) -> None:
         self.group = group
         self.handler = handler
@@ -550,7 +555,8 @@ class PushConsumer(_OffsetAPI):
         self.timeout = timeout
         self.client = _consumer_client(namesrv_addr, self._heartbeat_body, instance_name=instance_name,
                                        timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
-                                       heartbeat_interval=heartbeat_interval, credentials=credentials)
+                                       heartbeat_interval=heartbeat_interval, credentials=credentials,
+                                       tls=tls)
         self.client.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self._puller = _Puller(self.client, group)
         self._subs: dict[str, SubscriptionData] = {}

@@ -70,6 +70,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.tls import ClientTls
 
 log = logging.getLogger("rocket.client.producer")
 
@@ -242,6 +243,7 @@ class Producer(ClientLifecycle):
         instance_name: str | None = None,
         client: MQClient | None = None,
         credentials: SessionCredentials | None = None,
+        tls: ClientTls | bool | None = None,
     ) -> None:
         self.group = group
         self.retries = max(0, retries)
@@ -257,6 +259,7 @@ class Producer(ClientLifecycle):
             poll_namesrv_interval=poll_namesrv_interval,
             heartbeat_interval=heartbeat_interval,
             credentials=credentials,
+            tls=tls,
         )
         self.faults = FaultTracker()
         self._publish: dict[str, PublishInfo] = {}

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rocket.protocol.body import parse_properties as parse_properties
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
 from rocket.remoting.connection import parse_addr
+from rocket.remoting.tls import TlsConfig
 
 #: Environment variable holding the Raft secret.
 SECRET_ENV = "ROCKET_CONTROLLER_SECRET"
@@ -140,6 +142,8 @@ class ControllerConfig:
     raft_connection_retry_s: float = 1.0
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     log_level: str = "INFO"
+    #: TLS of the remoting and HTTP ports, and of the notifications sent to brokers (``tls.enable``).
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
     def self_peer(self) -> Peer:
@@ -249,19 +253,3 @@ class ControllerConfig:
         for name, value in staged.items():
             setattr(self, name, value)
         return sorted(k for k in props if k in self.PROPERTIES)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java properties text to a dict: ``key=value`` or ``key:value`` lines; ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        eq = [i for i in (stripped.find("="), stripped.find(":")) if i >= 0]
-        if not eq:
-            out[stripped] = ""
-            continue
-        i = min(eq)
-        out[stripped[:i].strip()] = stripped[i + 1:].strip()
-    return out

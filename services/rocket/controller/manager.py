@@ -84,7 +84,7 @@ class ControllerManager:
         self.heartbeats = BrokerHeartbeatManager(default_timeout_ms=config.controller_heart_beat_timeout_mills)
         self.heartbeats.listeners.append(self._broker_inactive)
         self.policy = DefaultElectPolicy(self.heartbeats.is_active, self.heartbeats.live_info)
-        self.client = RemotingClient(connect_timeout=3.0)
+        self.client = RemotingClient(connect_timeout=3.0, tls=config.tls.client())
         self._write_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._electing: set[str] = set()

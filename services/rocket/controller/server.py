@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import logging
 
-from aiohttp import web
-
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import build_app, controller_registry
 from rocket.controller.manager import ControllerManager
 from rocket.remoting import Processors, RemotingServer
+from rocket.remoting.http import HttpServer
 from rocket.runtime import until_stopped
 
 log = logging.getLogger("rocket.controller")
@@ -28,11 +27,13 @@ class ControllerServer:
         self.manager = ControllerManager(config)
         processors = Processors()
         self.manager.register(processors)
+        #: TLS of the remoting and HTTP ports (None: plaintext).
+        self.tls = config.tls.server()
         self.remoting = RemotingServer(processors, host=config.host, port=config.port,
-                                       max_frame_size=config.max_frame_size, name="controller")
+                                       max_frame_size=config.max_frame_size, name="controller", tls=self.tls)
         self.remoting.on_connection_closed.append(self.manager.connection_closed)
         self.registry = controller_registry(self.manager)
-        self._http_runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self.http_port: int | None = None
         self.ready = False
 
@@ -47,14 +48,9 @@ class ControllerServer:
         try:
             await self.remoting.start()
             if self.config.http_port is not None:
-                runner = web.AppRunner(build_app(self.manager, self.registry, lambda: self.ready),
-                                       access_log=None, handle_signals=False)
-                await runner.setup()
-                self._http_runner = runner
-                site = web.TCPSite(runner, self.config.host, self.config.http_port, reuse_address=True)
-                await site.start()
-                addresses = runner.addresses
-                self.http_port = int(addresses[0][1]) if addresses else self.config.http_port
+                self._http = HttpServer(build_app(self.manager, self.registry, lambda: self.ready), self.tls,
+                                        name="controller-http")
+                self.http_port = await self._http.start(self.config.host, self.config.http_port)
         except BaseException:
             await self.stop()
             raise
@@ -68,9 +64,9 @@ class ControllerServer:
             self.remoting.on_connection_closed.remove(self.manager.connection_closed)
         self.manager.quiesce()
         await self.remoting.stop()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-            self._http_runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         await self.manager.stop()
 
 

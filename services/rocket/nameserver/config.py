@@ -24,6 +24,15 @@ broker_timeout                s        silence after which a broker is evicted (
                                        ``BROKER_CHANNEL_EXPIRED_TIME``, 120000 ms)
 max_frame_size                bytes    largest remoting frame (16 MiB)
 ============================  =======  =================================================
+
+TLS (remoting and HTTP ports, and this NameServer's own connections to brokers): RocketMQ's keys
+(``tlsMode``, ``tls.server.certPath``, ... :data:`rocket.remoting.tls.TLS_KEYS`); in TOML they may
+be written as they are (``tls.server.certPath = "..."`` is a dotted key) or quoted, in JSON as
+flat keys or nested objects, e.g.::
+
+    tlsMode = "enforcing"
+    tls.server.certPath = "/etc/rocket/tls/tls.crt"
+    tls.server.keyPath = "/etc/rocket/tls/tls.key"
 """
 
 from __future__ import annotations
@@ -32,11 +41,14 @@ import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
+from rocket.protocol.body import parse_properties
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
 from rocket.remoting.connection import DEFAULT_MAX_PENDING_REQUESTS, FlowControl
+from rocket.remoting.tls import TlsConfig, TlsConfigError, flatten_tables, is_tls_key
 
 
 class ConfigError(ValueError):
@@ -57,6 +69,8 @@ class NameServerConfig:
     Netty's 64 KiB / 32 KiB, as RocketMQ's NettyServerConfig);
     ``server_channel_max_pending_requests``: requests of one connection being
     handled at once at which it stops reading (see ``rocket.remoting.connection``).
+    ``tls``: TLS of the remoting and HTTP ports and of the outgoing connections
+    (:class:`~rocket.remoting.tls.TlsConfig`, RocketMQ's ``tls.*`` keys).
     """
 
     host: str = "0.0.0.0"
@@ -92,6 +106,7 @@ class NameServerConfig:
     write_buffer_high_water_mark: int = 0
     write_buffer_low_water_mark: int = 0
     server_channel_max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+    tls: TlsConfig = dataclass_field(default_factory=TlsConfig)
 
     def flow_control(self) -> FlowControl:
         """The connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
@@ -152,8 +167,13 @@ def load_config_file(path: Path) -> NameServerConfig:
         raise ConfigError(f"config file {path} must hold a table/object")
     if isinstance(data.get("nameserver"), dict):  # allow a [nameserver] section
         data = data["nameserver"]
+    data = flatten_tables(data)
     values: dict[str, Any] = {}
+    tls: dict[str, Any] = {}
     for key, value in data.items():
+        if is_tls_key(key):
+            tls[key] = value
+            continue
         if key in ROCKETMQ_KEYS:
             name, scale = ROCKETMQ_KEYS[key]
             if isinstance(value, bool) or not isinstance(value, int):
@@ -164,6 +184,11 @@ def load_config_file(path: Path) -> NameServerConfig:
         if name not in _FIELDS:
             raise ConfigError(f"config file {path}: unknown setting {key!r}")
         values[name] = _coerce(name, value, path)
+    if tls:
+        try:
+            values["tls"] = TlsConfig.from_properties(tls)
+        except TlsConfigError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
     config = NameServerConfig(**values)
     config.validate()
     return config
@@ -237,18 +262,8 @@ def to_java_properties(config: NameServerConfig) -> dict[str, str]:
     return out
 
 
-def parse_java_properties(text: str) -> dict[str, str]:
-    """``key=value`` / ``key: value`` lines (``#``/``!`` comments skipped), as Java's ``Properties.load``
-    reads mqadmin's body (no escapes are used by it)."""
-    result: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        key, value = (line[:cut], line[cut + 1:]) if cut >= 0 else (line, "")
-        result[key.strip()] = value.strip()
-    return result
+#: The bodies of UPDATE_NAMESRV_CONFIG (mqadmin updateNamesrvConfig): Java properties text.
+parse_java_properties = parse_properties
 
 
 def runtime_update(config: NameServerConfig, values: dict[str, str]) -> dict[str, Any]:

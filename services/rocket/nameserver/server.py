@@ -22,8 +22,6 @@ import contextlib
 import logging
 from pathlib import Path
 
-from aiohttp import web
-
 from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
 from rocket.auth.http import HttpAuth, read_token
 from rocket.auth.sync import fetch_auth_metadata
@@ -46,6 +44,7 @@ from rocket.protocol.codes import RequestCode, ResponseCode
 from rocket.remoting import RemotingClient, RemotingError
 from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
+from rocket.remoting.http import HttpServer
 from rocket.remoting.server import RemotingServer
 from rocket.runtime import until_stopped
 
@@ -94,10 +93,13 @@ class NameServer:
         self.auth: ServerAuth | None = (
             ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
         )
+        #: TLS of the remoting and HTTP ports (None: plaintext) and of our own connections to brokers.
+        self.tls = cfg.tls.server()
+        self.client_tls = cfg.tls.client()
         self._auth_client: RemotingClient | None = None
         if self.auth is not None:
             creds = inner_credentials(self.auth_config)
-            self._auth_client = RemotingClient(rpc_hook=creds.sign if creds else None)
+            self._auth_client = RemotingClient(rpc_hook=creds.sign if creds else None, tls=self.client_tls)
         self._auth_task: asyncio.Task[None] | None = None
         #: Credential check of the HTTP ``/api/v1`` routes (None: open).
         self.http_auth: HttpAuth | None = None
@@ -109,6 +111,7 @@ class NameServer:
             processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
             rpc_hook=self.auth,
             flow_control=cfg.flow_control(),
+            tls=self.tls,
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
         #: The embedded controller (RocketMQ's ``enableControllerInNamesrv``), served on this port.
@@ -118,9 +121,10 @@ class NameServer:
             self.controller.register(processors)
             if self._auth_client is not None:  # its requests to brokers are signed like ours
                 self.controller.client.rpc_hook = self._auth_client.rpc_hook
+            self.controller.client.tls = self.client_tls
             self.remoting.on_connection_closed.append(self.controller.connection_closed)
             self.metrics.registry.register(ControllerCollector(self.controller))
-        self._http_runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self.http_port: int | None = None
         self.ready = False
@@ -154,18 +158,13 @@ class NameServer:
             app = build_app(self)
             if self.controller is not None:
                 add_controller_routes(app, self.controller)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            site = web.TCPSite(runner, cfg.http_host or cfg.host, cfg.http_port, reuse_address=True)
+            http = HttpServer(app, self.tls, name="nameserver-http")
             try:
-                await site.start()
+                self.http_port = await http.start(cfg.http_host or cfg.host, cfg.http_port)
             except BaseException:
-                await runner.cleanup()
                 await self.remoting.stop()
                 raise
-            self._http_runner = runner
-            addresses = runner.addresses
-            self.http_port = int(addresses[0][1]) if addresses else cfg.http_port
+            self._http = http
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="nameserver-scan")
         if self._auth_client is not None:
             self._auth_task = asyncio.get_running_loop().create_task(self._auth_sync_loop(), name="nameserver-auth")
@@ -198,9 +197,9 @@ class NameServer:
         await self.remoting.stop()
         if self.controller is not None:
             await self.controller.stop()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
-            self._http_runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
 
     def get_namesrv_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """GET_NAMESRV_CONFIG (319): body = the settings as ``key=value`` lines (Java names,

@@ -142,3 +142,36 @@ def parse_kv_table(body: bytes) -> dict[str, str]:
     if not isinstance(table, dict):
         raise BodyError("table is not an object")
     return {str(k): str(v) for k, v in table.items()}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java properties text (``java.util.Properties.load``, the bodies of GET/UPDATE_BROKER_CONFIG,
+    UPDATE_NAMESRV_CONFIG and UPDATE_CONTROLLER_CONFIG, ``broker.conf``, RocketMQ's ``tls.config.file``):
+    ``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comments; a key alone maps to "".
+
+    Line continuations (trailing backslash) are joined; other escapes are kept
+    as written (RocketMQ's files and bodies do not use them).
+    """
+    result: dict[str, str] = {}
+    pending = ""
+    for raw_line in text.splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match:
+            result[match.group(1)] = match.group(2).strip()
+        else:
+            result[line] = ""
+    if pending:
+        result.setdefault(pending, "")
+    return result
+
+
+def format_properties(values: Mapping[str, str]) -> str:
+    """``key=value`` lines, sorted by key (GET_BROKER_CONFIG body, persisted overrides)."""
+    return "".join(f"{key}={value}\n" for key, value in sorted(values.items()))

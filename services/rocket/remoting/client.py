@@ -13,6 +13,7 @@ from rocket.remoting.command import (
     RemotingTimeoutError,
 )
 from rocket.remoting.connection import Handler, Processors, RemotingConnection, parse_addr
+from rocket.remoting.tls import ClientTls
 
 log = logging.getLogger("rocket.remoting")
 
@@ -25,6 +26,9 @@ class RemotingClient:
     (e.g. NOTIFY_CONSUMER_IDS_CHANGED from a broker). ``rpc_hook`` is called with
     every request sent over these connections just before it is encoded (RocketMQ's
     ``RPCHook.doBeforeRequest``; e.g. ``SessionCredentials.sign``); set it any time.
+    ``tls``: connect with TLS (:class:`~rocket.remoting.tls.ClientTls`, RocketMQ's ``useTLS``;
+    the context is re-read for every new connection, so a rotated trust store is picked up);
+    None = plaintext. A failed handshake raises ``RemotingConnectError`` saying why.
     """
 
     def __init__(
@@ -34,8 +38,10 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         rpc_hook: Callable[[RemotingCommand], None] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.processors = processors or Processors()
+        self.tls = tls
         self._rpc_hook = rpc_hook
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
@@ -73,6 +79,7 @@ class RemotingClient:
                 return conn
             host, port = parse_addr(addr)
             loop = asyncio.get_running_loop()
+            tls_args = self.tls.connect_args(host) if self.tls is not None else {}
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     _, protocol = await loop.create_connection(
@@ -84,6 +91,7 @@ class RemotingClient:
                         ),
                         host,
                         port,
+                        **tls_args,
                     )
             except (OSError, TimeoutError) as exc:
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc

@@ -215,6 +215,8 @@ class RemotingConnection(asyncio.Protocol):
         self._resume_scheduled = False
         #: How often reading was stopped (for logs and tests).
         self.read_pauses = 0
+        #: A response arrived on this connection (tells "refused at once" from "lost later").
+        self._answered = False
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -242,6 +244,7 @@ class RemotingConnection(asyncio.Protocol):
         backlog = self._backlog
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
+                self._answered = True
                 entry = pending.pop(cmd.opaque, None)
                 if entry is not None and not entry[0].done():
                     entry[0].set_result(cmd)
@@ -337,9 +340,14 @@ class RemotingConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        why = f"connection to {self.peer} closed"
+        if self._pending and not self._answered and self._transport is not None \
+                and self._transport.get_extra_info("sslcontext") is None:
+            why += (" before any answer (a server with tlsMode=enforcing closes plaintext connections: "
+                    "connect with TLS, e.g. --tls / ROCKET_TLS_CA)")
         for fut, *_ in self._pending.values():
             if not fut.done():
-                fut.set_exception(RemotingConnectError(f"connection to {self.peer} closed"))
+                fut.set_exception(RemotingConnectError(why))
         self._pending.clear()
         for task in list(self._tasks):
             task.cancel()

@@ -10,6 +10,7 @@ from typing import cast
 from rocket.protocol.codes import ResponseCode
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE, RemotingCommand
 from rocket.remoting.connection import FlowControl, Handler, HandlerResult, Processors, RemotingConnection
+from rocket.remoting.tls import Listener, ServerTls
 
 log = logging.getLogger("rocket.remoting")
 
@@ -90,6 +91,8 @@ class RemotingServer:
     ``flow_control``: every connection's backpressure bounds (unsent replies,
     pending requests; :class:`~rocket.remoting.connection.FlowControl`,
     defaults when None).
+    ``tls``: TLS on this port (:class:`~rocket.remoting.tls.ServerTls`: permissive or enforcing,
+    certificates reloaded on change); None = plaintext only.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class RemotingServer:
         name: str = "server",
         rpc_hook: ServerHook | None = None,
         flow_control: FlowControl | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.processors = processors or Processors()
         if rpc_hook is not None:
@@ -113,7 +117,8 @@ class RemotingServer:
         self.flow_control = flow_control or FlowControl()
         self.connections: set[RemotingConnection] = set()
         self.on_connection_closed: list[Callable[[RemotingConnection], None]] = []
-        self._server: asyncio.AbstractServer | None = None
+        self.tls = tls
+        self._listener: Listener | None = None
 
     def register(self, code: int, handler: Handler) -> None:
         """Route requests with ``code`` to ``handler`` (see :class:`Processors`)."""
@@ -140,18 +145,19 @@ class RemotingServer:
 
     async def start(self) -> None:
         """Bind and start accepting. Raises ``OSError`` if the port is taken."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._protocol, self.host, self.port, reuse_address=True, backlog=1024
-        )
-        sockets = self._server.sockets or ()
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        listener = Listener(self._protocol, self.tls, self.name)
+        self.port = await listener.start(self.host, self.port, backlog=1024)
+        self._listener = listener
+
+    @property
+    def listener(self) -> Listener | None:
+        """The accepting side (TLS counters), None before :meth:`start`."""
+        return self._listener
 
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         for conn in list(self.connections):
             conn.close()
         for conn in list(self.connections):
@@ -160,6 +166,6 @@ class RemotingServer:
                     await conn.wait_closed()
             except TimeoutError:
                 conn.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None

@@ -6,7 +6,9 @@ As RocketMQ's ``broker/topic``, ``broker/subscription`` and ``broker/offset``:
   :class:`SubscriptionGroupManager` (``config/subscriptionGroup.db``): tables in
   memory, each change persisted incrementally to SQLite (:mod:`.table`);
 * :class:`ConsumerOffsetManager` (``config/consumerOffset.json``);
-* :class:`BrokerMetadata`: the three together, loaded, persisted and closed by the broker.
+* :class:`BrokerMetadata`: the three together, loaded, persisted and closed by the broker;
+* :mod:`.replication`: a controller-mode master's changes written into its CommitLog for the
+  slaves (:class:`~rocket.broker.metadata.replication.MetadataReplicator`).
 
 The wire models they hold (:class:`~rocket.protocol.TopicConfig`,
 :class:`~rocket.protocol.SubscriptionGroupConfig`,

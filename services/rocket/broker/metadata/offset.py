@@ -10,7 +10,7 @@ shutdown. A corrupt file is set aside and the ``.bak`` used; with no good copy
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,10 @@ class ConsumerOffsetManager:
     """Committed consumer offsets (``ConsumerOffsetManager``), ``topic@group → {queueId: offset}``.
 
     In memory; :meth:`persist` writes ``config/consumerOffset.json``
-    (standard JSON, string queue ids) atomically with a ``.bak``.
+    (standard JSON, string queue ids) atomically with a ``.bak``. :attr:`on_change`, when set,
+    is called with the ``topic@group`` keys each :meth:`commit` (of a new value),
+    :meth:`remove_group` or :meth:`remove_topic` changed (the master records them for its slaves,
+    :mod:`rocket.broker.metadata.replication`).
     """
 
     def __init__(self, path: Path) -> None:
@@ -45,6 +48,7 @@ class ConsumerOffsetManager:
         self.table: dict[str, dict[int, int]] = {}
         self._version = 0
         self._persisted_version = 0
+        self.on_change: Callable[[list[str]], None] | None = None
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``offset`` for the group's queue."""
@@ -55,6 +59,8 @@ class ConsumerOffsetManager:
         if q.get(queue_id) != offset:
             q[queue_id] = offset
             self._version += 1
+            if self.on_change is not None:
+                self.on_change([k])
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None."""
@@ -72,6 +78,8 @@ class ConsumerOffsetManager:
             del self.table[k]
         if gone:
             self._version += 1
+            if self.on_change is not None:
+                self.on_change(gone)
         return len(gone)
 
     def remove_topic(self, topic: str) -> int:
@@ -81,7 +89,25 @@ class ConsumerOffsetManager:
             del self.table[k]
         if gone:
             self._version += 1
+            if self.on_change is not None:
+                self.on_change(gone)
         return len(gone)
+
+    def entry(self, key: str) -> dict[int, int] | None:
+        """A copy of the offsets of ``key`` (``topic@group``), None when absent."""
+        q = self.table.get(key)
+        return None if q is None else dict(q)
+
+    def apply_entries(self, entries: Mapping[str, Mapping[int, int] | None]) -> None:
+        """Set whole ``topic@group`` entries (None removes one), as a slave replaying its master's
+        changes; :attr:`on_change` is not called."""
+        for key, value in entries.items():
+            if value is None:
+                self.table.pop(key, None)
+            else:
+                self.table[key] = dict(value)
+        if entries:
+            self._version += 1
 
     def to_json(self) -> dict[str, Any]:
         """``{"offsetTable": {"topic@group": {"0": 12}}}`` (standard JSON)."""

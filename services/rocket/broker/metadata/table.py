@@ -26,7 +26,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -266,7 +266,12 @@ T = TypeVar("T", TopicConfig, SubscriptionGroupConfig)
 
 
 class ConfigManager(Generic[T]):
-    """In-memory table + DataVersion persisted through a :class:`ConfigTable`."""
+    """In-memory table + DataVersion persisted through a :class:`ConfigTable`.
+
+    :attr:`on_change`, when set, is called with the names created, replaced or removed by each
+    :meth:`put` / :meth:`put_many` / :meth:`delete` / :meth:`delete_many` (after the change; the
+    master records them for its slaves, :mod:`rocket.broker.metadata.replication`).
+    """
 
     _kind: type[T]
     _wrapper_key: str
@@ -276,6 +281,7 @@ class ConfigManager(Generic[T]):
         self._table: dict[str, T] = {}
         self.data_version = DataVersion(timestamp=now_ms())
         self._loaded = False
+        self.on_change: Callable[[list[str]], None] | None = None
 
     @staticmethod
     def _name(cfg: T) -> str:
@@ -321,6 +327,8 @@ class ConfigManager(Generic[T]):
         self._table[name] = cfg
         self.data_version = self.data_version.next_version()
         self.store.stage(name, cfg.to_json(), self.data_version.to_json())
+        if self.on_change is not None:
+            self.on_change([name])
 
     def put_many(self, cfgs: Iterable[T]) -> None:
         """Create or replace several with one version bump and one transaction."""
@@ -333,6 +341,8 @@ class ConfigManager(Generic[T]):
         if items:
             self.data_version = self.data_version.next_version()
             self.store.stage_many(items, self.data_version.to_json())
+            if self.on_change is not None:
+                self.on_change([name for name, _ in items])
 
     def delete(self, name: str) -> bool:
         """Remove ``name``; False when absent."""
@@ -341,6 +351,8 @@ class ConfigManager(Generic[T]):
             return False
         self.data_version = self.data_version.next_version()
         self.store.stage(name, _DELETE, self.data_version.to_json())
+        if self.on_change is not None:
+            self.on_change([name])
         return True
 
     def delete_many(self, names: Iterable[str]) -> int:
@@ -350,6 +362,8 @@ class ConfigManager(Generic[T]):
         if gone:
             self.data_version = self.data_version.next_version()
             self.store.stage_many([(n, _DELETE) for n in gone], self.data_version.to_json())
+            if self.on_change is not None:
+                self.on_change(gone)
         return len(gone)
 
     def wrapper_json(self) -> dict[str, Any]:

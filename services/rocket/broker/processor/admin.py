@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.config import ConfigError, format_properties, parse_properties
+from rocket.broker.metadata.replication import respond_when_replicated, wait_replicated
 from rocket.broker.processor.tools import dumps_java
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.protocol import MessageQueue, loads_lenient
@@ -118,7 +119,11 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad topic config: {exc}")
         broker.metadata.topic_configs.put(tc)
         log.info("topic %s created/updated by %s: %d/%d queues, perm %d", topic, conn.peer, read, write, perm)
+        not_replicated = await wait_replicated(broker.metadata_replication)
         await broker.register_broker_all()
+        if not_replicated is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] created on the master, but not yet "
+                                    f"held by its SyncStateSet: {not_replicated}")
         return request.response(ResponseCode.SUCCESS)
 
     async def delete_topic(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -129,7 +134,11 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         await broker.delete_topic(topic)
         log.info("topic %s deleted by %s", topic, conn.peer)
+        not_replicated = await wait_replicated(broker.metadata_replication)
         await broker.register_broker_all()
+        if not_replicated is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] deleted on the master, but not yet "
+                                    f"on its SyncStateSet: {not_replicated}")
         return request.response(ResponseCode.SUCCESS)
 
     def get_all_topic_config(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
@@ -143,7 +152,7 @@ class AdminBrokerProcessor:
 
     def update_and_create_subscription_group(
         self, request: RemotingCommand, conn: RemotingConnection
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | Any:
         """Body: SubscriptionGroupConfig JSON (Java names)."""
         broker = self.broker
         try:
@@ -162,7 +171,8 @@ class AdminBrokerProcessor:
             return request.response(ResponseCode.INVALID_PARAMETER, f"{problem}, subscription group [{cfg.group_name}]")
         broker.metadata.subscription_groups.put(cfg)
         log.info("subscription group %s created/updated by %s", cfg.group_name, conn.peer)
-        return request.response(ResponseCode.SUCCESS)
+        return respond_when_replicated(broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     def get_all_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """``{"subscriptionGroupTable":{...},"dataVersion":{...}}``."""
@@ -170,14 +180,16 @@ class AdminBrokerProcessor:
             ResponseCode.SUCCESS, body=_json_bytes(self.broker.metadata.subscription_groups.wrapper_json())
         )
 
-    def delete_subscription_group(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+    def delete_subscription_group(self, request: RemotingCommand, conn: RemotingConnection
+                                  ) -> RemotingCommand | Any:
         """Ext ``groupName`` (and ``cleanOffset``: drop its offsets too)."""
         broker = self.broker
         group = request.require("groupName")
         broker.metadata.subscription_groups.delete(group)
         if request.get_bool("cleanOffset", False):
             broker.metadata.consumer_offsets.remove_group(group)
-        return request.response(ResponseCode.SUCCESS)
+        return respond_when_replicated(broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     # -- offsets ---------------------------------------------------------------------------------
 

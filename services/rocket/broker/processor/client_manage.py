@@ -9,12 +9,13 @@ As RocketMQ 4.9.8 ``ClientManageProcessor`` and ``ConsumerManageProcessor``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from rocket.broker.client_manager import ClientChannelInfo
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
+from rocket.broker.metadata.replication import respond_when_replicated
 from rocket.protocol import retry_topic
 from rocket.protocol.codes import PERM_READ, PERM_WRITE
 from rocket.protocol.validation import LONG_MAX, first_problem, out_of_range, queue_id_problem
@@ -119,13 +120,16 @@ class ConsumerManageProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return request.response(ResponseCode.SUCCESS, body=orjson.dumps({"consumerIdList": info.client_ids()}))
 
-    def update_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+    def update_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection
+                               ) -> RemotingCommand | Any:
         """Store ``commitOffset`` for (consumerGroup, topic, queueId).
 
         Checked first, as ConsumerManageProcessor of RocketMQ 5: the group exists (or may be
         auto-created; else SUBSCRIPTION_GROUP_NOT_EXIST 26), the topic exists (TOPIC_NOT_EXIST
         17), and (ours) ``0 <= queueId < readQueueNums`` and ``commitOffset >= 0``
-        (INVALID_PARAMETER 29).
+        (INVALID_PARAMETER 29). On a controller-mode master the answer waits until the commit is
+        held by the replicas the send rule requires (``rocket.broker.metadata.replication``;
+        coalesced with every other change of the same turn of the loop).
         """
         broker = self.broker
         group = request.require("consumerGroup")
@@ -146,7 +150,8 @@ class ConsumerManageProcessor:
         if problem is not None:
             return request.response(ResponseCode.INVALID_PARAMETER, problem)
         broker.metadata.consumer_offsets.commit(group, topic, queue_id, offset)
-        return request.response(ResponseCode.SUCCESS)
+        return respond_when_replicated(broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     def query_consumer_offset(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """The stored offset; 0 for a fresh group on a queue still starting at 0, as

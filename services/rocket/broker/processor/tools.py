@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rocket.broker.client_manager import ClientChannelInfo
+from rocket.broker.metadata.replication import respond_when_replicated, wait_replicated
 from rocket.broker.topics import SYSTEM_TOPICS, is_system_topic, validate_topic
 from rocket.message import MessageFormatError, decode_offset_msg_id
 from rocket.protocol import MessageQueue, SubscriptionGroupConfig, TopicConfig, loads_lenient
@@ -179,11 +180,15 @@ class ToolsAdminProcessor:
                 return request.response(ResponseCode.SYSTEM_ERROR, problem)
         broker.metadata.topic_configs.put_many(configs)
         log.info("topics %s created/updated by %s", [tc.topic_name for tc in configs], conn.peer)
+        not_replicated = await wait_replicated(broker.metadata_replication)
         await broker.register_broker_all()
+        if not_replicated is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, "topics created on the master, but not yet held by "
+                                    f"its SyncStateSet: {not_replicated}")
         return request.response(ResponseCode.SUCCESS)
 
-    def update_and_create_subscription_group_list(self, request: RemotingCommand,
-                                                  conn: RemotingConnection) -> RemotingCommand:
+    def update_and_create_subscription_group_list(self, request: RemotingCommand, conn: RemotingConnection
+                                                  ) -> RemotingCommand | Any:
         """225 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, body SubscriptionGroupList
         ``{"groupConfigList":[SubscriptionGroupConfig]}``: all groups or none."""
         try:
@@ -193,10 +198,10 @@ class ToolsAdminProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupList: {exc}")
         if any(not c.group_name for c in configs):
             return request.response(ResponseCode.SYSTEM_ERROR, "subscription group config without groupName")
-        for config in configs:
-            self.broker.metadata.subscription_groups.put(config)
+        self.broker.metadata.subscription_groups.put_many(configs)
         log.info("subscription groups %s created/updated by %s", [c.group_name for c in configs], conn.peer)
-        return request.response(ResponseCode.SUCCESS)
+        return respond_when_replicated(self.broker.metadata_replication, request, conn,
+                                       request.response(ResponseCode.SUCCESS))
 
     def view_broker_stats_data(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """315, header ``statsName``, ``statsKey``: BrokerStatsData of ``TOPIC_PUT_NUMS`` (key: topic)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from rocket.remoting.tls import ClientTls, ServerTls
     from rocket.store.api import BrokerRole
     from rocket.store.ha.epoch import EpochFile
     from rocket.store.ha.metrics import HAMetrics
@@ -112,4 +113,14 @@ class HAHost(Protocol):
     def check_slave(self, hello: dict[str, Any] | None) -> str | None:
         """On a master: None when a slave with this hello (None: a plain slave) may replicate,
         else why not (ACL, ``rocket.auth.ha``)."""
+        ...
+
+    @property
+    def server_tls(self) -> ServerTls | None:
+        """TLS of the HA port (the broker's ``tlsMode``; None: plaintext)."""
+        ...
+
+    @property
+    def client_tls(self) -> ClientTls | None:
+        """TLS of a slave's connection to its master's HA port (``tls.enable``; None: plaintext)."""
         ...

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rocket.remoting.tls import Listener, start_server
 from rocket.runtime import await_ended, cancel_and_wait
 from rocket.store.api import PutMessageStatus
 from rocket.store.ha.protocol import (
@@ -175,7 +176,7 @@ class HAService:
         self.connections: list[HAConnection] = []
         self.waiters = SyncWaiters()
         self.port: int | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Listener | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper_wakeup = asyncio.Event()
         self._samples: deque[tuple[int, float]] = deque()
@@ -196,11 +197,20 @@ class HAService:
         store = self.host.store
         store.add_commit_listener(self._on_commit)
         self._samples.append((store.max_phy_offset, time.monotonic()))
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
-        sock = self._server.sockets[0]
-        self.port = int(sock.getsockname()[1])
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:  # what asyncio.start_server builds per connection
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), self._serve, loop=loop)
+
+        self._server = await start_server(protocol, host, port, self.host.server_tls, name="ha")
+        self.port = self._server.port
         self._spawn(self._sweep(), "ha-sync-timeouts")
         return self.port
+
+    @property
+    def listener(self) -> Listener | None:
+        """The HA port's listener (its TLS counters), None before :meth:`start`."""
+        return self._server
 
     async def stop(self) -> None:
         """Stop listening, drop every slave, fail waiting sends (SLAVE_NOT_AVAILABLE)."""

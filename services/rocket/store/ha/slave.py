@@ -178,7 +178,8 @@ class HAClient(LoopService):
         self._set_state("connecting")
         await store.commit_log.wait_idle()  # bytes of a previous session are written: report the true end
         async with asyncio.timeout(3.0):
-            reader, writer = await asyncio.open_connection(ip, port)
+            tls = host.client_tls
+            reader, writer = await asyncio.open_connection(ip, port, **(tls.connect_args(ip) if tls else {}))
         self._writer = writer
         self._set_state("handshaking")
         writer.write(encode_handshake(host.sign_hello({
