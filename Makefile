@@ -35,7 +35,8 @@ bench: setup
 	$(PY) -m bench $(BENCH)
 
 # Side by side with Apache RocketMQ 5.x (not part of `make test`): needs Java 17+, javac and Maven; the
-# Apache jars go to ~/.cache/rocketcluster/apache-rocketmq. COMPARE=--short for a 2 s-per-cell smoke run.
+# Apache jars go to ~/.cache/rocketcluster/apache-rocketmq. COMPARE=--short for a 2 s-per-cell smoke run;
+# COMPARE="--cell failover" or "--mode SYNC_FLUSH --cell produce:64" for a part (python -m bench.compare -h).
 bench-compare: setup
 	$(PY) -m bench.compare $(COMPARE)
 

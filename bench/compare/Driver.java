@@ -10,6 +10,13 @@
 //   suite     namesrv= topic= e2eTopic= cells=produce:1,produce:16,produce:64,batch:16,consume,e2e
 //             seconds=10 warmup=2 size=1024 batchSize=32 e2eRate=1000 consumeSeconds=60 expect=0
 //             (expect: messages already stored in `topic` before the first cell, for "consume")
+//             createTopics=a,b (created first) serverWarmup=0 (s of unmeasured 64-producer, then batch load on
+//             warmupTopic) fill=0 (s of unmeasured batches into `topic`, a backlog for "consume")
+//             prints "CELL <name>" on stdout as each cell (and the warm-up / fill) starts
+//   failover  namesrv= topic= killPid= oldMaster=host:port threads=8 before=5 after=3 maxWait=60 pollNameServerMs=200
+//             sendTimeoutMs=3000 pauseAfterErrorMs=20 verifySeconds=60 brokerName=broker-a
+//             sync sends of unique bodies; after `before` s kill -9 `killPid` (the group's master); the time until
+//             the first send acknowledged by another broker (RTO), then every acknowledged body read back
 //   roundtrip namesrv= topic= count=50 batches=2 batchSize=32 vip=0 consumers=push,pull timeout=30 pullTimeout=30
 //             verbose=0
 //             the compatibility check: sync, async and batch sends (and with vip=1 the same through the
@@ -33,7 +40,10 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -44,7 +54,9 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public final class Driver {
@@ -66,6 +78,7 @@ public final class Driver {
             case "topics": rc = topics(o); break;
             case "suite": rc = suite(o); break;
             case "roundtrip": rc = roundtrip(o); break;
+            case "failover": rc = failover(o); break;
             default:
                 System.err.println("unknown command " + args[0]);
                 rc = 2;
@@ -133,6 +146,13 @@ public final class Driver {
             return sb.append(']').toString();
         }
         return json(v.toString());
+    }
+
+    /** "CELL <name>" on stdout as a cell starts: the runner samples broker CPU and load there. */
+    static void cellStarts(String cell) {
+        log("cell " + cell + " starts");
+        System.out.println("CELL " + cell);
+        System.out.flush();
     }
 
     static void result(Map<String, Object> r) {
@@ -556,8 +576,229 @@ public final class Driver {
         }
     }
 
+    // -- failover ---------------------------------------------------------------------------------
+
+    /** A body of `size` bytes: the id, '|', then padding. */
+    static byte[] idBody(String id, int size) {
+        byte[] b = new byte[Math.max(size, id.length() + 1)];
+        Arrays.fill(b, (byte) '.');
+        byte[] head = (id + "|").getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+        System.arraycopy(head, 0, b, 0, head.length);
+        return b;
+    }
+
+    static String idOf(byte[] body) {
+        for (int i = 0; i < body.length; i++) if (body[i] == '|') return new String(body, 0, i, java.nio.charset.StandardCharsets.US_ASCII);
+        return null;
+    }
+
+    /** The port of the broker that stored a message, from its offset message id (MessageDecoder's format). */
+    static int storePort(String offsetMsgId) {
+        try {
+            return ((java.net.InetSocketAddress) MessageDecoder.decodeMessageId(offsetMsgId).getAddress()).getPort();
+        } catch (Exception e) {
+            return -1;
+        }
+    }
+
+    /**
+     * One kill -9 of the group's master under load, timed in this process (one clock): `threads` sync
+     * senders (no client retries; `pauseAfterErrorMs` after a failed send) send unique bodies; after
+     * `before` s the master's process (`killPid`) gets SIGKILL (ProcessHandle.destroyForcibly); RTO is the
+     * time from then until the first send acknowledged by a broker other than `oldMaster` (the store
+     * address in the offset message id). The producer polls the NameServer every `pollNameServerMs`
+     * (the client's default is 30 s). Sending goes on `after` s more; then a pull consumer reads the topic
+     * back from the group (every queue from offset 0) and every acknowledged body must be there.
+     */
+    static int failover(Map<String, String> o) throws Exception {
+        String ns = o.get("namesrv");
+        String topic = o.get("topic");
+        String brokerName = opt(o, "brokerName", "broker-a");
+        int threads = intOpt(o, "threads", 8);
+        int size = intOpt(o, "size", 1024);
+        double before = dblOpt(o, "before", 5);
+        double after = dblOpt(o, "after", 3);
+        double maxWait = dblOpt(o, "maxWait", 60);
+        long killPid = Long.parseLong(o.get("killPid"));
+        String oldMaster = o.get("oldMaster");
+        int oldPort = Integer.parseInt(oldMaster.substring(oldMaster.lastIndexOf(':') + 1));
+        int timeoutMs = intOpt(o, "sendTimeoutMs", 3000);
+        int pollMs = intOpt(o, "pollNameServerMs", 200);
+        int pauseMs = intOpt(o, "pauseAfterErrorMs", 20);
+        double verifySeconds = dblOpt(o, "verifySeconds", 60);
+
+        ProcessHandle victim = ProcessHandle.of(killPid).orElseThrow(() -> new IllegalArgumentException("no process " + killPid));
+        DefaultMQProducer p = new DefaultMQProducer(unique("fo-producer"));
+        p.setNamesrvAddr(ns);
+        p.setInstanceName(unique("fo"));
+        p.setSendMsgTimeout(timeoutMs);
+        p.setRetryTimesWhenSendFailed(0);
+        p.setRetryTimesWhenSendAsyncFailed(0);
+        p.setPollNameServerInterval(pollMs);
+        p.start();
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(ns);
+        admin.setInstanceName(unique("fo-admin"));
+        admin.start();
+
+        ConcurrentHashMap<String, Long> acked = new ConcurrentHashMap<>();  // id -> when acknowledged (nanoTime)
+        Errors errors = new Errors();
+        AtomicLong killAt = new AtomicLong(0);
+        AtomicLong firstNew = new AtomicLong(Long.MAX_VALUE);
+        AtomicLong lastFailure = new AtomicLong(0);
+        AtomicLong failedAfterKill = new AtomicLong();
+        AtomicLong ackedOldAfterKill = new AtomicLong();
+        AtomicReference<String> newMaster = new AtomicReference<>();
+        AtomicLong stopAt = new AtomicLong(Long.MAX_VALUE);
+        long routedAt = 0;
+        try {
+            prime(p, topic, size, 30);
+            List<Thread> ts = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                final int me = t;
+                Thread th = new Thread(() -> {
+                    long seq = 0;
+                    while (System.nanoTime() < stopAt.get()) {
+                        String id = RUN + "-" + me + "-" + (seq++);
+                        boolean ok = false;
+                        try {
+                            SendResult r = p.send(new Message(topic, "fo", id, idBody(id, size)));
+                            long now = System.nanoTime();
+                            if (r.getSendStatus() == SendStatus.SEND_OK) {
+                                ok = true;
+                                acked.put(id, now);
+                                long k = killAt.get();
+                                if (k != 0 && now > k) {
+                                    int port = storePort(r.getOffsetMsgId());
+                                    if (port != oldPort) {
+                                        firstNew.accumulateAndGet(now, Math::min);
+                                        newMaster.compareAndSet(null, r.getOffsetMsgId());
+                                    } else {
+                                        ackedOldAfterKill.incrementAndGet();
+                                    }
+                                }
+                            } else {
+                                errors.add("SendStatus " + r.getSendStatus());
+                            }
+                        } catch (Throwable e) {
+                            errors.add(e);
+                        }
+                        if (!ok) {
+                            long now = System.nanoTime();
+                            if (killAt.get() != 0) {
+                                failedAfterKill.incrementAndGet();
+                                lastFailure.accumulateAndGet(now, Math::max);
+                            }
+                            LockSupportPark.parkNanos(pauseMs * 1_000_000L);
+                        }
+                    }
+                }, "fo-send-" + t);
+                ts.add(th);
+            }
+            for (Thread th : ts) th.start();
+            Thread.sleep((long) (before * 1000));
+            long ackedBefore = acked.size();
+            killAt.set(System.nanoTime());
+            victim.destroyForcibly();
+            log("killed " + killPid + " (" + oldMaster + ") after " + ackedBefore + " acknowledged sends");
+            long deadline = killAt.get() + (long) (maxWait * 1e9);
+            while (System.nanoTime() < deadline) {
+                if (routedAt == 0) {
+                    try {
+                        var bd = admin.examineBrokerClusterInfo().getBrokerAddrTable().get(brokerName);
+                        String addr = bd == null ? null : bd.getBrokerAddrs().get(0L);
+                        if (addr != null && !addr.equals(oldMaster)) routedAt = System.nanoTime();
+                    } catch (Exception e) {
+                        // the NameServer answers again in a moment
+                    }
+                }
+                if (firstNew.get() != Long.MAX_VALUE && routedAt != 0) break;
+                Thread.sleep(routedAt == 0 ? 50 : 20);
+            }
+            stopAt.set(System.nanoTime() + (long) (after * 1e9));
+            for (Thread th : ts) th.join();
+            Map<String, Object> r = new LinkedHashMap<>();
+            r.put("cell", "failover");
+            r.put("old_master", oldMaster);
+            long k = killAt.get();
+            r.put("rto_s", firstNew.get() == Long.MAX_VALUE ? null : (firstNew.get() - k) / 1e9);
+            r.put("routed_s", routedAt == 0 ? null : (routedAt - k) / 1e9);
+            r.put("last_failure_s", lastFailure.get() == 0 ? null : (lastFailure.get() - k) / 1e9);
+            r.put("new_master_msg_id", newMaster.get());
+            r.put("threads", threads);
+            r.put("acked", acked.size());
+            r.put("acked_before_kill", ackedBefore);
+            r.put("acked_old_master_after_kill", ackedOldAfterKill.get());
+            r.put("failed_sends", errors.count.get());
+            r.put("failed_after_kill", failedAfterKill.get());
+            r.put("error_kinds", errors.asMap());
+            p.shutdown();
+            verify(ns, topic, acked.keySet(), verifySeconds, r);
+            result(r);
+            return 0;
+        } finally {
+            p.shutdown();
+            admin.shutdown();
+        }
+    }
+
+    /** Reads `topic` back (every queue from offset 0, a pull consumer) until every id of `acked` was seen
+     * or `seconds` passed; puts read / lost / duplicates into `r`. */
+    static void verify(String ns, String topic, java.util.Set<String> acked, double seconds, Map<String, Object> r)
+            throws Exception {
+        DefaultMQPullConsumer c = new DefaultMQPullConsumer(unique("fo-check"));
+        c.setNamesrvAddr(ns);
+        c.setInstanceName(unique("fo-check"));
+        c.start();
+        Map<String, Integer> seen = new HashMap<>();
+        long deadline = System.nanoTime() + (long) (seconds * 1e9);
+        int passes = 0;
+        try {
+            while (System.nanoTime() < deadline) {
+                passes++;
+                seen.clear();
+                try {
+                    for (MessageQueue mq : c.fetchSubscribeMessageQueues(topic)) {
+                        long offset = 0;
+                        while (System.nanoTime() < deadline) {
+                            PullResult pr = c.pull(mq, "*", offset, 32);
+                            if (pr.getPullStatus() == org.apache.rocketmq.client.consumer.PullStatus.FOUND) {
+                                for (MessageExt m : pr.getMsgFoundList()) {
+                                    String id = "fo".equals(m.getTags()) ? idOf(m.getBody()) : null;
+                                    if (id != null) seen.merge(id, 1, Integer::sum);
+                                }
+                            } else if (pr.getPullStatus() != org.apache.rocketmq.client.consumer.PullStatus.NO_MATCHED_MSG) {
+                                break;
+                            }
+                            if (pr.getNextBeginOffset() <= offset) break;
+                            offset = pr.getNextBeginOffset();
+                        }
+                    }
+                } catch (Exception e) {
+                    log("verify: " + e);
+                    Thread.sleep(500);
+                    continue;
+                }
+                if (seen.keySet().containsAll(acked)) break;
+                Thread.sleep(1000);  // a replica still catching up: read again
+            }
+        } finally {
+            c.shutdown();
+        }
+        List<String> lost = new ArrayList<>();
+        for (String id : acked) if (!seen.containsKey(id)) lost.add(id);
+        long dups = 0;
+        for (int n : seen.values()) if (n > 1) dups += n - 1;
+        r.put("read", seen.size());
+        r.put("lost", lost.size());
+        r.put("lost_examples", lost.subList(0, Math.min(5, lost.size())));
+        r.put("duplicates", dups);
+        r.put("verify_passes", passes);
+    }
+
     // -- suite ------------------------------------------------------------------------------------
 
+    @SuppressWarnings("unchecked")
     static int suite(Map<String, String> o) throws Exception {
         String ns = o.get("namesrv");
         String topic = opt(o, "topic", "bench");
@@ -572,8 +813,36 @@ public final class Driver {
         double e2eRate = dblOpt(o, "e2eRate", 1000);
         long stored = Long.parseLong(opt(o, "expect", "0"));  // messages already in `topic`
         int failed = 0;
+        String create = opt(o, "createTopics", "");
+        if (!create.isEmpty()) createTopics(ns, Arrays.asList(create.split(",")), queues, dblOpt(o, "topicTimeout", 60));
+        double serverWarmup = dblOpt(o, "serverWarmup", 0);
+        if (serverWarmup > 0) {
+            // unmeasured load on a fresh cluster (a JVM broker's JIT compiles its hot paths; the same for ours)
+            String warmTopic = opt(o, "warmupTopic", topic + "-warmup");
+            cellStarts("server-warmup");
+            Map<String, Object> a = produce(ns, warmTopic, 64, 1, serverWarmup / 2, 0, size, timeoutMs);
+            Map<String, Object> b = produce(ns, warmTopic, 16, batchSize, serverWarmup / 2, 0, size, timeoutMs);
+            Map<String, Object> w = new LinkedHashMap<>();
+            w.put("cell", "server-warmup");
+            w.put("seconds", serverWarmup);
+            w.put("tps", List.of(a.get("tps"), b.get("tps")));
+            w.put("errors", (Long) a.get("errors") + (Long) b.get("errors"));
+            Map<String, Object> kinds = new LinkedHashMap<>((Map<String, Object>) a.get("error_kinds"));
+            ((Map<String, Object>) b.get("error_kinds")).forEach((k, v) -> kinds.merge(k, v, (x, y) -> (Long) x + (Long) y));
+            w.put("error_kinds", kinds);
+            result(w);
+        }
+        double fill = dblOpt(o, "fill", 0);
+        if (fill > 0) {
+            // an unmeasured backlog for a consume cell run without produce cells before it
+            cellStarts("fill");
+            Map<String, Object> f = produce(ns, topic, 16, batchSize, fill, 0, size, timeoutMs);
+            f.put("cell", "fill");
+            stored += (Long) f.get("sent_ok");
+            result(f);
+        }
         for (String cell : opt(o, "cells", "produce:1,produce:16,produce:64,batch:16,consume,e2e").split(",")) {
-            log("cell " + cell + " starts");
+            cellStarts(cell);
             Map<String, Object> r;
             try {
                 String[] parts = cell.split(":");
@@ -672,7 +941,7 @@ public final class Driver {
             // a DefaultMQPushConsumer: everything, with the tags, keys, property and body it was sent with
             Errors errors = new Errors();
             Map<String, Integer> pushed = new ConcurrentHashMap<>();
-            Seen seen = new Seen();  // by queue offset: done when as many messages as were sent arrived
+            Seen seen = new Seen();  // by queue offset
             DefaultMQPushConsumer c = pushConsumer(ns, unique("compat-push"), topic, 1);
             c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {
@@ -685,7 +954,9 @@ public final class Driver {
             });
             c.start();
             long deadline = System.nanoTime() + (long) (timeout * 1e9);
-            while (seen.unique.get() < expected.size() && System.nanoTime() < deadline) Thread.sleep(50);
+            // done when every message sent here arrived (the topic may hold older ones too; queue offsets
+            // repeat across brokers, so they cannot count arrivals)
+            while (!pushed.keySet().containsAll(expected.keySet()) && System.nanoTime() < deadline) Thread.sleep(50);
             Thread.sleep(300);  // a duplicate delivery would show now
             c.shutdown();
             rc |= report(r, "push", expected, pushed, errors);
@@ -703,7 +974,7 @@ public final class Driver {
             long deadline = System.nanoTime() + (long) (pullTimeout * 1e9);
             Seen seen = new Seen();
             try {
-                while (seen.unique.get() < expected.size() && System.nanoTime() < deadline) {
+                while (!pulled.keySet().containsAll(expected.keySet()) && System.nanoTime() < deadline) {
                     for (MessageExt m : lp.poll(500)) {
                         if (verbose) log("pull got " + describe(m));
                         checkMessage(m, size, errors);

@@ -31,6 +31,9 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +243,62 @@ def driver_argv(lib: Path, classes: Path, home: Path, command: str, *args: str, 
     """``java ... <main> <command> <args>`` (``main``: the driver class); the client's logs go to ``home/logs``."""
     home.mkdir(parents=True, exist_ok=True)
     return [java(), *DRIVER_JVM, *jvm, f"-Duser.home={home}", "-cp", classpath(lib, classes), main, command, *args]
+
+
+#: The line a driver prints on stdout as a cell starts: ``CELL <name>``.
+CELL_PREFIX = "CELL "
+
+
+@dataclass
+class DriverRun:
+    """How a streamed driver ended: exit code (None when killed at ``timeout``), its results in order."""
+
+    returncode: int | None
+    timed_out: bool
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def stream_driver(argv: list[str], *, timeout: float, stderr_path: Path,
+                  on_start: Callable[[str], None] | None = None,
+                  on_result: Callable[[dict[str, Any]], None] | None = None) -> DriverRun:
+    """Run a driver and act on its stdout as it comes: ``on_start(cell)`` at each
+    :data:`CELL_PREFIX` line, ``on_result(dict)`` at each :data:`RESULT_PREFIX` line (other lines
+    are ignored). stderr is appended to ``stderr_path``. The process is killed after ``timeout``
+    seconds. A callback that raises kills the driver and the exception propagates.
+    """
+    stderr_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(stderr_path, "ab") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                                bufsize=1)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    run = DriverRun(None, False)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(CELL_PREFIX) and on_start is not None:
+                on_start(line[len(CELL_PREFIX):].strip())
+            elif line.startswith(RESULT_PREFIX):
+                result = json.loads(line[len(RESULT_PREFIX):])
+                run.results.append(result)
+                if on_result is not None:
+                    on_result(result)
+        proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        timer.cancel()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    run.timed_out = expired.is_set()
+    run.returncode = None if run.timed_out else proc.returncode
+    return run

@@ -8,6 +8,12 @@ store under ``root``. Apache's broker runs with ``-Xms2g -Xmx2g`` and 512 MiB of
 memory; its NameServer with 512 MiB of heap. Every process writes its output to
 ``root/logs/<name>.log``. A cluster is ready when its master (and slave) are registered with
 the NameServer, as GET_BROKER_CLUSTER_INFO shows.
+
+:func:`start_controller_group` starts the controller-mode layout instead (RocketMQ 5's RIP-44):
+3 controllers (Apache's ``ControllerStartup``, DLedger, or ``rocket controller``), a NameServer
+and a group of brokers with ``enableControllerMode=true`` that take their roles from the
+controllers. It is ready when the controllers name a master, every broker is alive in the
+SyncStateSet (CONTROLLER_GET_SYNC_STATE_DATA) and the NameServer routes the group to that master.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 import os
 import random
 import re
+import secrets
 import signal
 import socket
 import struct
@@ -25,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.compare import java
 
@@ -34,8 +42,19 @@ APACHE_BROKER_JVM = ["-Xms2g", "-Xmx2g", "-XX:MaxDirectMemorySize=512m", "-XX:+U
                      "-XX:G1HeapRegionSize=16m", "-XX:G1ReservePercent=25",
                      "-XX:InitiatingHeapOccupancyPercent=30", "-XX:-OmitStackTraceInFastThrow"]
 APACHE_NAMESRV_JVM = ["-Xms512m", "-Xmx512m", "-XX:+UseG1GC"]
+#: Apache's controllers (ControllerStartup) and, in controller-mode groups, its brokers: 3 of each
+#: run at once, so smaller heaps than the single broker of the throughput cells.
+APACHE_CONTROLLER_JVM = ["-Xms256m", "-Xmx256m", "-XX:+UseG1GC"]
+APACHE_GROUP_BROKER_JVM = ["-Xms1g", "-Xmx1g", "-XX:MaxDirectMemorySize=512m", "-XX:+UseG1GC",
+                           "-XX:-OmitStackTraceInFastThrow"]
+#: Controller-mode settings both systems get (brokers' ``controllerHeartBeatTimeoutMills``; the
+#: controllers' ``scanNotActiveBrokerInterval``, ours' default and set explicitly for Apache's).
+CONTROLLER_HEARTBEAT_TIMEOUT_MS = 4000
+SCAN_NOT_ACTIVE_BROKER_MS = 1000
 #: Java 17 keeps these closed; RocketMQ's store unmaps files through them.
 JAVA_OPENS = ["--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED"]
+#: The controller's Hessian serializer reflects into java.lang (else a stack trace per field at start).
+HESSIAN_OPENS = ["--add-opens", "java.base/java.lang=ALL-UNNAMED"]
 START_TIMEOUT = 180.0
 
 
@@ -48,7 +67,7 @@ class Proc:
     """One server process."""
 
     name: str
-    role: str  # "nameserver", "master" or "slave"
+    role: str  # "nameserver", "controller", "master", "slave", or "broker" (controller mode: role not fixed)
     argv: list[str]
     log: Path
     port: int
@@ -93,7 +112,47 @@ class Cluster:
     procs: list[Proc]
 
     def brokers(self) -> list[Proc]:
-        return [p for p in self.procs if p.role != "nameserver"]
+        return [p for p in self.procs if p.role not in ("nameserver", "controller")]
+
+    def controllers(self) -> list[str]:
+        """The controllers' remoting addresses (empty outside controller mode)."""
+        return [f"127.0.0.1:{p.port}" for p in self.procs if p.role == "controller"]
+
+    def broker_at(self, addr: str) -> Proc:
+        """The broker process listening on ``addr`` (``host:port``). Raises KeyError."""
+        port = int(addr.rsplit(":", 1)[1])
+        for p in self.brokers():
+            if p.port == port:
+                return p
+        raise KeyError(addr)
+
+    def group_state(self) -> dict[str, Any]:
+        """The controller leader's view of ``broker-a`` (GET_SYNC_STATE_DATA's ``replicasInfoTable``
+        entry: masterAddress, masterEpoch, inSyncReplicas [{brokerId, brokerAddress, alive}], ...);
+        empty when no controller answers."""
+        return sync_state(self.controllers())
+
+    def wait_group(self, members: int, timeout: float = START_TIMEOUT) -> str:
+        """Wait until the controllers name a master with ``members`` alive brokers in the
+        SyncStateSet and the NameServer routes the group to it; the master's address.
+        Raises :class:`ClusterStartError` (with the logs' tails) after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        state: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            self.check_alive()
+            state = self.group_state()
+            master = str(state.get("masterAddress") or "")
+            alive = [r for r in state.get("inSyncReplicas") or [] if r.get("alive", True)]
+            if master and len(alive) >= members and registered_brokers(self.namesrv).get("0") == master:
+                return master
+            time.sleep(0.5)
+        tails = "\n".join(f"--- {p.name} ({p.log}):\n{p.tail(15)}" for p in self.procs if p.role != "nameserver")
+        raise ClusterStartError(f"{self.system}: no master with {members} in sync after {timeout:.0f} s "
+                                f"(last state {state})\n{tails}")
+
+    def controller_cpu_seconds(self) -> float:
+        """CPU seconds used so far by the controller processes (0 outside controller mode)."""
+        return sum(p.cpu_seconds() for p in self.procs if p.role == "controller")
 
     def broker_cpu_seconds(self) -> float:
         """CPU seconds used so far by the broker processes (master and slave)."""
@@ -105,19 +164,21 @@ class Cluster:
                 code = p.popen.returncode if p.popen else None
                 raise ClusterStartError(f"{self.system} {p.name} exited ({code}); log {p.log}:\n{p.tail()}")
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM brokers (slave first), then the NameServer; SIGKILL what outlives ``timeout``."""
-        order = sorted(self.procs, key=lambda p: {"slave": 0, "master": 1, "nameserver": 2}[p.role])
-        for p in order:
-            if p.popen is None or p.popen.poll() is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                p.popen.send_signal(signal.SIGTERM)
-            try:
-                p.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait()
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM every broker at once, then the NameServer and controllers at once; SIGKILL what
+        outlives ``timeout`` s in each step (the stores are thrown away: no need to wait long)."""
+        for group in (self.brokers(), [p for p in self.procs if p.role in ("nameserver", "controller")]):
+            running = [p.popen for p in group if p.popen is not None and p.popen.poll() is None]
+            for proc in running:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for proc in running:
+                try:
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 # -- ports and readiness ----------------------------------------------------------------------
@@ -156,11 +217,12 @@ def free_block(span: int, taken: set[int]) -> int:
     raise ClusterStartError("no free block of ports found")
 
 
-def remoting_request(addr: str, code: int, timeout: float = 3.0) -> tuple[int, bytes]:
-    """One remoting request (JSON header, no ext fields) on a fresh connection: (code, body)."""
+def remoting_request(addr: str, code: int, timeout: float = 3.0, body: bytes = b"",
+                     ext: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One remoting request (JSON header) on a fresh connection: (code, body)."""
     header = json.dumps({"code": code, "language": "JAVA", "version": 500, "opaque": 1, "flag": 0,
-                         "extFields": {}}).encode()
-    frame = struct.pack(">iI", 4 + len(header), len(header)) + header
+                         "extFields": ext or {}}).encode()
+    frame = struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(frame)
@@ -193,6 +255,38 @@ def registered_brokers(namesrv: str) -> dict[str, str]:
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in (table.get(BROKER_NAME, {}).get("brokerAddrs") or {}).items()}
+
+
+def sync_state(controllers: list[str], group: str = BROKER_NAME) -> dict[str, Any]:
+    """``group``'s entry of CONTROLLER_GET_SYNC_STATE_DATA (1006, body: a JSON list of broker
+    names; RocketMQ's ``BrokerReplicasInfo``) from the first controller that answers it (only the
+    Raft leader does); empty when none does."""
+    for addr in controllers:
+        try:
+            code, body = remoting_request(addr, 1006, body=json.dumps([group]).encode())
+        except (OSError, ValueError):
+            continue
+        if code != 0 or not body:
+            continue
+        try:
+            table = json.loads(body).get("replicasInfoTable") or {}
+        except ValueError:
+            continue
+        entry = table.get(group)
+        if isinstance(entry, dict):
+            return entry
+    return {}
+
+
+def topics_on(addr: str) -> set[str]:
+    """The topic names a broker holds (GET_ALL_TOPIC_CONFIG, 21); empty when it does not answer."""
+    try:
+        code, body = remoting_request(addr, 21, timeout=10.0)
+    except (OSError, ValueError):
+        return set()
+    if code != 0:
+        return set()
+    return set(re.findall(r'"topicName"\s*:\s*"([^"]+)"', body.decode(errors="replace")))
 
 
 def _wait_tcp(proc: Proc, timeout: float) -> None:
@@ -326,6 +420,134 @@ def _start_once(system: str, root: Path, *, flush: str, role: str, slave: bool, 
             p.start()
         want = {"0"} | ({"1"} if slave else set())
         _wait_registered(cluster, want, START_TIMEOUT)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+# -- controller mode --------------------------------------------------------------------------
+
+
+def _apache_home(root: Path, name: str) -> list[str]:
+    """``-Duser.home``/``-Drocketmq.home.dir`` of one Apache process (its logs go to <home>/logs)."""
+    h = root / "home" / name
+    h.mkdir(parents=True, exist_ok=True)
+    return [f"-Duser.home={h}", f"-Drocketmq.home.dir={h}"]
+
+
+def controller_group_broker_settings(root: Path, name: str, port: int, namesrv: str, controllers: list[str],
+                                     flush: str) -> dict[str, str]:
+    """One controller-mode broker's settings (both systems' config files: the same keys).
+
+    ``brokerId`` and ``brokerRole`` are left out: in controller mode both come from the
+    controllers (RocketMQ's ``ReplicasManager``; ours ``rocket.broker.controller_mode``).
+    """
+    settings = _broker_settings(root, name, 0, port, namesrv, flush, "SLAVE")
+    del settings["brokerId"], settings["brokerRole"]
+    settings.update({
+        "enableControllerMode": "true",
+        "controllerAddr": ";".join(controllers),
+        "controllerHeartBeatTimeoutMills": str(CONTROLLER_HEARTBEAT_TIMEOUT_MS),
+    })
+    return settings
+
+
+def start_controller_group(system: str, root: Path, *, flush: str, slaves: int, lib: Path | None = None,
+                           ours_path: Path | None = None, extra: dict[str, str] | None = None,
+                           members_timeout: float = START_TIMEOUT) -> Cluster:
+    """Start 3 controllers, a NameServer and ``1 + slaves`` controller-mode brokers of ``system``
+    under ``root``; return once :meth:`Cluster.wait_group` sees them all in sync.
+
+    Apache: ``ControllerStartup`` x3 (DLedger, its default ``controllerType``; peers
+    ``n0-127.0.0.1:<port>;...``), ``NamesrvStartup``, ``BrokerStartup`` x(1 + slaves). Ours:
+    ``rocket controller`` x3 (pysyncobj Raft, a random secret per run), ``rocket nameserver``,
+    ``rocket broker`` x(1 + slaves). Both: brokers' ``controllerHeartBeatTimeoutMills``
+    :data:`CONTROLLER_HEARTBEAT_TIMEOUT_MS`, controllers' ``scanNotActiveBrokerInterval``
+    :data:`SCAN_NOT_ACTIVE_BROKER_MS`; ``extra`` adds broker settings (e.g. ``allAckInSyncStateSet``).
+    Raises :class:`ClusterStartError` (everything started is stopped again).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    taken: set[int] = set()
+    logs = root / "logs"
+    ns_port = free_block(2, taken)
+    namesrv = f"127.0.0.1:{ns_port}"
+    ctl_ports = [free_block(2, taken) for _ in range(3)]  # remoting port, Raft/DLedger port + 1
+    controllers = [f"127.0.0.1:{p}" for p in ctl_ports]
+    procs: list[Proc] = []
+    if system == "apache":
+        if lib is None:
+            raise ValueError("the Apache jars folder is needed")
+        cp, jvm = java.classpath(lib), java.java()
+        # with DLedger the controller answers brokers and mqadmin on its DLedger peer port (its
+        # DLedgerServer's remoting server); listenPort is not opened
+        peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ctl_ports))
+        for i, port in enumerate(ctl_ports):
+            conf = root / f"controller-n{i}.conf"
+            conf.write_text("".join(f"{k}={v}\n" for k, v in {
+                "listenPort": port + 1, "controllerDLegerGroup": "bench-controllers", "controllerDLegerPeers": peers,
+                "controllerDLegerSelfId": f"n{i}", "controllerStorePath": root / "controller" / f"n{i}",
+                "mappedFileSize": 64 * 1024 * 1024, "scanNotActiveBrokerInterval": SCAN_NOT_ACTIVE_BROKER_MS,
+                "enableElectUncleanMaster": "false"}.items()))
+            procs.append(Proc(f"controller-n{i}", "controller",
+                              [jvm, *APACHE_CONTROLLER_JVM, *JAVA_OPENS, *HESSIAN_OPENS, java.QUIET_LOGBACK,
+                               *_apache_home(root, f"controller-n{i}"),
+                               "-cp", cp, "org.apache.rocketmq.controller.ControllerStartup", "-c", str(conf)],
+                              logs / f"controller-n{i}.log", port))
+        (root / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
+        procs.append(Proc("namesrv", "nameserver",
+                          [jvm, *APACHE_NAMESRV_JVM, java.QUIET_LOGBACK, *_apache_home(root, "namesrv"), "-cp", cp,
+                           "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(root / "namesrv.conf")],
+                          logs / "namesrv.log", ns_port))
+        for i in range(1 + slaves):
+            port = free_block(4, taken) + 2
+            name = f"broker-{i}"
+            settings = {**controller_group_broker_settings(root, name, port, namesrv, controllers, flush),
+                        **(extra or {})}
+            conf = root / f"{name}.conf"
+            conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+            procs.append(Proc(name, "broker",
+                              [jvm, *APACHE_GROUP_BROKER_JVM, *JAVA_OPENS, java.QUIET_LOGBACK,
+                               *_apache_home(root, name), "-cp", cp, "org.apache.rocketmq.broker.BrokerStartup",
+                               "-c", str(conf)],
+                              logs / f"{name}.log", port))
+    elif system == "ours":
+        exe = [sys.executable, "-m", "rocket.cli"]
+        env = {"PYTHONUNBUFFERED": "1", "ROCKET_CONTROLLER_SECRET": secrets.token_hex(16)}
+        if ours_path is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ours_path), os.environ.get("PYTHONPATH", "")]))
+        peers = ",".join(f"127.0.0.1:{p}/{p + 1}" for p in ctl_ports)
+        for i, port in enumerate(ctl_ports):
+            procs.append(Proc(f"controller-n{i}", "controller",
+                              [*exe, "controller", "--controller-peers", peers, "--port", str(port),
+                               "--host", "127.0.0.1", "--data-dir", str(root / "controller" / f"n{i}"),
+                               "--heartbeat-timeout-ms", str(CONTROLLER_HEARTBEAT_TIMEOUT_MS)],
+                              logs / f"controller-n{i}.log", port, env))
+        procs.append(Proc("namesrv", "nameserver",
+                          [*exe, "nameserver", "--host", "127.0.0.1", "--port", str(ns_port),
+                           "--http-port", str(free_block(1, taken))], logs / "namesrv.log", ns_port, env))
+        for i in range(1 + slaves):
+            port = free_block(4, taken) + 2
+            name = f"broker-{i}"
+            settings = {**controller_group_broker_settings(root, name, port, namesrv, controllers, flush),
+                        **(extra or {})}
+            conf = root / f"{name}.properties"
+            conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+            procs.append(Proc(name, "broker",
+                              [*exe, "broker", "--config", str(conf), "--http-port", str(free_block(1, taken))],
+                              logs / f"{name}.log", port, env))
+    else:
+        raise ValueError(f"unknown system {system!r}")
+    cluster = Cluster(system, root, namesrv, procs)
+    try:
+        servers = [p for p in procs if p.role in ("controller", "nameserver")]
+        for p in servers:
+            p.start()
+        for p in servers:
+            _wait_tcp(p, START_TIMEOUT)
+        for p in cluster.brokers():
+            p.start()
+        cluster.wait_group(1 + slaves, members_timeout)
     except BaseException:
         cluster.stop()
         raise

@@ -299,6 +299,7 @@ def broker_config_text(owner: Owner, spec: ClusterSpec) -> str:
         "haListenPort": str(BROKER_HA_PORT),
         "storePathRootDir": STORE_MOUNT,
         **security.broker_settings(spec.security),
+        **listeners.broker_config(spec),
     }
     merged = {
         "brokerRole": spec.broker.broker_role,
@@ -684,18 +685,22 @@ def desired_children(owner: Owner, spec: ClusterSpec, statefulset_replicas: int 
     ns_config = build_nameserver_configmap(owner, spec)
     children = [
         *([ns_config] if ns_config else []),
-        *build_network_policies(owner, spec),
+        *listeners.open_listener_ports(build_network_policies(owner, spec), owner.name, spec),
         build_broker_configmap(owner, spec),
         build_nameserver_service(owner),
         build_nameserver_headless_service(owner),
         build_broker_headless_service(owner),
-        build_nameserver_deployment(owner, spec),
+        listeners.add_nameserver_listeners(build_nameserver_deployment(owner, spec), spec),
         build_pdb(owner, names.COMPONENT_NAMESERVER, caps),
         build_pdb(owner, names.COMPONENT_BROKER, caps),
     ]
     for broker_id in range(spec.broker.replicas_per_group + 1):
-        children.append(build_broker_statefulset(owner, spec, broker_id, replicas, caps))
+        children.append(listeners.add_broker_listeners_volume(
+            build_broker_statefulset(owner, spec, broker_id, replicas, caps), owner.name, spec))
     return children
+
+
+from rocket_operator import listeners  # noqa: E402  (it builds on this module)
 
 
 def manifest_digest(manifest: Mapping[str, Any]) -> str:

@@ -35,6 +35,7 @@ _RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Pod"): ("pods", True),
     ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
     ("v1", "Event"): ("events", True),
+    ("v1", "Node"): ("nodes", False),
     ("v1", "Secret"): ("secrets", True),
     ("apps/v1", "Deployment"): ("deployments", True),
     ("apps/v1", "StatefulSet"): ("statefulsets", True),

@@ -15,7 +15,8 @@ the outcome, in this order (as Strimzi's ``KafkaReconciler`` chains its steps):
    StatefulSets' size (a scale-in keeps draining groups) and the drain records;
 3. **apply children** (:func:`~rocket_operator.steps.apply_children`): server-side
    apply of every child from :mod:`rocket_operator.builders`, slave StatefulSets no
-   longer wanted removed;
+   longer wanted removed; then the listeners (:func:`rocket_operator.listeners.sync_listeners`):
+   their Services, learned addresses and ``status.listeners``;
 4. **analytics** (:func:`~rocket_operator.steps.run_analytics`): the analytics jobs'
    (Scheduled)SparkApplications; its failures never stop the rest of the pass;
 5. **observe members** (:func:`~rocket_operator.steps.observe_members`): pods, PVCs,
@@ -45,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocket_operator import conditions, metrics, security_step, status, steps
+from rocket_operator import conditions, listeners, metrics, security_step, status, steps
 from rocket_operator.kube import ApiError
 from rocket_operator.spec import CONTROLLER_REPLICAS, SpecError, parse_spec
 from rocket_operator.steps import Context, Event, Observed, Part
@@ -103,6 +104,9 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
     plan = steps.plan_brokers(seen, spec, now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     outcome.add(await steps.apply_children(ctx, seen, spec, plan.replicas))
     outcome.add(await steps.apply_controllers(ctx, seen, spec))
+    listened = await listeners.sync_listeners(ctx, seen, spec, plan.replicas)
+    outcome.waiting.extend(listened.waiting)
+    outcome.events.extend(listened.events)
     analytics = await steps.run_analytics(ctx, seen, spec)
     outcome.add(analytics)
     outcome.spark_served = analytics.spark_served
@@ -136,7 +140,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         report.conditions.append(secured.condition)
     outcome.phase = report.phase
     metrics.CLUSTER_PHASE.labels(namespace, name).state(outcome.phase)
-    await _write_status(ctx, seen, report.fields, report.conditions)
+    await _write_status(ctx, seen, {**report.fields, "listeners": listened.status}, report.conditions)
     return outcome
 
 

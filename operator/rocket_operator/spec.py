@@ -51,6 +51,11 @@ CONCURRENCY_POLICIES = ("Allow", "Forbid", "Replace")
 #: Spark version of the analytics image (images/analytics/Dockerfile).
 DEFAULT_SPARK_VERSION = "4.0.1"
 
+#: ``spec.listeners[].type``.
+LISTENER_TYPES = ("internal", "nodeport", "loadbalancer")
+#: ``addresses[].target`` naming the NameServers' Service of a listener.
+NAMESERVER_TARGET = "nameserver"
+_LISTENER_ADDR_RE = re.compile(r"^[^\s:]+:([0-9]{1,5})$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 #: A DNS-1123 subdomain (the name of a PersistentVolumeClaim), at most 253 characters.
@@ -241,6 +246,28 @@ class AnalyticsSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """One entry of ``spec.listeners``: how clients reach the cluster.
+
+    ``type`` is one of :data:`LISTENER_TYPES`: ``internal`` (the in-cluster Services; ``port`` is
+    the NameServer's 9876), ``nodeport`` or ``loadbalancer`` (a Service per broker pod and one for
+    the NameServers; ``port`` is the NameServer's extra remoting port for this listener and the
+    Services' port). ``addresses``: target (``nameserver`` or a broker pod name) -> ``host:port``
+    advertised instead of the learned address.
+    """
+
+    name: str
+    type: str
+    port: int
+    addresses: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def external(self) -> bool:
+        """True for ``nodeport`` and ``loadbalancer``."""
+        return self.type != "internal"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSpec:
     """The whole ``RocketCluster.spec``, defaulted."""
 
@@ -252,6 +279,7 @@ class ClusterSpec:
     drain: DrainSpec = field(default_factory=DrainSpec)
     topics: tuple[TopicSpec, ...] = ()
     analytics: AnalyticsSpec = field(default_factory=AnalyticsSpec)
+    listeners: tuple[ListenerSpec, ...] = ()
     security: SecuritySpec = field(default_factory=SecuritySpec)
 
 
@@ -524,9 +552,59 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
         raise SpecError(str(exc)) from None
     return ClusterSpec(image=image, image_pull_policy=pull, name_server=name_server, broker=broker,
                        scheduling=scheduling, drain=drain, topics=tuple(topics), analytics=analytics,
-                       security=security)
+                       security=security, listeners=parse_listeners(root.get("listeners")))
 
 
 def is_paused(annotations: Mapping[str, str] | None) -> bool:
     """True when the ``rocket.dev/paused`` annotation is "true" (case-insensitive)."""
     return str((annotations or {}).get(PAUSED_ANNOTATION, "")).strip().lower() == "true"
+
+
+def parse_listeners(value: Any) -> tuple[ListenerSpec, ...]:
+    """``spec.listeners`` -> listeners (empty when absent: the internal Services only).
+
+    Raises :class:`SpecError` for a name that is not a DNS-1035 label of at most 20 characters or is
+    listed twice, an unknown type, more than one ``internal`` listener, an ``internal`` port other
+    than the NameServer's 9876, an external port outside 1024..65535, equal to 9876/9877 or used by
+    another listener, an address that is not ``host:port``, or a target listed twice.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError("spec.listeners must be a list")
+    out: list[ListenerSpec] = []
+    names: set[str] = set()
+    ports: set[int] = set()
+    for i, raw in enumerate(value):
+        where = f"spec.listeners[{i}]"
+        obj = _obj(raw, where)
+        name = obj.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > 20:
+            raise SpecError(f"{where}.name must be a DNS-1035 label of at most 20 characters")
+        if name in names:
+            raise SpecError(f"{where}.name {name!r} is listed twice")
+        names.add(name)
+        kind = _enum(obj, "type", None, LISTENER_TYPES, where)
+        if kind == "internal":
+            if any(not x.external for x in out):
+                raise SpecError(f"{where}: only one listener can be internal")
+            port = _int(obj, "port", NAMESERVER_PORT, 1, 65535, where)
+            if port != NAMESERVER_PORT:
+                raise SpecError(f"{where}.port: the internal listener is the NameServer's port {NAMESERVER_PORT}")
+        else:
+            port = _int(obj, "port", 0, 1024, 65535, where)
+            if port in (NAMESERVER_PORT, NAMESERVER_HTTP_PORT) or port in ports:
+                raise SpecError(f"{where}.port {port} is taken (9876, 9877 and each listener's port are distinct)")
+        ports.add(port)
+        addresses: dict[str, str] = {}
+        for k, entry in enumerate(obj.get("addresses") or []):
+            e = _obj(entry, f"{where}.addresses[{k}]")
+            target, address = e.get("target"), e.get("address")
+            match = _LISTENER_ADDR_RE.match(address) if isinstance(address, str) else None
+            if not isinstance(target, str) or not target or match is None or not 0 < int(match.group(1)) < 65536:
+                raise SpecError(f"{where}.addresses[{k}] needs a target and an address host:port")
+            if target in addresses:
+                raise SpecError(f"{where}.addresses[{k}].target {target!r} is listed twice")
+            addresses[target] = match.group(0)
+        out.append(ListenerSpec(name=name, type=kind, port=port, addresses=addresses))
+    return tuple(out)

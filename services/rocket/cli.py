@@ -143,6 +143,9 @@ def nameserver(
     secret_file: Path | None = typer.Option(None, "--secret-file", help=_SECRET_HELP),
     tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
     tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
+    listener: list[str] | None = typer.Option(None, "--listener", help="name:port of an extra remoting port "
+                                              "whose routes carry the brokers' addresses on that listener "
+                                              "(repeatable)."),
 ) -> None:
     """Run a NameServer until SIGTERM or SIGINT."""
     from rocket.nameserver.config import ConfigError, NameServerConfig, load_config_file
@@ -159,6 +162,7 @@ def nameserver(
             broker_timeout=broker_timeout,
             log_level=log_level,
             tls=_tls_settings(base.tls, tls_mode, tls_config),
+            listeners=",".join(listener) if listener else None,
         )
         settings.validate()
     except (ConfigError, TlsConfigError) as exc:
@@ -202,10 +206,26 @@ def controller(
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     tls_mode: str | None = typer.Option(None, "--tls-mode", help=_TLS_MODE_HELP),
     tls_config: Path | None = typer.Option(None, "--tls-config", help=_TLS_CONFIG_HELP),
+    acl_enable: bool = typer.Option(False, "--acl-enable", help="ACL on the remoting port (aclEnable: "
+                                    "authenticationEnabled and authorizationEnabled), as on brokers."),
+    init_auth_user: Path | None = typer.Option(None, "--init-authentication-user", help="File holding the initial "
+                                               "Super user, JSON {\"username\",\"password\"} or AccessKey=/SecretKey= "
+                                               "lines (else $ROCKET_INIT_AUTH_USER; never on the command line)."),
+    inner_credentials: Path | None = typer.Option(None, "--inner-credentials", help="File of the credentials this "
+                                                  "controller signs its requests to brokers with (default: the "
+                                                  "initial user)."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster of the Cluster:<name> resource requests "
+                                       "are authorized against (default DefaultCluster)."),
+    http_auth_token_file: Path | None = typer.Option(None, "--http-auth-token-file", help="Bearer token file for "
+                                                     "/api/v1 (with ACL, Super users' keys work too)."),
+    auth_sync_interval: float | None = typer.Option(None, "--auth-sync-interval", help="Seconds between copies of "
+                                                    "the brokers' users and ACLs (default 10)."),
 ) -> None:
     """Run a controller (RocketMQ 5 controller mode) until SIGTERM or SIGINT."""
+    from rocket.auth import AuthError
+    from rocket.auth.http import HttpAuthError
     from rocket.controller.config import ConfigError
-    from rocket.controller.server import serve
+    from rocket.controller.server import check_auth_settings, serve
     from rocket.remoting.tls import TlsConfigError
 
     try:
@@ -214,7 +234,15 @@ def controller(
                                  unclean=unclean, heartbeat_timeout_ms=heartbeat_timeout_ms, log_level=log_level,
                                  http_port=http_port, raft_bind_host=raft_bind_host)
         cfg.tls = _tls_settings(cfg.tls, tls_mode, tls_config)
-    except (ConfigError, TlsConfigError) as exc:
+        cfg = cfg.with_overrides(
+            authentication_enabled=acl_enable or None, authorization_enabled=acl_enable or None,
+            init_authentication_user=str(init_auth_user) if init_auth_user else None,
+            inner_client_authentication_credentials=str(inner_credentials) if inner_credentials else None,
+            cluster_name=cluster, http_auth_token_file=str(http_auth_token_file) if http_auth_token_file else None,
+            auth_sync_interval_s=auth_sync_interval)
+        cfg.validate()
+        check_auth_settings(cfg)
+    except (ConfigError, TlsConfigError, AuthError, HttpAuthError) as exc:
         raise _bad_config("controller", exc) from None
     _run_server("controller", serve(cfg), log_level)
 

@@ -304,8 +304,8 @@ class LocalCluster:
     (brokerId 1, ``slaveReadEnable``); ``flush``: ``ASYNC_FLUSH`` or
     ``SYNC_FLUSH``; ``extra_broker_args``: more ``rocket broker`` flags; ``failover``:
     ``"controller"`` (3 controllers elect the masters; the default with slaves) or ``"manual"``
-    (fixed roles; always so without slaves, and with ACL).
-    ``secure``: ACL on every NameServer and broker (``aclEnable``), an admin Super user whose
+    (fixed roles; always so without slaves).
+    ``secure``: ACL on every NameServer, controller and broker (``aclEnable``), an admin Super user whose
     keys are written to ``<data_dir>/secrets/admin.credentials`` (mode 0600, kept across runs) and
     a bearer token for the HTTP API in ``<data_dir>/secrets/http.token``; and TLS enforced on every
     port (``tlsMode=enforcing``, remoting, HA and HTTP; brokers connect with ``tls.enable``), with
@@ -320,12 +320,10 @@ class LocalCluster:
                  failover: str = "controller", acl: bool | None = None, tls: bool | None = None) -> None:
         if failover not in ("controller", "manual"):
             raise LocalClusterError(f"failover must be 'controller' or 'manual', not {failover!r}")
-        # ACL (``secure``) runs without controllers for now: the standalone controllers do not
-        # sign their requests to brokers (only a NameServer-embedded one does)
         self.acl = secure if acl is None else acl
         self.tls = secure if tls is None else tls
         self.secure = self.acl or self.tls
-        self.controllers = failover == "controller" and slaves and not self.acl
+        self.controllers = failover == "controller" and slaves
         self.data_dir = Path(data_dir).resolve()
         self.base_port = base_port
         self.brokers = max(1, min(brokers, len(BROKER_NAMES)))
@@ -420,6 +418,19 @@ class LocalCluster:
         }.items()))
         return ca_file, props
 
+    def _controller_secure_args(self) -> list[str]:
+        """``rocket controller`` flags turning ACL and/or TLS on (as for the brokers: the same
+        initial Super user, which the brokers also sign their controller requests with)."""
+        args: list[str] = []
+        if self.acl:
+            _, init_user, token = self.ensure_secrets()
+            args += ["--acl-enable", "--init-authentication-user", str(init_user), "--cluster", CLUSTER_NAME,
+                     "--http-auth-token-file", str(token), "--auth-sync-interval", "2"]
+        if self.tls:
+            _, tls_props = self.ensure_tls()
+            args += ["--tls-mode", "enforcing", "--tls-config", str(tls_props)]
+        return args
+
     def _secure_args(self) -> tuple[list[str], list[str]]:
         """(NameServer flags, broker flags) turning ACL and/or TLS on."""
         if not self.secure:
@@ -463,8 +474,7 @@ class LocalCluster:
                     *exe, "controller", "--controller-peers", peers, "--port", str(port), "--host", "127.0.0.1",
                     "--http-port", str(http), "--data-dir", str(self.data_dir / name),
                     "--secret-file", str(self.data_dir / CONTROLLER_SECRET_FILE),
-                    *(["--tls-mode", "enforcing", "--tls-config", str(self.tls_dir / "tls.properties")]
-                      if self.tls else [])]))
+                    *self._controller_secure_args()]))
             addrs = ";".join(f"127.0.0.1:{layout[n][0]}" for n in CONTROLLER_NAMES)
             controller_args = ["--set", "enableControllerMode=true", "--set", f"controllerAddr={addrs}",
                                "--set", "allAckInSyncStateSet=true"]
@@ -599,7 +609,7 @@ def start_process(name: str, data_dir: Path | str = DEFAULT_DIR, timeout: float 
     proc = _spawn(info, detach=True)
     state.save()
     deadline = time.monotonic() + timeout
-    while not _ready(info):
+    while not _ready(info, state.tls_ca_file):
         if proc.poll() is not None:
             raise LocalClusterError(f"{name} exited with {proc.returncode}; log {info.log}:\n{_tail(Path(info.log))}")
         if time.monotonic() > deadline:

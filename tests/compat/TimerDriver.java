@@ -259,6 +259,23 @@ public final class TimerDriver {
             s.put("sentEnd", System.currentTimeMillis());
             sends.put(key, s);
         }
+        // A batch (send(Collection) -> SEND_BATCH_MESSAGE) of timer messages: refused, as batches of delayed ones.
+        Map<String, Object> b = new LinkedHashMap<>();
+        List<Message> batch = new ArrayList<>();
+        for (String key : new String[] {"batch1", "batch2"}) {
+            Message m = new Message(topic, "TagTimer", key, ("body of " + key).getBytes("UTF-8"));
+            m.setDeliverTimeMs(System.currentTimeMillis() + 2000);
+            batch.add(m);
+        }
+        try {
+            SendResult res = p.send(batch);
+            b.put("status", res.getSendStatus().name());
+        } catch (MQBrokerException e) {
+            b.put("status", "ERROR");
+            b.put("code", e.getResponseCode());
+            b.put("error", e.getErrorMessage());
+        }
+        sends.put("batch", b);
         long deadline = System.nanoTime() + (long) (timeout * 1e9);
         List<String> expected = List.of("deliver", "delaysec", "delayms", "past");
         while (System.nanoTime() < deadline && !expected.stream().allMatch(ARRIVED::containsKey)) {

@@ -6,7 +6,9 @@
 ``timerPrecisionMs=100``. A Java push consumer times each arrival: every timer message arrives
 at its time or up to one precision (plus scheduling slack) later, never before; one due already
 arrives at once; a delay beyond ``timerMaxDelaySec`` is refused with MESSAGE_ILLEGAL (13) and
-Apache's remark; msgId, key and tag are kept.
+Apache's remark; msgId, key and tag are kept; a batch (``send(Collection)``) of timer messages is
+refused with MESSAGE_ILLEGAL, as a batch of delayed ones (Apache 5.4 would store its messages to
+their topic and deliver them at once: ``rocket.broker.timer.batch_timer_refusal``).
 
 If Maven cannot fetch the client, or javac/java are missing, these tests fail and say why.
 """
@@ -88,3 +90,10 @@ def test_beyond_max_delay_is_refused(run: dict[str, Any]) -> None:
     assert send["status"] == "ERROR" and send["code"] == 13, send
     assert "should not be bigger than the max delay 259200000ms" in send["error"], send
     assert "far" not in run["arrived"]
+
+
+def test_batch_of_timer_messages_is_refused(run: dict[str, Any]) -> None:
+    send = run["sends"]["batch"]
+    assert send["status"] == "ERROR" and send["code"] == 13, send
+    assert "cannot be timer messages (TIMER_DELIVER_MS is set)" in send["error"], send
+    assert "batch1" not in run["arrived"] and "batch2" not in run["arrived"], run["arrived"]

@@ -192,14 +192,14 @@ class RawBroker:
         return await self.call(code, ext, body)
 
     async def send_batch(self, topic: str, bodies: list[bytes], *, queue_id: int = 0, cpp_style: bool = False,
-                         raw_body: bytes | None = None) -> RemotingCommand:
+                         raw_body: bytes | None = None, properties: str = "") -> RemotingCommand:
         body = raw_body if raw_body is not None else encode_batch(
             [Message(topic, b, properties={"KEYS": f"k{i}"}) for i, b in enumerate(bodies)]
         )
         ext = {
             "producerGroup": "PID_TEST", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
             "queueId": queue_id, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
-            "properties": "", "batch": "1" if cpp_style else "true",
+            "properties": properties, "batch": "1" if cpp_style else "true",
         }
         if cpp_style:
             return await self.call(RequestCode.SEND_MESSAGE, ext, body, language="CPP", version=63)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from rocket.client.admin import loads_object_keys, parse_consume_stats
-from rocket.message import decode_offset_msg_id, decode_records, encode_properties
+from rocket.message import Message, decode_offset_msg_id, decode_records, encode_batch, encode_properties
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingConnectError, RequestCode, ResponseCode
 from tests.integration.broker_harness import (
     BrokerProc,
@@ -544,6 +544,22 @@ async def test_bad_inputs_get_codes_and_the_connection_survives(rb: RawBroker) -
 
     corrupt = await rb.send_batch(topic, [], raw_body=b"\x00\x00\x00\x30garbage")
     assert corrupt.code == ResponseCode.MESSAGE_ILLEGAL and "batch body is corrupt" in (corrupt.remark or "")
+
+    # batches of timer messages are refused (rocket.broker.timer.batch_timer_refusal), items or the
+    # batch's own properties, Java (320) and C++ style (10 + batch flag); nothing is stored
+    before = (await rb.send(topic, b"mark")).ext_fields["queueOffset"]
+    due = str(int(time.time() * 1000) + 60_000)
+    item = encode_batch([Message(topic, b"t0", properties={"TIMER_DELIVER_MS": due}), Message(topic, b"t1")])
+    for cpp_style in (False, True):
+        refused = await rb.send_batch(topic, [], raw_body=item, cpp_style=cpp_style)
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL, refused
+        assert "batch message 0 cannot be timer messages (TIMER_DELIVER_MS is set)" in (refused.remark or "")
+    plain = encode_batch([Message(topic, b"p0")])
+    for key in ("TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME"):
+        refused = await rb.send_batch(topic, [], raw_body=plain, properties=f"{key}\x0130")
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL and f"({key} is set)" in (refused.remark or ""), refused
+    after = (await rb.send(topic, b"mark")).ext_fields["queueOffset"]
+    assert int(after) == int(before) + 1
 
     read_only = await new_topic(rb, perm=4)
     no_perm = await rb.send(read_only, b"x")

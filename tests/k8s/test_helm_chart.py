@@ -183,6 +183,9 @@ def test_service_account_may_do_what_the_operator_does(release: Release, kube: A
     assert allowed("get", "", "secrets") and allowed("create", "", "secrets") and allowed("delete", "", "secrets")
     assert allowed("patch", "", "secrets") and allowed("patch", "rocket.dev", "rocketusers", sub="status")
     assert not allowed("list", "", "secrets") and not allowed("watch", "", "secrets")
+    # listeners: node addresses, Services of removed listeners
+    assert allowed("get", "", "nodes", namespace="") and not allowed("patch", "", "nodes", namespace="")
+    assert allowed("delete", "", "services")
     assert not allowed("delete", "", "namespaces")
     assert not allowed("create", "rbac.authorization.k8s.io", "rolebindings")
 

@@ -161,8 +161,8 @@ async def _user_on_broker(namesrv: str, admin: SessionCredentials, username: str
 def test_acl_cluster_and_rocket_user_with_real_broker(api: Any, namespace: str, operator: Any, servers: Servers,
                                                       cpp: realclient.Driver) -> None:
     topics = [{"name": "Orders", "queues": 2}, {"name": "Other", "queues": 2}]
-    create(api, namespace, rkc(CLUSTER, broker={"groups": 1, "replicasPerGroup": 0}, topics=topics,
-                               security={"acl": {"enabled": True}}))
+    create(api, namespace, rkc(CLUSTER, broker={"groups": 1, "replicasPerGroup": 0, "failover": "Manual"},
+                               topics=topics, security={"acl": {"enabled": True}}))
     core = client.CoreV1Api(api)
     secret = wait_for(lambda: _secret(api, namespace, f"{CLUSTER}-admin-credentials"), 30,
                       what="the admin credentials Secret")

@@ -178,9 +178,12 @@ KIND_RESOURCES = {
     "Secret": ("", "secrets"),
     "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
     "RocketUser": ("rocket.dev", "rocketusers"),
+    "Node": ("", "nodes"),
 }
 #: Kinds the operator reads and writes by name only: it needs no list or watch of them.
-BY_NAME_ONLY = {"Secret"}
+BY_NAME_ONLY = {"Secret", "Node"}
+#: Cluster-scoped kinds: granted by a ClusterRole in every scope (nodes: the listeners' node addresses).
+CLUSTER_SCOPED = {"Node"}
 OPERATOR_SRC = ROOT / "operator" / "rocket_operator"
 
 
@@ -245,7 +248,9 @@ def test_rbac_grants_every_verb_the_operator_uses():
     assert needed, "found no Kubernetes API calls in operator/rocket_operator"
     for scenario, kind_ in (("with-prometheus-operator", "ClusterRole"), ("namespaced", "Role")):
         rules = granted(by_kind(scenario, kind_)[0]["rules"])
-        missing = {kind: sorted(verbs - rules.get(KIND_RESOURCES[kind], set())) for kind, verbs in needed.items()}
+        cluster_rules = granted([r for role in by_kind(scenario, "ClusterRole") for r in role["rules"]])
+        missing = {kind: sorted(verbs - (cluster_rules if kind in CLUSTER_SCOPED else rules).get(
+            KIND_RESOURCES[kind], set())) for kind, verbs in needed.items()}
         missing = {k: v for k, v in missing.items() if v}
         assert not missing, f"{scenario}: verbs the operator uses but is not granted: {missing}"
         status = rules.get(("rocket.dev", "rocketclusters/status"), set())
@@ -259,7 +264,8 @@ def test_rbac_least_privilege():
                 where = f"{scenario} {role['kind']} {role['metadata']['name']}: {rule}"
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
                 # Secrets by name only: listing or watching them would expose every Secret of a namespace
-                assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {"get", "create", "patch"}, where
+                assert "secrets" not in rule["resources"] or set(rule["verbs"]) <= {
+                    "get", "create", "patch", "delete"}, where
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), where
                 assert "rolebindings" not in rule["resources"] and "clusterroles" not in rule["resources"], where
 

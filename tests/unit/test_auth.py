@@ -13,7 +13,17 @@ import pytest
 
 from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, SessionCredentials
 from rocket.auth.classify import CLASSIFIERS, classify
-from rocket.auth.model import Acl, Action, Decision, PolicyEntry, PolicyType, Resource, User, UserType
+from rocket.auth.model import (
+    Acl,
+    Action,
+    Decision,
+    PolicyEntry,
+    PolicyType,
+    Resource,
+    User,
+    UserStatus,
+    UserType,
+)
 from rocket.auth.signature import combine_request_content, resolve_credentials, verify_signature
 from rocket.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -42,6 +52,83 @@ def test_signature_skips_unique_key_query_for_old_clients() -> None:
     fields = {"_UNIQUE_KEY_QUERY": "true", "topic": "T"}
     assert combine_request_content(fields, b"", version=400) == b"T"
     assert combine_request_content(fields, b"", version=401) == b"trueT"
+
+
+def test_fast_signing_equals_the_reference_for_any_key_and_field_order() -> None:
+    """The cached key schedule and per-key-set field order give exactly ``hmac.digest`` over
+    ``combine_request_content``: long and non-ASCII keys, fields in any order, non-ASCII field
+    names (UTF-16 order), old clients without ``_UNIQUE_KEY_QUERY``, None values, a changed key."""
+    from rocket.auth.signature import cal_signature
+
+    keys = ["sk", "k" * 64, "k" * 65, "k" * 200, "s\u00e9cret\u4e2d", ""]
+    field_sets = [
+        {"b": "T", "a": "G", "z": "9", "AccessKey": "ak"},
+        {"z": "9", "AccessKey": "ak", "b": "T", "a": "G"},
+        {"\uff21": "wide", "\U0001f600": "emoji", "a": "x"},  # UTF-16 order differs from code points
+        {"_UNIQUE_KEY_QUERY": "true", "topic": "T"},
+        {"only": "one"},
+        {},
+    ]
+    for secret in keys:
+        for fields in field_sets:
+            for body in (b"", b"payload" * 300):
+                for version in (400, 401):
+                    cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=dict(fields), body=body,
+                                          version=version)
+                    SessionCredentials("ak", secret).sign(cmd)
+                    signed = dict(cmd.ext_fields)
+                    content = combine_request_content(signed, body)
+                    reference = base64.b64encode(hmac.digest(secret.encode(), content, "sha1")).decode()
+                    assert signed["Signature"] == reference
+                    assert cal_signature(content, secret) == reference
+                    # (a server leaves _UNIQUE_KEY_QUERY out for version 400: checked below)
+                    old_query = version <= 400 and "_UNIQUE_KEY_QUERY" in fields
+                    assert verify_signature(cmd, secret) is not old_query
+                    assert verify_signature(cmd, secret + "x") is False
+    # the server drops _UNIQUE_KEY_QUERY for clients up to V4_9_3 only
+    cmd = RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields={"_UNIQUE_KEY_QUERY": "true", "topic": "T"},
+                          version=400)
+    cmd.ext_fields["AccessKey"] = "ak"
+    cmd.ext_fields["Signature"] = base64.b64encode(hmac.digest(b"sk", b"akT", "sha1")).decode()
+    assert verify_signature(cmd, "sk")
+    cmd.version = 401
+    assert not verify_signature(cmd, "sk")
+    # a hand-built command with a None value signs as the reference (None values left out)
+    cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"a": "x"}, body=b"")
+    cmd.ext_fields["n"] = None  # type: ignore[assignment]
+    SessionCredentials("ak", "sk").sign(cmd)
+    assert cmd.ext_fields["Signature"] == base64.b64encode(hmac.digest(b"sk", b"akx", "sha1")).decode()
+
+
+def test_decisions_follow_acl_and_user_changes() -> None:
+    """Cached authorization decisions never outlive the ACL or user they came from."""
+    store = AuthMetadataStore()
+    store.create_user(User("u", "pw"))
+    store.put_acl(_acl({"resource": "Topic:t", "actions": ["Pub"], "decision": "Allow"}))
+    auth = ServerAuth(AuthConfig(authentication_enabled=True, authorization_enabled=True), store)
+
+    def send() -> RemotingCommand:
+        cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields={"a": "g", "b": "t"}, body=b"m")
+        SessionCredentials("u", store.users["u"].password).sign(cmd)
+        return cmd
+
+    auth.check(send(), "10.0.0.1:1")
+    store.put_acl(_acl({"resource": "Topic:t", "actions": ["Pub"], "decision": "Deny"}))
+    with pytest.raises(AuthError, match="deny"):
+        auth.check(send(), "10.0.0.1:1")
+    store.put_acl(_acl({"resource": "Topic:t", "actions": ["Pub"], "decision": "Allow"}))
+    auth.check(send(), "10.0.0.1:1")
+    old = send()
+    store.update_user(User("u", "new-pw"))  # the old SecretKey's signature no longer passes
+    with pytest.raises(AuthError, match="signature"):
+        auth.check(old, "10.0.0.1:1")
+    auth.check(send(), "10.0.0.1:1")
+    store.update_user(User("u", "new-pw", UserType.NORMAL, UserStatus.DISABLE))
+    with pytest.raises(AuthError, match="disabled"):
+        auth.check(send(), "10.0.0.1:1")
+    store.delete_user("u")
+    with pytest.raises(AuthError, match="not found"):
+        auth.check(old, "10.0.0.1:1")
 
 
 def test_resolve_credentials(tmp_path: Path) -> None:
@@ -196,6 +283,41 @@ def test_classification_reads_headers_and_bodies() -> None:
     assert classify(RemotingCommand(code=12345), "C") is None
 
 
+def test_controller_codes_are_classified_as_apache_annotates_them() -> None:
+    """Apache RocketMQ 5.x's ``@RocketMQAction`` of the controller request headers: Update on the
+    cluster for the writes and heartbeats, Get for the reads; nothing else on a controller."""
+    from rocket.auth.classify import CONTROLLER_CLASSIFIERS, CONTROLLER_CODES
+
+    update = {RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+              RequestCode.CONTROLLER_ELECT_MASTER, RequestCode.CONTROLLER_REGISTER_BROKER,
+              RequestCode.CONTROLLER_APPLY_BROKER_ID, RequestCode.CLEAN_BROKER_DATA,
+              RequestCode.UPDATE_CONTROLLER_CONFIG}
+    for code in CONTROLLER_CODES:
+        wanted = Action.UPDATE if code in update else Action.GET
+        checks = classify(RemotingCommand(code=code, ext_fields={"clusterName": "Other"}), "C", CONTROLLER_CLASSIFIERS)
+        assert checks == [(Resource.cluster("C"), (wanted,))], code  # the server's cluster, not the header's
+    assert classify(RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields={"topic": "T"}), "C",
+                    CONTROLLER_CLASSIFIERS) is None
+
+
+def test_controller_hook_denies_other_codes_to_normal_users() -> None:
+    from rocket.auth.classify import CONTROLLER_CLASSIFIERS
+
+    store = AuthMetadataStore()
+    store.create_user(User("ops", "ops-secret"))
+    store.put_acl(Acl("User:ops", {PolicyType.CUSTOM: [PolicyEntry(Resource.parse("*"), [Action.ALL])]}))
+    hook = ServerAuth(AuthConfig(cluster_name="C", authentication_enabled=True, authorization_enabled=True),
+                      store, classifiers=CONTROLLER_CLASSIFIERS)
+    ops = SessionCredentials("ops", "ops-secret")
+    send = RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields={"topic": "T"})
+    ops.sign(send)
+    with pytest.raises(AuthError, match="not classified"):
+        hook.check(send, "127.0.0.1:1")
+    meta = RemotingCommand(code=RequestCode.CONTROLLER_GET_METADATA_INFO)
+    ops.sign(meta)
+    hook.check(meta, "127.0.0.1:1")  # allowed by the policy
+
+
 def test_store_file_is_private(tmp_path: Path) -> None:
     store = AuthMetadataStore(tmp_path / "auth.json")
     store.create_user(User("alice", "pw"))
@@ -211,9 +333,13 @@ def test_local_secure_plan(tmp_path: Path) -> None:
     creds = parse_credentials_file(tmp_path / "secrets" / "admin.credentials")
     assert (tmp_path / "secrets" / "admin.credentials").stat().st_mode & 0o777 == 0o600
     assert json.loads((tmp_path / "secrets" / "admin-user.json").read_text())["password"] == creds.secret_key
+    assert {info.kind for info in plan} == {"nameserver", "controller", "broker"}  # controller mode, secure
     for info in plan:
         text = " ".join(info.argv)
-        assert ("--config" in text) if info.kind == "nameserver" else ("aclEnable=true" in text), text
+        expected = {"nameserver": "--config", "controller": "--acl-enable", "broker": "aclEnable=true"}[info.kind]
+        assert expected in text, text
+        if info.kind != "nameserver":
+            assert "enforcing" in text, text  # TLS too
         assert creds.secret_key not in text  # keys never on a command line
     again = LocalCluster(tmp_path, 30000, brokers=1, secure=True)
     again.plan()
@@ -298,3 +424,27 @@ async def test_auth_admin_processor_answers_bad_input_clearly() -> None:
     resp = await call(RequestCode.AUTH_DELETE_USER, {"username": "u"})
     assert resp.code == ResponseCode.SYSTEM_ERROR and "slave" in (resp.remark or "")
     assert store.get_user("u") is not None
+
+
+def test_controller_acl_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACL on a controller needs someone who can sign in; the ACL switches are shown by
+    GET_CONTROLLER_CONFIG and cannot be turned off by UPDATE_CONTROLLER_CONFIG."""
+    from rocket.controller.config import ConfigError, ControllerConfig, Peer
+    from rocket.controller.server import check_auth_settings
+
+    for name in ("ROCKET_ACCESS_KEY", "ROCKET_SECRET_KEY", "ROCKET_CREDENTIALS_FILE", "ROCKET_INIT_AUTH_USER"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = ControllerConfig(peers=[Peer("n0", "127.0.0.1:1", "127.0.0.1:2")], self_address="127.0.0.1:1",
+                           secret="s" * 16, authentication_enabled=True, authorization_enabled=True)
+    with pytest.raises(AuthError, match="nobody could sign in"):
+        check_auth_settings(cfg)
+    init = tmp_path / "admin.json"
+    init.write_text(json.dumps({"username": "admin", "password": "admin-secret"}))
+    cfg.init_authentication_user = str(init)
+    check_auth_settings(cfg)
+    assert cfg.auth_config().enabled and cfg.auth_config().cluster_name == "DefaultCluster"
+    assert "authenticationEnabled=true" in cfg.to_properties()
+    assert "admin-secret" not in cfg.to_properties() and "admin-secret" not in repr(cfg)
+    with pytest.raises(ConfigError, match="black list"):
+        cfg.update_from_properties({"authenticationEnabled": "false"})
+    assert cfg.authentication_enabled

@@ -306,3 +306,52 @@ async def test_timerlog_files_whose_messages_left_the_commitlog_are_deleted(tmp_
     assert tl.delete_expired(2001) == 1 and len(tl.file_starts()) == 2
     assert tl.delete_expired(10**9) == 1 and len(tl.file_starts()) == 1  # never the last file
     tl.close()
+
+
+async def test_fast_property_reads_equal_decoding_them(env: Any) -> None:
+    """The enqueue path's ``timer_fields`` (a search in the stored properties bytes) gives what
+    decoding every property gives, for repeated names, names that end another name, values that
+    look like names, and the first or last place; the send hook's appended properties string
+    equals ``encode_properties`` of its dict."""
+    from rocket.message import encode_properties
+    from rocket.store import PutMessageRequest
+    from rocket.store.timer.timer_message_store import record_properties, timer_fields
+
+    store, timer, _clock = env
+    cases = [
+        "TIMER_OUT_MS\x011000\x02REAL_TOPIC\x01t",
+        "REAL_TOPIC\x01t\x02TIMER_OUT_MS\x011000",
+        "XTIMER_OUT_MS\x019\x02TIMER_OUT_MS\x012000\x02A\x01REAL_TOPIC\x01no",
+        "TIMER_OUT_MS\x011\x02REAL_TOPIC\x01a\x02TIMER_OUT_MS\x013000\x02REAL_TOPIC\x01b",
+        "TIMER_OUT_MS\x014000\x02TIMER_DEL_UNIQKEY\x01t+U",
+        "TIMER_OUT_MS\x015000\x02K\x01TIMER_DEL_UNIQKEY\x01x",  # a value, not a name
+        "TIMER_OUT_MS\x016000\x02REAL_TOPIC\x01\u4e2d\u6587",
+        "\x02TIMER_OUT_MS\x017000\x02",
+    ]
+    for props in cases:
+        result = await store.put_message(PutMessageRequest(TIMER_TOPIC, 0, b"b", props, wait_store_msg_ok=False))
+        rec = store.commit_log.read(result.messages[0].physical_offset, result.messages[0].size)
+        decoded = record_properties(rec)
+        out, topic_hash, delete = timer_fields(rec)
+        assert out == int(decoded["TIMER_OUT_MS"]), props
+        assert topic_hash == hash_topic(decoded.get("REAL_TOPIC")), props
+        assert delete == ("TIMER_DEL_UNIQKEY" in decoded), props
+    result = await store.put_message(PutMessageRequest(TIMER_TOPIC, 0, b"b", "REAL_TOPIC\x01t",
+                                                       wait_store_msg_ok=False))
+    with pytest.raises(ValueError, match="no TIMER_OUT_MS"):
+        timer_fields(store.commit_log.read(result.messages[0].physical_offset, result.messages[0].size))
+    # the hook appends to the encoded string exactly what encoding the dict gives
+    for text in ("UNIQ_KEY\x01U1\x02TIMER_DELIVER_MS\x01" + str(timer.now_ms() + 60_000),
+                 "TIMER_DELAY_SEC\x0130\x02DELAY\x010\x02CLUSTER\x01c"):
+        props = dict(p.split("\x01") for p in text.split("\x02"))
+        inner = MessageInner(topic="t", queue_id=2, body=b"x", properties=props, encoded=text)
+        out_inner = transform_timer_message(inner, store.config, timer.now_ms(), timer)
+        assert isinstance(out_inner, MessageInner) and out_inner.topic == TIMER_TOPIC
+        assert out_inner.to_request().properties == encode_properties(out_inner.properties)
+        assert out_inner.properties["REAL_TOPIC"] == "t" and out_inner.properties["REAL_QID"] == "2"
+
+
+def hash_topic(topic: str | None) -> int:
+    from rocket.store.timer.timer_message_store import hash_topic_for_metrics
+
+    return hash_topic_for_metrics(topic)

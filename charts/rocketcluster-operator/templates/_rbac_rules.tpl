@@ -11,6 +11,10 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
+# Listeners of type nodeport: the addresses of the nodes hosting the pods (read-only).
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- if .Values.operator.peering }}
 # kopf peering between replicas (cluster-wide peering object).
 - apiGroups: ["kopf.dev"]
@@ -57,6 +61,10 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# The Services of a listener removed from spec.listeners.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch"]

@@ -77,8 +77,8 @@ def _authenticated(req: RemotingCommand, cluster: str) -> list[Check]:
 
 def _send(topic_key: str, group_key: str) -> Classifier:
     def classify(req: RemotingCommand, cluster: str) -> list[Check]:
-        topic = _field(req, topic_key)
-        if _is_retry(topic):  # a consumer sending back to its retry topic
+        topic = req.ext_fields.get(topic_key) or _field(req, topic_key)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a consumer sending back to its retry topic
             return [(Resource.group(req.ext_fields.get(group_key) or topic), SUB)]
         return [(Resource.topic(topic), PUB)]
     return classify
@@ -272,10 +272,32 @@ CLASSIFIERS: dict[int, Classifier] = {
 }
 
 
-def classify(request: RemotingCommand, cluster: str) -> list[Check] | None:
+#: The codes a standalone controller (``rocket controller``) serves, and their classification:
+#: Apache RocketMQ 5.x's ``@RocketMQAction`` of ``BrokerHeartbeatRequestHeader``,
+#: ``AlterSyncStateSetRequestHeader``, ``ElectMasterRequestHeader``,
+#: ``RegisterBrokerToControllerRequestHeader``, ``ApplyBrokerIdRequestHeader``,
+#: ``CleanControllerBrokerDataRequestHeader`` (``Update`` on the cluster) and
+#: ``GetReplicaInfoRequestHeader``, ``GetNextBrokerIdRequestHeader`` (``Get``). The codes without
+#: such a header in Apache (GET_METADATA_INFO, GET_SYNC_STATE_DATA, GET/UPDATE_CONTROLLER_CONFIG,
+#: which Apache lets any authenticated caller send) are ``Get`` / ``Update`` on the cluster here.
+#: Every other code is unclassified on a controller (only Super users may send it).
+CONTROLLER_CODES: frozenset[int] = frozenset({
+    C.BROKER_HEARTBEAT, C.CONTROLLER_ALTER_SYNC_STATE_SET, C.CONTROLLER_ELECT_MASTER,
+    C.CONTROLLER_REGISTER_BROKER, C.CONTROLLER_GET_REPLICA_INFO, C.CONTROLLER_GET_METADATA_INFO,
+    C.CONTROLLER_GET_SYNC_STATE_DATA, C.UPDATE_CONTROLLER_CONFIG, C.GET_CONTROLLER_CONFIG,
+    C.CLEAN_BROKER_DATA, C.CONTROLLER_GET_NEXT_BROKER_ID, C.CONTROLLER_APPLY_BROKER_ID,
+})
+#: :data:`CLASSIFIERS` restricted to :data:`CONTROLLER_CODES` (a controller's table).
+CONTROLLER_CLASSIFIERS: dict[int, Classifier] = {code: CLASSIFIERS[code] for code in CONTROLLER_CODES}
+
+
+def classify(request: RemotingCommand, cluster: str,
+             classifiers: dict[int, Classifier] | None = None) -> list[Check] | None:
     """The checks for ``request`` on a server of cluster ``cluster``; None for an unclassified
-    code. Raises :class:`ClassifyError` when the resource fields cannot be read."""
-    classifier = CLASSIFIERS.get(request.code)
+    code. ``classifiers``: the server's table (default :data:`CLASSIFIERS`; a controller's is
+    :data:`CONTROLLER_CLASSIFIERS`). Raises :class:`ClassifyError` when the resource fields
+    cannot be read."""
+    classifier = (CLASSIFIERS if classifiers is None else classifiers).get(request.code)
     if classifier is None:
         return None
     return classifier(request, cluster)

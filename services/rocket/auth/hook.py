@@ -16,6 +16,7 @@ open and the processor never runs, so nothing is stored.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -23,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rocket.auth.classify import Check, ClassifyError, classify
-from rocket.auth.model import AuthError, Decision, User, UserStatus, UserType
+from rocket.auth.classify import CLASSIFIERS, Classifier, ClassifyError
+from rocket.auth.model import Action, AuthError, Decision, Resource, User, UserStatus, UserType
 from rocket.auth.signature import ACCESS_KEY, SIGNATURE, SessionCredentials, resolve_credentials, verify_signature
 from rocket.auth.store import AuthMetadataStore
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
@@ -37,6 +38,8 @@ _SESSION_KEY = "auth.session"
 _MAX_CACHED_DECISIONS = 10_000
 #: Environment variables naming the initial Super user (``initAuthenticationUser``).
 ENV_INIT_USER = "ROCKET_INIT_AUTH_USER"
+_SUPER = UserType.SUPER
+_DISABLE = UserStatus.DISABLE
 
 
 @dataclasses.dataclass(slots=True)
@@ -140,10 +143,16 @@ class ServerAuth:
     """The server-side hook (module doc). ``store`` holds the users and ACLs.
 
     Call it as ``hook(request, connection)``: None lets the request through, a response
-    command refuses it. Counters: :attr:`denied` (refusals), :attr:`checked`."""
+    command refuses it. Counters: :attr:`denied` (refusals), :attr:`checked`. ``classifiers``:
+    the request codes this server classifies (default every code of
+    :data:`rocket.auth.classify.CLASSIFIERS`; a controller passes
+    :data:`~rocket.auth.classify.CONTROLLER_CLASSIFIERS`, so any other code is denied to
+    non-Super users)."""
 
-    def __init__(self, config: AuthConfig, store: AuthMetadataStore | None = None) -> None:
+    def __init__(self, config: AuthConfig, store: AuthMetadataStore | None = None, *,
+                 classifiers: dict[int, Classifier] | None = None) -> None:
         self.config = config
+        self.classifiers = classifiers
         self.store = store if store is not None else AuthMetadataStore(config.metadata_path)
         self.whitelist = {int(c) for c in config.authentication_whitelist.replace(" ", "").split(",") if c}
         self.stateful = config.stateful
@@ -188,24 +197,43 @@ class ServerAuth:
             raise AuthError(
                 f"request code {request.code} has no AccessKey: this server requires signed requests "
                 "(AccessKey/Signature, see AclClientRPCHook)")
-        user = self.store.get_user(username)
-        if self.config.authentication_enabled:
+        store = self.store
+        user = store.users.get(username)
+        config = self.config
+        if config.authentication_enabled:
             self._authenticate(request, username, user, session)
-        if not self.config.authorization_enabled:
+        if not config.authorization_enabled:
             return
         if user is None:
             raise AuthError(f"User:{username} not found.")
-        if user.user_type is UserType.SUPER:
+        if user.user_type is _SUPER:
             return
+        classifier = (CLASSIFIERS if self.classifiers is None else self.classifiers).get(request.code)
+        if classifier is None:
+            raise AuthError(f"User:{username}: request code {request.code} is not classified for authorization "
+                            "on this server; only Super users may send it")
         try:
-            checks = classify(request, self.config.cluster_name)
+            checks = classifier(request, config.cluster_name)
         except ClassifyError as exc:
             raise AuthError(f"User:{username}: {exc}") from None
-        if checks is None:
-            raise AuthError(f"request code {request.code} is not classified for authorization; "
-                            "only Super users may send it")
-        if checks:
-            self._authorize(username, checks, _host(peer))
+        if not checks:
+            return
+        # The decision per (user, resource, actions, source IP) is remembered for one version
+        # of the store (any change of users or ACLs bumps it); bounded (cleared when full).
+        decisions = self._decisions
+        if self._decisions_version != store.version or len(decisions) > _MAX_CACHED_DECISIONS:
+            decisions.clear()
+            self._decisions_version = store.version
+        source_ip = _host(peer)
+        for resource, actions in checks:
+            key = (username, resource, actions, source_ip)
+            detail = decisions.get(key)
+            if detail is None:
+                detail = decisions[key] = self._decide(username, resource, actions, source_ip)
+            if detail:
+                wanted = ",".join(a.value for a in actions)
+                raise AuthError(f"User:{username} has no permission to access {resource.key} ({wanted}) "
+                                f"from {source_ip}, {detail}")
 
     def _authenticate(self, request: RemotingCommand, username: str, user: User | None,
                       session: dict[str, Any] | None) -> None:
@@ -213,43 +241,32 @@ class ServerAuth:
         already proved this user's signature when authentication is stateful."""
         if user is None:
             raise AuthError(f"User:{username} is not found.")
-        if user.user_status is UserStatus.DISABLE:
+        if user.user_status is _DISABLE:
             raise AuthError(f"User:{username} is disabled.")
         if SIGNATURE not in request.ext_fields:
             raise AuthError(f"request code {request.code} from User:{username} has no Signature")
-        proven = session.get(_SESSION_KEY) if session is not None else None
-        now = time.monotonic()
-        if proven is None or proven[0] != username or proven[1] != self.store.version or proven[2] < now:
-            if not verify_signature(request, user.password):
-                raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
-                                "(wrong SecretKey?)")
-            if session is not None:
-                session[_SESSION_KEY] = (username, self.store.version, now + self.session_ttl)
+        if session is not None:
+            proven = session.get(_SESSION_KEY)
+            now = time.monotonic()
+            if (proven is not None and proven[0] == username and proven[1] == self.store.version
+                    and proven[2] >= now):
+                return
+        if not verify_signature(request, user.password):
+            raise AuthError(f"check signature failed: the Signature of User:{username} does not match "
+                            "(wrong SecretKey?)")
+        if session is not None:
+            session[_SESSION_KEY] = (username, self.store.version, now + self.session_ttl)
 
-    def _authorize(self, username: str, checks: list[Check], source_ip: str) -> None:
-        """Every check must be allowed by the user's ACL (``AclAuthorizationHandler``)."""
-        store = self.store
-        decisions = self._decisions
-        if self._decisions_version != store.version or len(decisions) > _MAX_CACHED_DECISIONS:
-            decisions.clear()
-            self._decisions_version = store.version
-        acl = None
-        for resource, actions in checks:
-            key = (username, resource, actions, source_ip)
-            detail = decisions.get(key)
-            if detail is None:
-                if acl is None:
-                    acl = store.acls.get(f"User:{username}")
-                entry = acl.decide(resource, actions, source_ip) if acl is not None else None
-                detail = ("no matched policies." if entry is None
-                          else "the decision is deny." if entry.decision is Decision.DENY else "")
-                decisions[key] = detail
-            if detail:
-                wanted = ",".join(a.value for a in actions)
-                raise AuthError(f"User:{username} has no permission to access {resource.key} ({wanted}) "
-                                f"from {source_ip}, {detail}")
+    def _decide(self, username: str, resource: Resource, actions: tuple[Action, ...], source_ip: str) -> str:
+        """The user's ACL on one check (``AclAuthorizationHandler``): "" when allowed, else why not."""
+        acl = self.store.acls.get(f"User:{username}")
+        entry = acl.decide(resource, actions, source_ip) if acl is not None else None
+        if entry is None:
+            return "no matched policies."
+        return "the decision is deny." if entry.decision is Decision.DENY else ""
 
 
+@functools.lru_cache(maxsize=4096)
 def _host(peer: str) -> str:
     if peer.startswith("["):
         return peer[1:].partition("]")[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -31,6 +32,10 @@ class AuthError(ValueError):
 
 
 class _Named(enum.Enum):
+    # Members are singletons compared by identity: hashing by identity is exact and runs in C
+    # (``Enum.__hash__`` hashes the name in Python; every authorization lookup hashes a few).
+    __hash__ = object.__hash__
+
     @classmethod
     def by_name(cls, name: str | None) -> Any:
         """The member whose RocketMQ name is ``name`` (case-insensitive), else None."""
@@ -85,6 +90,7 @@ class ResourceType(_Named):
 class ResourcePattern(enum.Enum):
     """``ResourcePattern``."""
 
+    __hash__ = object.__hash__  # as _Named
     ANY = "ANY"
     LITERAL = "LITERAL"
     PREFIXED = "PREFIXED"
@@ -132,21 +138,16 @@ class Resource(NamedTuple):
             return cls(rtype, name.split("*", 1)[0], ResourcePattern.PREFIXED)
         return cls(rtype, name, ResourcePattern.LITERAL)
 
-    @classmethod
-    def topic(cls, name: str) -> Resource:
+    @staticmethod
+    def topic(name: str) -> Resource:
         """A literal topic; a retry topic ``%RETRY%<group>`` is its group (``Resource.ofTopic``
-        callers map retry topics to groups)."""
-        if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return cls.group(name)
-        return cls(ResourceType.TOPIC, name, ResourcePattern.LITERAL)
+        callers map retry topics to groups). Memoised (bounded): every request builds one."""
+        return _topic_resource(name)
 
-    @classmethod
-    def group(cls, name: str) -> Resource:
-        """A literal group; ``%RETRY%g`` / ``%DLQ%g`` become ``g`` (``Resource.ofGroup``)."""
-        for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-        return cls(ResourceType.GROUP, name, ResourcePattern.LITERAL)
+    @staticmethod
+    def group(name: str) -> Resource:
+        """A literal group; ``%RETRY%g`` / ``%DLQ%g`` become ``g`` (``Resource.ofGroup``). Memoised."""
+        return _group_resource(name)
 
     @classmethod
     def cluster(cls, name: str) -> Resource:
@@ -185,6 +186,21 @@ class Resource(NamedTuple):
         if self.pattern is ResourcePattern.PREFIXED:
             return (1, -len(self.name or ""))
         return (2, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_resource(name: str) -> Resource:
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return Resource(ResourceType.GROUP, name, ResourcePattern.LITERAL)
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_resource(name: str) -> Resource:
+    if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return _group_resource(name)
+    return Resource(ResourceType.TOPIC, name, ResourcePattern.LITERAL)
 
 
 def parse_source_ip(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:

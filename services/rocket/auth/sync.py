@@ -1,4 +1,4 @@
-"""Copying users and ACLs from a master broker (slaves, NameServers).
+"""Copying users and ACLs from a broker (slaves, NameServers, controllers).
 
 Uses AUTH_LIST_USER (3005) and AUTH_LIST_ACL (3010): their answers carry every ``UserInfo``
 (with its password, as RocketMQ's ``UserConverter`` does) and every ``AclInfo``, which is all a
@@ -7,10 +7,16 @@ copy needs. The requests are signed by the copier's client (a Super user's crede
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
+from rocket.auth.model import User
+from rocket.auth.store import AuthMetadataStore
 from rocket.protocol import loads_lenient
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingError, RequestCode, ResponseCode
+
+log = logging.getLogger("rocket.auth")
 
 
 async def fetch_auth_metadata(client: RemotingClient, addr: str, timeout: float = 3.0) -> dict[str, Any]:
@@ -26,3 +32,26 @@ async def fetch_auth_metadata(client: RemotingClient, addr: str, timeout: float 
             raise ValueError(f"{RequestCode(code).name}: the answer is not a JSON list")
         out[key] = items
     return out
+
+
+async def copy_from_brokers(client: RemotingClient, addrs: Iterable[str], store: AuthMetadataStore,
+                            keep: Iterable[User] = (), timeout: float = 3.0) -> str | None:
+    """Replace ``store``'s users and ACLs with those of the first broker of ``addrs`` that
+    answers (:func:`fetch_auth_metadata`); the users of ``keep`` (the server's own initial and
+    inner Super users) are added when the copy lacks them, so the server never locks itself out.
+    Returns the address copied from, None when no broker answered (each failure is logged).
+    Used by NameServers (their registered masters) and controllers (their registered brokers)."""
+    for addr in addrs:
+        try:
+            metadata = await fetch_auth_metadata(client, addr, timeout)
+            names = {u.get("username") for u in metadata["users"] if isinstance(u, dict)}
+            for user in keep:
+                if user.username not in names:
+                    metadata["users"].append(user.to_json())
+                    names.add(user.username)
+            store.replace_all(metadata)
+        except (RemotingError, OSError, ValueError) as exc:  # AuthError is a ValueError
+            log.warning("copying users and ACLs from broker %s failed: %s", addr, exc)
+            continue
+        return addr
+    return None

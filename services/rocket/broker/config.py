@@ -122,6 +122,11 @@ class BrokerConfig:
     vip_channel_enable: bool = True
     #: Replication listener port; 0 = ``listen_port + 1``.
     ha_listen_port: int = 0
+    #: Extra remoting ports, one per listener, ``name:port,name:port`` (:mod:`rocket.broker.listeners`).
+    listener_ports: str = ""
+    #: Properties file of this broker's address per listener, re-read at each registration
+    #: (``<brokerName>.<brokerId>.<listener>=host:port``; :mod:`rocket.broker.listeners`).
+    listener_addrs_file: str = ""
     #: ``host:port;host:port`` or a DNS name ``host:port`` resolving to several
     #: NameServers; empty = the NAMESRV_ADDR environment variable.
     namesrv_addr: str = ""
@@ -409,6 +414,7 @@ class BrokerConfig:
             port = getattr(self, name)
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{_java_name(name)} must be within 0..65535, got {port}")
+        _check_listener_ports(self.listener_ports)
         if self.promoted_broker_role is BrokerRole.SLAVE:
             raise ConfigError("promotedBrokerRole must be ASYNC_MASTER or SYNC_MASTER")
         for name in _POSITIVE_FIELDS:
@@ -525,6 +531,16 @@ def _store_value(key: str, raw: Any, kind: Any) -> Any:
 
 #: Java names of settings that differ from ours (beyond case, dots, dashes and underscores).
 _STORE_ALIASES = {"filereservedtime": "filereservedtimehours", "tlsservermode": "tlsmode"}
+
+
+def _check_listener_ports(text: str) -> None:
+    """Raise :class:`ConfigError` for a malformed ``listenerPorts``."""
+    from rocket.broker.listeners import listener_ports
+
+    try:
+        listener_ports(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _norm(key: str) -> str:

@@ -41,6 +41,7 @@ from rocket.broker.config import (
     runtime_overrides_path,
 )
 from rocket.broker.inner import MessageInner
+from rocket.broker.listeners import ListenerAddresses, listener_ports
 from rocket.broker.locks import RebalanceLockManager
 from rocket.broker.long_polling import PullRequestHoldService, WakeReason
 from rocket.broker.metadata import BrokerMetadata
@@ -177,7 +178,7 @@ class BrokerController:
         self.auth: ServerAuth | None = (
             ServerAuth(self.auth_config, self.auth_store) if self.auth_config.enabled else None
         )
-        #: Credentials this broker signs its own requests with (registration, slave copies).
+        #: Credentials this broker signs its own requests with (registration, slave copies, controllers).
         self.inner_credentials = inner_credentials(self.auth_config) if self.auth_config.enabled else None
         #: Credential check of the HTTP ``/api/v1`` routes (None: open, ACL off and no token file).
         self.http_auth: HttpAuth | None = None
@@ -199,6 +200,15 @@ class BrokerController:
                 flow_control=config.flow_control(),
                 tls=self.tls,
             )
+        #: One more remoting server per ``listenerPorts`` entry (:mod:`rocket.broker.listeners`).
+        self.listener_remoting: dict[str, RemotingServer] = {
+            name: RemotingServer(
+                self._processors(vip=False), host=config.bind_address, port=port, name=f"broker-{name}",
+                rpc_hook=self.auth, flow_control=config.flow_control(), tls=self.tls)
+            for name, port in listener_ports(config.listener_ports).items()
+        }
+        self.listener_addresses = ListenerAddresses(config.broker_name, config.broker_id, config.broker_ip1,
+                                                    config.listener_addrs_file)
         for server in self._servers():
             server.on_connection_closed.append(self._connection_closed)
         self.outer_api.client.tls = self.ha.sync.client.tls = self.client_tls
@@ -207,6 +217,8 @@ class BrokerController:
         if self.inner_credentials is not None:
             self.outer_api.client.rpc_hook = self.inner_credentials.sign
             self.ha.sync.client.rpc_hook = self.inner_credentials.sign
+            if self.ha.controller is not None:  # heartbeats, registration, elections, SyncStateSet changes
+                self.ha.controller.client.client.rpc_hook = self.inner_credentials.sign
         #: Sends being handled right now (overload protection).
         self.in_flight_sends = 0
         #: Body bytes of those sends.
@@ -237,7 +249,7 @@ class BrokerController:
     # -- wiring ------------------------------------------------------------------------------
 
     def _servers(self) -> list[RemotingServer]:
-        return [s for s in (self.remoting, self.vip_remoting) if s is not None]
+        return [s for s in (self.remoting, self.vip_remoting, *self.listener_remoting.values()) if s is not None]
 
     def _processors(self, *, vip: bool) -> Processors:
         p = Processors()
@@ -429,6 +441,8 @@ class BrokerController:
             broker_id=cfg.broker_id,
             ha_server_addr=cfg.ha_server_addr,
             epoch=self.ha.registration_epoch(),
+            listener_addrs=self.listener_addresses.current(
+                {name: server.port for name, server in self.listener_remoting.items()}),
         )
 
     def registration_body(self) -> bytes:
@@ -904,6 +918,11 @@ class BrokerController:
             "brokerPermission": cfg.broker_permission,
             "listenPort": self.remoting.port,
             "vipPort": self.vip_remoting.port if self.vip_remoting else None,
+            "listenPortConnectionsAccepted": self.remoting.accepted_total,
+            "listeners": {name: {"port": server.port, "connectionsAccepted": server.accepted_total,
+                                 "address": self._identity().listener_addrs.get(name)}
+                          for name, server in self.listener_remoting.items()},
+            "listenerAddrs": self._identity().listener_addrs,
             "ready": ready,
             "notReadyReasons": reasons,
             "registeredNameServers": self.registered_namesrvs,

@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from rocket.nameserver.listeners import LISTENER_ADDRS_FIELD, format_listener_addrs
 from rocket.protocol import crc32_masked
 from rocket.remoting import (
     RemotingClient,
@@ -120,6 +121,8 @@ class BrokerIdentity:
     ha_server_addr: str
     #: A master's replication epoch (ext ``epoch``; None = not sent).
     epoch: int | None = None
+    #: The broker's address per listener (ext ``listenerAddrs``, RocketCluster extension; empty = not sent).
+    listener_addrs: dict[str, str] = field(default_factory=dict)
 
 
 def _int_or_none(text: str | None) -> int | None:
@@ -195,6 +198,8 @@ class BrokerOuterAPI:
         }
         if identity.epoch is not None:
             ext["epoch"] = str(identity.epoch)
+        if identity.listener_addrs:
+            ext[LISTENER_ADDRS_FIELD] = format_listener_addrs(identity.listener_addrs)
         results = await asyncio.gather(*(self._register_one(addr, ext, body) for addr in addrs))
         self.state.rounds += 1
         self.state.last_round_at = time.monotonic()

@@ -53,8 +53,29 @@ if TYPE_CHECKING:
     from rocket.store.api import MessageStoreConfig
     from rocket.store.timer import TimerMessageStore
 
-_TIMER_KEYS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC,
+#: The properties that make a message a timer message (``HookUtils.checkIfTimerMessage``, plus
+#: ``__STARTDELIVERTIME``).
+TIMER_PROPERTY_KEYS = _TIMER_KEYS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC,
                PROPERTY_START_DELIVER_TIME)
+
+
+def batch_timer_refusal(props: dict[str, str], index: int | None = None) -> str | None:
+    """The MESSAGE_ILLEGAL remark for a batch (``index`` None: the batch's own properties) or batch
+    item carrying a timer property, None when it carries none.
+
+    Batches of timer messages are refused, as batches of delayed (``DELAY``) ones are. Apache
+    RocketMQ 5.4's broker runs its timer hook on a batch's own properties only (the
+    ``handleScheduleMessage`` put hook on the ``MessageExtBatch``), so items of a batch that carry
+    ``TIMER_DELIVER_MS`` (Java's ``send(Collection)`` of messages with ``setDeliverTimeMs``) are
+    stored to their topic and consumed at once, while a batch-level timer property moves the
+    batch to rmq_sys_wheel_timer without ``TIMER_OUT_MS`` on its messages, which its timer cannot
+    enqueue. Refusing says so to the sender instead of delivering early or not at all."""
+    for key in _TIMER_KEYS:
+        if key in props:
+            what = "batch messages" if index is None else f"batch message {index}"
+            return (f"{what} cannot be timer messages ({key} is set): send timer messages one by one, "
+                    "not in a batch")
+    return None
 
 
 def max_delay_remark(cfg: MessageStoreConfig) -> str:
@@ -74,11 +95,12 @@ def transform_timer_message(inner: MessageInner, cfg: MessageStoreConfig, now_ms
     count refusals and past-due sends. The caller checks the transaction type (none or commit).
     """
     props = inner.properties
-    if not any(k in props for k in _TIMER_KEYS):
-        return inner
+    if (PROPERTY_TIMER_DELIVER_MS not in props and PROPERTY_TIMER_DELAY_SEC not in props
+            and PROPERTY_TIMER_DELAY_MS not in props and PROPERTY_START_DELIVER_TIME not in props):
+        return inner  # every plain send passes here: four dict look-ups, no generator
     if inner.topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props:
         return inner
-    if inner.delay_level > 0:
+    if PROPERTY_DELAY_TIME_LEVEL in props and inner.delay_level > 0:
         cleaned = {k: v for k, v in props.items() if k not in _TIMER_KEYS}
         return dataclasses.replace(inner, properties=cleaned, encoded=None)
     if not cfg.timer_wheel_enable:
@@ -108,21 +130,37 @@ def transform_timer_message(inner: MessageInner, cfg: MessageStoreConfig, now_ms
             deliver_ms -= precision
         else:
             deliver_ms = deliver_ms // precision * precision
-        # In place: the send path's MessageInner is its own (copying it costs more than the rest).
-        props[PROPERTY_TIMER_OUT_MS] = str(deliver_ms)
-        props[PROPERTY_REAL_TOPIC] = inner.topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(inner.queue_id)
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        inner.topic = TIMER_TOPIC
-        inner.queue_id = 0
-        inner.encoded = None
-        inner.tags_code = None
+        _to_timer_topic(inner, deliver_ms)
         return inner
     if PROPERTY_TIMER_DEL_UNIQKEY in props:
         return PutMessageResult(PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL, remark=max_delay_remark(cfg))
     if timer is not None:
         timer.stats.past_due_at_send += 1
     return inner
+
+
+def _to_timer_topic(inner: MessageInner, out_ms: int) -> None:
+    """Rewrite ``inner`` in place (the send path's MessageInner is its own: copying it costs more
+    than the rest) to rmq_sys_wheel_timer queue 0 with ``TIMER_OUT_MS``/``REAL_TOPIC``/``REAL_QID``."""
+    props = inner.properties
+    out, real_qid = str(out_ms), str(inner.queue_id)
+    encoded = inner.encoded
+    if (encoded and not encoded.endswith("\x02") and PROPERTY_TIMER_OUT_MS not in props
+            and PROPERTY_REAL_TOPIC not in props and PROPERTY_REAL_QUEUE_ID not in props
+            and PROPERTY_DELAY_TIME_LEVEL not in props):
+        # Three new keys, appended to the dict: appended to the encoded string they give what
+        # encode_properties(props) would (``encoded`` matches ``props``), without re-encoding.
+        inner.encoded = (f"{encoded}\x02{PROPERTY_TIMER_OUT_MS}\x01{out}\x02{PROPERTY_REAL_TOPIC}\x01"
+                         f"{inner.topic}\x02{PROPERTY_REAL_QUEUE_ID}\x01{real_qid}")
+    else:
+        inner.encoded = None
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    props[PROPERTY_TIMER_OUT_MS] = out
+    props[PROPERTY_REAL_TOPIC] = inner.topic
+    props[PROPERTY_REAL_QUEUE_ID] = real_qid
+    inner.topic = TIMER_TOPIC
+    inner.queue_id = 0
+    inner.tags_code = None
 
 
 class TimerCollector(Collector):

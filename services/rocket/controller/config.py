@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rocket.auth.hook import AuthConfig
 from rocket.protocol.body import parse_properties as parse_properties
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE
 from rocket.remoting.connection import parse_addr
@@ -144,6 +145,37 @@ class ControllerConfig:
     log_level: str = "INFO"
     #: TLS of the remoting and HTTP ports, and of the notifications sent to brokers (``tls.enable``).
     tls: TlsConfig = field(default_factory=TlsConfig)
+    #: ACL (RocketMQ 5.x ``AuthConfig`` names, as on brokers and NameServers): every request on the
+    #: remoting port must be signed by a known user (authentication) whose ACL allows it
+    #: (authorization, :data:`rocket.auth.classify.CONTROLLER_CLASSIFIERS`).
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    #: The initial Super user: JSON ``{"username","password"}`` or a file (``ROCKET_INIT_AUTH_USER``).
+    init_authentication_user: str = field(default="", repr=False)
+    #: What this controller signs its own requests with (notifications to brokers, copies of their
+    #: users): JSON ``{"accessKey","secretKey"}`` or a file; default the initial user.
+    inner_client_authentication_credentials: str = field(default="", repr=False)
+    #: The cluster of the ``Cluster:<name>`` resource every controller request is checked against.
+    cluster_name: str = "DefaultCluster"
+    #: Seconds between copies of the users and ACLs from a registered broker (as NameServers do).
+    auth_sync_interval_s: float = 10.0
+    #: Bearer token file for the HTTP ``/api/v1`` routes (``rocket.auth.http``); with ACL on, Super
+    #: users' keys work too.
+    http_auth_token_file: str = ""
+    #: Also require the credential for /healthz, /readyz and /metrics.
+    http_auth_probes: bool = False
+
+    @property
+    def acl_enabled(self) -> bool:
+        """Whether requests are checked at all (authentication or authorization)."""
+        return self.authentication_enabled or self.authorization_enabled
+
+    def auth_config(self) -> AuthConfig:
+        """The :class:`~rocket.auth.AuthConfig` of the remoting port's check (users in memory)."""
+        return AuthConfig(cluster_name=self.cluster_name, authentication_enabled=self.authentication_enabled,
+                          authorization_enabled=self.authorization_enabled,
+                          init_authentication_user=self.init_authentication_user,
+                          inner_client_authentication_credentials=self.inner_client_authentication_credentials)
 
     @property
     def self_peer(self) -> Peer:
@@ -185,6 +217,10 @@ class ControllerConfig:
                 raise ConfigError(f"{name} must be positive")
         if not self.raft_max_timeout_s > self.raft_min_timeout_s > 0:
             raise ConfigError("raft timeouts: need 0 < min < max")
+        if self.auth_sync_interval_s <= 0:
+            raise ConfigError("auth_sync_interval_s must be positive")
+        if not self.cluster_name.strip():
+            raise ConfigError("cluster_name must not be empty")
 
     def with_overrides(self, **overrides: Any) -> ControllerConfig:
         """A copy with every non-None override applied."""
@@ -204,6 +240,8 @@ class ControllerConfig:
         "configBlackList": ("config_black_list", str),
         "listenPort": ("port", int),
         "controllerStorePath": ("data_dir", str),
+        "authenticationEnabled": ("authentication_enabled", bool),
+        "authorizationEnabled": ("authorization_enabled", bool),
     }
 
     def to_properties(self) -> str:
@@ -219,7 +257,8 @@ class ControllerConfig:
 
     def black_list(self) -> set[str]:
         """Keys UPDATE_CONTROLLER_CONFIG may not change (``configBlackList``, ``;``-separated)."""
-        return {"configBlackList", "listenPort", "controllerStorePath", "controllerDLegerGroup"} | {
+        return {"configBlackList", "listenPort", "controllerStorePath", "controllerDLegerGroup",
+                "authenticationEnabled", "authorizationEnabled"} | {
             x.strip() for x in self.config_black_list.split(";") if x.strip()}
 
     def update_from_properties(self, props: dict[str, str]) -> list[str]:

@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from rocket.auth.http import HttpAuth
     from rocket.controller.manager import ControllerManager
 
 
@@ -103,9 +104,11 @@ def add_controller_routes(app: web.Application, manager: ControllerManager) -> N
     app.router.add_get("/api/v1/controller", _status)
 
 
-def build_app(manager: ControllerManager, registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
-    """The standalone controller's application: probes, metrics, status."""
-    app = web.Application()
+def build_app(manager: ControllerManager, registry: CollectorRegistry, ready: Callable[[], bool],
+              http_auth: HttpAuth | None = None) -> web.Application:
+    """The standalone controller's application: probes, metrics, status; ``http_auth`` (when
+    given) guards ``/api/v1`` (:mod:`rocket.auth.http`)."""
+    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
     app[_READY_KEY] = ready
     app[_REGISTRY_KEY] = registry
     app.router.add_get("/healthz", _healthz)

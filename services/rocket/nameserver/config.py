@@ -107,6 +107,9 @@ class NameServerConfig:
     write_buffer_low_water_mark: int = 0
     server_channel_max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     tls: TlsConfig = dataclass_field(default_factory=TlsConfig)
+    #: Extra remoting ports, ``name:port,name:port``, each answering routes with the brokers'
+    #: addresses on that listener (:mod:`rocket.nameserver.listeners`); empty = none.
+    listeners: str = ""
 
     def flow_control(self) -> FlowControl:
         """The connections' backpressure bounds. Raises ``ValueError`` for inconsistent ones."""
@@ -130,6 +133,12 @@ class NameServerConfig:
         try:
             self.flow_control()
         except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        from rocket.nameserver.listeners import ListenerError, parse_listener_ports
+
+        try:
+            parse_listener_ports(self.listeners)
+        except ListenerError as exc:
             raise ConfigError(str(exc)) from None
 
     def with_overrides(self, **overrides: Any) -> NameServerConfig:

@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from rocket.nameserver.listeners import LISTENER_ADDRS_FIELD, ListenerAddressBook, ListenerError, parse_listener_addrs
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.protocol import (
     BodyError,
@@ -73,6 +74,8 @@ class DefaultRequestProcessor:
         self.order_message_enable = order_message_enable
         self.enable_all_topic_list = enable_all_topic_list
         self.enable_topic_list = enable_topic_list
+        #: Brokers' addresses per listener (``listenerAddrs`` of REGISTER_BROKER, :mod:`rocket.nameserver.listeners`).
+        self.listener_book = ListenerAddressBook()
 
     def register(self, processors: Processors) -> None:
         """Install every handler in ``processors``."""
@@ -157,6 +160,10 @@ class DefaultRequestProcessor:
         problem = _broker_identity_problem(broker_name, broker_addr, cluster_name, broker_id, ha_server_addr)
         if problem is not None:
             return request.response(ResponseCode.INVALID_PARAMETER, problem)
+        try:
+            listener_addrs = parse_listener_addrs(request.get(LISTENER_ADDRS_FIELD) or "")
+        except ListenerError as exc:
+            return request.response(ResponseCode.INVALID_PARAMETER, str(exc))
         if body_crc != 0 and crc32_masked(request.body) != body_crc:
             log.warning("register from %s (%s): body crc32 does not match", broker_addr, conn.peer)
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
@@ -194,6 +201,8 @@ class DefaultRequestProcessor:
         if addrs is None:
             addrs = conn.attributes[CONN_BROKER_ADDRS] = set()
         addrs.add(broker_addr)
+        self.listener_book.update(broker_addr, listener_addrs)
+        self.listener_book.prune(self.routes.broker_live_table)
 
         ext: dict[str, str] = {}
         if result.ha_server_addr is not None and result.master_addr is not None:

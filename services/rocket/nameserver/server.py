@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
 from rocket.auth.http import HttpAuth, read_token
-from rocket.auth.sync import fetch_auth_metadata
+from rocket.auth.sync import copy_from_brokers
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
@@ -37,11 +37,12 @@ from rocket.nameserver.config import (
 )
 from rocket.nameserver.http import build_app
 from rocket.nameserver.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from rocket.nameserver.listeners import listener_processors, parse_listener_ports
 from rocket.nameserver.metrics import NameServerMetrics
-from rocket.nameserver.processor import DefaultRequestProcessor
+from rocket.nameserver.processor import DefaultRequestProcessor, no_route_remark
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.protocol.codes import RequestCode, ResponseCode
-from rocket.remoting import RemotingClient, RemotingError
+from rocket.remoting import RemotingClient
 from rocket.remoting.command import RemotingCommand
 from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.remoting.http import HttpServer
@@ -114,6 +115,16 @@ class NameServer:
             tls=self.tls,
         )
         self.remoting.on_connection_closed.append(self._connection_closed)
+        #: One remoting server per listener (``config.listeners``), answering that listener's addresses.
+        self.listener_remoting: dict[str, RemotingServer] = {}
+        for listener, listener_port in parse_listener_ports(cfg.listeners).items():
+            server = RemotingServer(
+                listener_processors(processors, listener, self.routes, self.processor.listener_book,
+                                    no_route_remark),
+                host=cfg.host, port=listener_port, max_frame_size=cfg.max_frame_size, name=f"nameserver-{listener}",
+                rpc_hook=self.auth, flow_control=cfg.flow_control(), tls=self.tls)
+            server.on_connection_closed.append(self._connection_closed)
+            self.listener_remoting[listener] = server
         #: The embedded controller (RocketMQ's ``enableControllerInNamesrv``), served on this port.
         self.controller: ControllerManager | None = None
         if controller is not None:
@@ -134,6 +145,11 @@ class NameServer:
         """The remoting port (the bound one after :meth:`start`)."""
         return self.remoting.port
 
+    @property
+    def listener_ports(self) -> dict[str, int]:
+        """Listener name -> its remoting port (the bound ones after :meth:`start`)."""
+        return {name: server.port for name, server in self.listener_remoting.items()}
+
     def _kv_changed(self, namespace: str, key: str) -> None:
         if namespace == NAMESPACE_ORDER_TOPIC_CONFIG:
             self.routes.invalidate_topic(key)
@@ -148,9 +164,14 @@ class NameServer:
         cfg = self.config
         if self.controller is not None:
             await self.controller.start()
+        started: list[RemotingServer] = []
         try:
-            await self.remoting.start()
+            for server in (self.remoting, *self.listener_remoting.values()):
+                await server.start()
+                started.append(server)
         except BaseException:
+            for server in started:
+                await server.stop()
             if self.controller is not None:
                 await self.controller.stop()
             raise
@@ -162,7 +183,8 @@ class NameServer:
             try:
                 self.http_port = await http.start(cfg.http_host or cfg.host, cfg.http_port)
             except BaseException:
-                await self.remoting.stop()
+                for server in started:
+                    await server.stop()
                 raise
             self._http = http
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="nameserver-scan")
@@ -180,8 +202,9 @@ class NameServer:
         if self.controller is not None:
             self.controller.quiesce()
         for callback in (self._connection_closed, self.controller.connection_closed if self.controller else None):
-            if callback in self.remoting.on_connection_closed:  # shutting down is not brokers dying
-                self.remoting.on_connection_closed.remove(callback)
+            for server in (self.remoting, *self.listener_remoting.values()):
+                if callback in server.on_connection_closed:  # shutting down is not brokers dying
+                    server.on_connection_closed.remove(callback)
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -194,7 +217,8 @@ class NameServer:
             self._auth_task = None
         if self._auth_client is not None:
             await self._auth_client.close()
-        await self.remoting.stop()
+        for server in (self.remoting, *self.listener_remoting.values()):
+            await server.stop()
         if self.controller is not None:
             await self.controller.stop()
         if self._http is not None:
@@ -252,18 +276,9 @@ class NameServer:
         assert self._auth_client is not None
         masters = sorted(addr for bd in self.routes.broker_addr_table.values()
                          if (addr := bd.master_addr) is not None)
-        for addr in masters:
-            try:
-                metadata = await fetch_auth_metadata(self._auth_client, addr)
-                own = initial_user(self.auth_config)
-                if own is not None and not any(u.get("username") == own.username for u in metadata["users"]
-                                               if isinstance(u, dict)):
-                    metadata["users"].append(own.to_json())
-                self.auth_store.replace_all(metadata)
-                return True
-            except (RemotingError, ValueError) as exc:
-                log.warning("copying users and ACLs from broker %s failed: %s", addr, exc)
-        return False
+        own = initial_user(self.auth_config)
+        return await copy_from_brokers(self._auth_client, masters, self.auth_store,
+                                       [own] if own is not None else []) is not None
 
     async def _auth_sync_loop(self) -> None:
         interval = max(0.2, self.config.auth_sync_interval)
@@ -298,6 +313,7 @@ async def serve(config: NameServerConfig, controller: ControllerConfig | None = 
     server = NameServer(config, controller)
     await server.start()
     http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
-    log.info("NameServer listening on %s:%d%s", config.host, server.port, http)
+    extra = "".join(f", listener {name} {port}" for name, port in server.listener_ports.items())
+    log.info("NameServer listening on %s:%d%s%s", config.host, server.port, http, extra)
     name = await until_stopped(server.stop)
     log.info("NameServer stopped (%s)", name)

@@ -116,6 +116,8 @@ class RemotingServer:
         self.name = name
         self.flow_control = flow_control or FlowControl()
         self.connections: set[RemotingConnection] = set()
+        #: Connections accepted since start (cumulative).
+        self.accepted_total = 0
         self.on_connection_closed: list[Callable[[RemotingConnection], None]] = []
         self.tls = tls
         self._listener: Listener | None = None
@@ -133,6 +135,7 @@ class RemotingServer:
             flow_control=self.flow_control,
         )
         self.connections.add(conn)
+        self.accepted_total += 1
         return conn
 
     def _closed(self, conn: RemotingConnection) -> None:

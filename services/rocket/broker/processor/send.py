@@ -19,6 +19,8 @@ unknown topic, no auto-create                17   ``topic[x] not exist, apply fi
 queueId >= the topic's queue count            1   ``request queueId[n] is illegal``
 body > maxMessageSize, properties > 32 KiB   13   ``the message body size over max value`` (or properties)
 corrupt batch body                           13   ``the batch body is corrupt: ...``
+delayed or timer message in a batch          13   ``batch message(s) ... cannot be delayed`` / ``... cannot
+                                                   be timer messages (TIMER_DELIVER_MS is set) ...``
 retry topic of an unknown group              26   ``subscription group not exist, g``
 ==========================================  ====  ========================================
 
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import MessageInner
+from rocket.broker.timer import batch_timer_refusal
 from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
 from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
 from rocket.message import (
@@ -537,6 +540,9 @@ class SendMessageProcessor:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
         if batch_props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed (DELAY is set)")
+        timer_refusal = batch_timer_refusal(batch_props)
+        if timer_refusal is not None:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, timer_refusal)
         queue_id = self._pick_queue(header, topic_config)
         inners: list[MessageInner] = []
         cluster = broker.config.broker_cluster_name
@@ -557,6 +563,9 @@ class SendMessageProcessor:
                 return request.response(
                     ResponseCode.MESSAGE_ILLEGAL, f"batch message {index} cannot be delayed (DELAY is set)"
                 )
+            timer_refusal = batch_timer_refusal(props, index)
+            if timer_refusal is not None:
+                return request.response(ResponseCode.MESSAGE_ILLEGAL, timer_refusal)
             encoded = encode_properties(props)  # measured here, stored as is
             if len(encoded) > MAX_PROPERTIES_SIZE or (
                 not encoded.isascii() and len(encoded.encode()) > MAX_PROPERTIES_SIZE
