@@ -69,15 +69,31 @@ async def until_stopped(stop: Callable[[], Coroutine[Any, Any, None]]) -> str:
             await stop()
 
 
+async def await_ended(task: asyncio.Task[Any]) -> None:
+    """Wait for ``task`` (usually one just cancelled) to end, swallowing its cancellation or error —
+    but not a cancellation of the *calling* task, which propagates. (A bare
+    ``suppress(CancelledError)`` around ``await task`` would also swallow the caller's own
+    cancellation: a loop stopped while it waits there keeps running, and whoever stops it waits
+    forever.)"""
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # the task's own failure: it has ended, which is all that is awaited
+        pass
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
     """Cancel every task of ``tasks`` (a snapshot is taken first), then wait for each to end; their
-    exceptions, cancellation included, are swallowed: this is for stopping a service's loops."""
+    exceptions, cancellation included, are swallowed (:func:`await_ended`): this is for stopping a
+    service's loops."""
     pending = list(tasks)
     for task in pending:
         task.cancel()
     for task in pending:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await await_ended(task)
 
 
 class LoopService:
@@ -107,8 +123,7 @@ class LoopService:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await await_ended(task)
 
     async def _run(self) -> None:
         raise NotImplementedError

@@ -136,3 +136,26 @@ async def test_sync_master_needs_a_slave(tmp_path: Path) -> None:
             started = time.monotonic()
             late = await rb.send("ST", b"after")
             assert late.code == ResponseCode.SLAVE_NOT_AVAILABLE and time.monotonic() - started < 0.4
+
+
+async def test_a_slave_told_of_a_newer_master_epoch_never_acknowledges_the_old_master(tmp_path: Path) -> None:
+    """The epoch check a controller-mode slave relies on (``HAClient.min_master_epoch``): once the
+    controllers announced a master epoch above the old master's, the slave refuses the old master
+    in the HA handshake, so the old master's SYNC_MASTER sends get no acknowledgement from it."""
+    sync = BrokerRole.SYNC_MASTER
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns, broker_role=sync,
+                                                                  slave_timeout=500)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        async with _broker(_config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1)) as slave:
+            await eventually(lambda: bool(master.ha.service.active), 10, interval=0.02)
+            assert (await rb.send("EP", b"acked")).code == ResponseCode.SUCCESS
+            old_epoch = master.ha.epoch_file.last_epoch
+            end = slave.store.max_phy_offset
+            await slave.ha.client.stop()
+            slave.ha.client.min_master_epoch = old_epoch + 1  # a newer master was elected
+            slave.ha.client.start()
+            await eventually(lambda: slave.ha.client.state == "refused", 10, interval=0.02)
+            assert "has been replaced" in slave.ha.client.last_error
+            late = await rb.send("EP", b"not acked")
+            assert late.code in (ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT), late.code
+            assert slave.store.max_phy_offset == end  # nothing of the old master's stream was taken

@@ -188,8 +188,9 @@ class BrokerConfig:
     #: Every controller's ``host:port``, ``;`` separated (RocketMQ ``controllerAddr``).
     controller_addr: str = ""
     #: The controllers count this broker dead after this long without a heartbeat (ms; RocketMQ
-    #: ``controllerHeartBeatTimeoutMills``, 10 s). A master fences itself (stops acknowledging
-    #: writes) after half of it without a confirmation from the controller leader.
+    #: ``controllerHeartBeatTimeoutMills``, 10 s). With ``controllerLeaseFence`` in effect a master
+    #: fences itself (stops acknowledging writes) after half of it without a confirmation from the
+    #: controller leader.
     controller_heart_beat_timeout_mills: int = 10_000
     #: BROKER_HEARTBEAT period to every controller (ms; RocketMQ ``brokerHeartbeatInterval``, 1 s).
     broker_heartbeat_interval: int = 1_000
@@ -205,6 +206,13 @@ class BrokerConfig:
     #: Controller mode: copies (the master included) a send needs before it is acknowledged, and
     #: the smallest SyncStateSet that accepts sends (RocketMQ ``minInSyncReplicas``, 1).
     min_in_sync_replicas: int = 1
+    #: Controller mode: does a master whose lease from the controller leader ran out (no
+    #: confirmation for ``controllerHeartBeatTimeoutMills / 2``) fence itself? ``auto`` (default):
+    #: only when ``allAckInSyncStateSet`` is false; with it the quorum acknowledgements keep two
+    #: masters from both acknowledging, so a master keeps serving while the controllers have no
+    #: majority (RocketMQ 5's behaviour). ``true`` / ``false`` force it (RocketCluster setting;
+    #: the argument is in ``rocket.broker.controller_mode``).
+    controller_lease_fence: str = "auto"
     #: Controller mode: write every topic, subscription-group and consumer-offset change into the
     #: CommitLog (system topic ``rmq_sys_broker_metadata``) so it reaches the slaves with the data,
     #: and answer such changes once they are replicated (``rocket.broker.metadata.replication``;
@@ -412,8 +420,7 @@ class BrokerConfig:
         for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_java_name(name)} must be > 0")
-        if self.enable_controller_mode and not self.controller_addr.strip(" ;,"):
-            raise ConfigError("enableControllerMode needs controllerAddr (host:port;host:port;...)")
+        self._validate_controller_mode()
         for name in ("slave_read_lag_bytes", "transaction_time_out"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_java_name(name)} must be >= 0")
@@ -431,6 +438,13 @@ class BrokerConfig:
             parse_delay_levels(self.message_delay_level)
         except ValueError as exc:
             raise ConfigError(f"messageDelayLevel: {exc}") from None
+
+    def _validate_controller_mode(self) -> None:
+        self.controller_lease_fence = self.controller_lease_fence.strip().lower()
+        if self.controller_lease_fence not in ("auto", "true", "false"):
+            raise ConfigError(f"controllerLeaseFence must be auto, true or false, got {self.controller_lease_fence!r}")
+        if self.enable_controller_mode and not self.controller_addr.strip(" ;,"):
+            raise ConfigError("enableControllerMode needs controllerAddr (host:port;host:port;...)")
 
     def to_properties(self) -> dict[str, str]:
         """Every setting as ``{javaName: text}`` (GET_BROKER_CONFIG, persistence). Secrets given

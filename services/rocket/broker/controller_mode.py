@@ -33,20 +33,60 @@ The broker follows the contract in :mod:`rocket.controller` (steps 1-8):
   with ``allAckInSyncStateSet`` a send is acknowledged once every SyncStateSet member holds it;
   otherwise once ``minInSyncReplicas`` copies (the master's included) exist. A SyncStateSet
   smaller than ``minInSyncReplicas`` refuses sends (code 14).
-* **Fencing** (see :attr:`ControllerReplicas.fence_timeout`): the master polls the controller
+* **Fencing** (see :attr:`ControllerReplicas.lease_fences`): the master polls the controller
   leader every ``brokerHeartbeatInterval``; an answer from a controller that says it leads and
   names this broker master at its epoch renews a lease of ``controllerHeartBeatTimeoutMills / 2``
-  counted from when the question was *sent*. A master whose lease ran out, that got 2000/2002,
-  or that learnt of a newer master epoch refuses sends (code 14) and fails sends waiting for
-  replicas. The controllers elect a replacement only after ``controllerHeartBeatTimeoutMills``
-  without the master's heartbeats (or when its connection closes), and a leader without a
-  majority steps down within ``raftLeaderFallbackTimeout`` (2 s), so with the defaults a master
-  cut off from the controllers stops acknowledging at least 3 s before a replacement can be
-  elected from the controllers' heartbeat tables. The guarantee that two masters never both
-  acknowledge a write does not rest on clocks: a replacement is elected only from the
-  SyncStateSet, and with ``allAckInSyncStateSet`` the old master acknowledges nothing its
-  replacement does not hold — it cannot shrink the set without the controllers, which refuse a
-  stale master epoch.
+  counted from when the question was *sent*. A master that got 2000/2002 from the controllers,
+  that learnt of a newer master epoch (from a controller, or from a NameServer that refused its
+  registration because a live master with a newer epoch holds the group), refuses sends (code 14)
+  and fails sends waiting for replicas. Whether a lease that *ran out* fences it depends on
+  ``allAckInSyncStateSet`` (``controllerLeaseFence=auto``, the default), as in RocketMQ 5:
+
+  - **With** ``allAckInSyncStateSet`` the lease adds nothing to safety, so it does not fence: a
+    master keeps acknowledging while 2 of 3 controllers are down (no election can happen either).
+    Why two masters never both acknowledge, without leases:
+
+    1. the controllers elect (cleanly) only a member of the SyncStateSet they hold for the master
+       epoch; an election starts a new epoch whose set is the new master alone;
+    2. that set changes only by ALTER_SYNC_STATE_SET from the master *of that epoch* (the
+       controllers refuse a stale one with 2000), so a master cut off from the controllers
+       cannot shrink it;
+    3. the master acknowledges a send only when every member of its *required set* holds it, and
+       the required set always contains the controllers' set: a removal counts only once the
+       controllers committed it; while a change is in flight, and after one whose outcome is
+       unknown (a timeout), the old and new sets are both required until a controller answer
+       settles it (``UNSURE_SETTLE_S``: a newer set epoch, a later ALTER at the same epoch
+       committed, or the same epoch still 10 s later — the one timing assumption, and only for
+       an ALTER whose answer was lost); a joining slave is required before the ALTER that adds it;
+    4. a member counts as holding what its HA client reported after appending it to its own
+       CommitLog. A member the controllers make master first stops its HA client and waits for its
+       store to be idle, then starts the new epoch at its log end: everything it ever acknowledged
+       to the old master is in its log; from then on it acknowledges nothing of the old master's
+       stream (the HA client runs on slaves only, and a slave refuses, in the HA handshake, a
+       master whose newest epoch is below the master epoch the controllers announced to it —
+       :attr:`~rocket.store.ha.slave.HAClient.min_master_epoch`).
+
+    So once a member N is elected, the old master M cannot acknowledge anything more (N is in M's
+    required set and no longer reports), whether or not M knows it was replaced or can reach any
+    controller, and everything M acknowledged before is on N. Bounds: a master cut off from the
+    controllers *and* its slaves acknowledges nothing sent after the cut (sends wait
+    ``slaveTimeout`` and get FLUSH_SLAVE_TIMEOUT); a master cut off from the controllers only
+    keeps acknowledging, with its slaves, until one of them is elected
+    (``controllerHeartBeatTimeoutMills`` + the controllers' scan), and nothing after. A master
+    without a valid lease refuses sends at once (code 14) when a required member has no
+    replication connection (it could not acknowledge anyway, and cannot change its set).
+    ``enableElectUncleanMaster`` on the controllers breaks rule 1 (and loses acknowledged data by
+    design): set ``controllerLeaseFence=true`` with it.
+
+  - **Without** ``allAckInSyncStateSet`` (``minInSyncReplicas`` copies, or the master's alone) an
+    elected member may lack what the old master acknowledged with other copies, and the old master
+    can go on acknowledging with them; only time separates the two, so a lease that ran out
+    fences: the master acknowledges nothing later than ``controllerHeartBeatTimeoutMills / 2``
+    after the last confirmation it sent for, while the controllers elect a replacement only after
+    ``controllerHeartBeatTimeoutMills`` without its heartbeats (a leader without a majority steps
+    down within ``raftLeaderFallbackTimeout``, 2 s). With the defaults a cut-off master stops at
+    least 3 s before a replacement can be elected, assuming clocks that run at about the same
+    rate. The price: with 2 of 3 controllers down such masters stop acknowledging.
 """
 
 from __future__ import annotations
@@ -87,6 +127,12 @@ ALL = 1 << 62
 JOIN_LAG_BYTES = 4 * 1024 * 1024
 #: A joining slave that has not caught up within this many seconds is dropped from the join.
 JOIN_TIMEOUT_S = 2.0
+#: After an ALTER_SYNC_STATE_SET whose outcome is unknown (no answer), the members it would have
+#: added stay required until a controller answer shows a newer SyncStateSet epoch, a later ALTER at
+#: the same epoch succeeds (the controllers apply at most one per epoch), or a leader's answer to a
+#: poll sent this many seconds after the unknown outcome still shows the old epoch (the request was
+#: not committed: a Raft leader commits or drops an entry long before that).
+UNSURE_SETTLE_S = 10.0
 
 
 class ReplicasHost(Protocol):
@@ -153,6 +199,11 @@ class ControllerReplicas:
         self.caught_up: dict[int, float] = {}
         self.lease_until = 0.0
         self.fenced_reason: str | None = None
+        #: An ALTER_SYNC_STATE_SET with no answer: (SyncStateSet epoch it was sent at, members it
+        #: would add, time.monotonic() of the unknown outcome); those members stay required.
+        self.unsure: tuple[int, frozenset[int], float] | None = None
+        #: The lease ran out while it does not fence (``lease_fences`` false): logged once.
+        self._lease_lost_noted = False
         self.last_error = ""
         self._switch_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -162,9 +213,19 @@ class ControllerReplicas:
 
     @property
     def fence_timeout(self) -> float:
-        """Seconds a master keeps acknowledging after its last confirmation by the controller
-        leader: ``controllerHeartBeatTimeoutMills / 2``."""
+        """The lease: seconds after its last confirmation by the controller leader (counted from
+        when it asked) until a master fences itself, when :attr:`lease_fences`:
+        ``controllerHeartBeatTimeoutMills / 2``."""
         return self.ha.config.controller_heart_beat_timeout_mills / 2000.0
+
+    @property
+    def lease_fences(self) -> bool:
+        """Does a lease that ran out fence this master? ``controllerLeaseFence``: ``auto`` (the
+        default) means only without ``allAckInSyncStateSet`` (see the module doc for why)."""
+        mode = self.ha.config.controller_lease_fence
+        if mode == "auto":
+            return not self.ha.config.all_ack_in_sync_state_set
+        return mode == "true"
 
     @property
     def identity_path(self) -> Path:
@@ -324,9 +385,18 @@ class ControllerReplicas:
         await self.apply(info, lease_from=sent)
 
     def check_lease(self) -> None:
-        """Fence a master whose lease ran out (see the module doc)."""
-        if self.ha.is_master and self.fenced_reason is None and time.monotonic() > self.lease_until:
+        """Fence a master whose lease ran out when :attr:`lease_fences` (see the module doc);
+        otherwise only log, once per loss, that it keeps serving without a controller majority."""
+        if not self.ha.is_master or self.fenced_reason is not None or time.monotonic() <= self.lease_until:
+            self._lease_lost_noted = False
+            return
+        if self.lease_fences:
             self.fence(f"no confirmation from a controller leader for more than {self.fence_timeout:.1f} s")
+        elif not self._lease_lost_noted:
+            self._lease_lost_noted = True
+            log.warning("no confirmation from a controller leader for more than %.1f s: still serving "
+                        "(allAckInSyncStateSet: only the SyncStateSet %s can acknowledge, and it cannot "
+                        "change without the controllers)", self.fence_timeout, sorted(self.required_set()))
 
     def fence(self, why: str) -> None:
         """Stop acknowledging writes: refuse sends, fail the sends waiting for replicas."""
@@ -340,8 +410,32 @@ class ControllerReplicas:
 
     @property
     def lease_valid(self) -> bool:
-        """The master may acknowledge writes now."""
-        return self.fenced_reason is None and time.monotonic() <= self.lease_until
+        """The master may acknowledge writes now: not fenced, and its lease runs or does not
+        fence (:attr:`lease_fences`)."""
+        return self.fenced_reason is None and (time.monotonic() <= self.lease_until or not self.lease_fences)
+
+    def on_registered(self, results: list[Any]) -> None:
+        """After a NameServer registration round (:class:`~rocket.broker.registration.RegisterResult`
+        list): a master whose registration a NameServer refused because a live master with a newer
+        epoch holds the group has been replaced; it fences itself (the controllers, when it can
+        reach them again, make it a slave)."""
+        if not self.ha.is_master:
+            return
+        mine = self.ha.epoch_file.last_epoch
+        for r in results:
+            epoch = getattr(r, "master_epoch", None)
+            addr = getattr(r, "master_addr", None)
+            if epoch is not None and addr and addr != self.ha.config.broker_addr and epoch > mine:
+                self.fence(f"NameServer {r.namesrv_addr} lists {addr} as master at the newer epoch {epoch}")
+                self._spawn(self.poll_once_quietly(), "controller-reread")
+                return
+
+    async def poll_once_quietly(self) -> None:
+        """:meth:`poll_once`, logging instead of raising when no controller leader answers."""
+        try:
+            await self.poll_once()
+        except (RemotingError, OSError) as exc:
+            log.info("controller unreachable: %s", exc)
 
     # -- role changes -----------------------------------------------------------------------------------
 
@@ -363,6 +457,8 @@ class ControllerReplicas:
                 self.sync_state_set = info.sync_state_set
                 self.sync_state_set_epoch = info.sync_state_set_epoch
                 self.ha.service.recheck_quorum()
+            if info.master_broker_id == me and info.master_epoch == self.master_epoch:
+                self._settle_unsure(info.sync_state_set_epoch, lease_from)
             if (lease_from is not None and info.master_broker_id == me and info.master_epoch == self.master_epoch
                     and self.ha.is_master):
                 self.lease_until = max(self.lease_until, lease_from + self.fence_timeout)
@@ -371,6 +467,23 @@ class ControllerReplicas:
                     log.warning("the controller leader confirmed this master again (epoch %d): unfenced (was: %s)",
                                 self.master_epoch, self.fenced_reason)
                     self.fenced_reason = None
+
+    def _settle_unsure(self, set_epoch: int, asked_at: float | None) -> None:
+        """Forget an ALTER of unknown outcome once a controller answer settles it (see
+        ``UNSURE_SETTLE_S``): ``set_epoch`` is the answer's SyncStateSet epoch, ``asked_at`` when
+        the question was sent (None: a notification)."""
+        if self.unsure is None:
+            return
+        sent_at, members, since = self.unsure
+        if set_epoch > sent_at:
+            why = f"the SyncStateSet epoch is now {set_epoch}"
+        elif asked_at is not None and asked_at > since + UNSURE_SETTLE_S:
+            why = f"the controllers still hold epoch {set_epoch} {UNSURE_SETTLE_S:.0f} s later: it was not committed"
+        else:
+            return
+        log.info("ALTER_SYNC_STATE_SET adding %s settled: %s", sorted(members), why)
+        self.unsure = None
+        self.ha.service.recheck_quorum()
 
     async def _elect(self) -> None:
         if self._electing:
@@ -396,6 +509,7 @@ class ControllerReplicas:
         self.master_epoch = info.master_epoch
         self.sync_state_set, self.sync_state_set_epoch = info.sync_state_set, info.sync_state_set_epoch
         self.pending_set = None
+        self.unsure = None
         self.joining.clear()
         now = time.monotonic()
         self.caught_up = {i: now for i in info.sync_state_set}
@@ -419,8 +533,11 @@ class ControllerReplicas:
         self.master_epoch = info.master_epoch
         self.sync_state_set, self.sync_state_set_epoch = info.sync_state_set, info.sync_state_set_epoch
         self.pending_set = None
+        self.unsure = None
         self.joining.clear()
         ha.service.quorum = None
+        # the HA client refuses a master older than this one (module doc, rule 4)
+        ha.client.min_master_epoch = max(ha.client.min_master_epoch, info.master_epoch)
         ha_addr = await self._master_ha_address(addr)
         if was_master:
             await ha.demote(addr, ha_addr, info.master_epoch, broker_id=self.controller_id)
@@ -463,8 +580,10 @@ class ControllerReplicas:
     # -- quorum writes -----------------------------------------------------------------------------------
 
     def required_set(self) -> frozenset[int]:
-        """Members whose copies count now: the set, the set being committed, joining slaves."""
-        s = self.sync_state_set | (self.pending_set or frozenset()) | frozenset(self.joining)
+        """Members whose copies count now: the set, the set being committed, joining slaves, and
+        members an ALTER of unknown outcome would have added."""
+        s = (self.sync_state_set | (self.pending_set or frozenset()) | frozenset(self.joining)
+             | (self.unsure[1] if self.unsure else frozenset()))
         return s - {self.controller_id} if self.controller_id is not None else s
 
     def acked_offset(self) -> int:
@@ -501,7 +620,15 @@ class ControllerReplicas:
             return f"it is fenced ({self.fenced_reason})"
         if time.monotonic() > self.lease_until:
             self.check_lease()
-            return f"it is fenced ({self.fenced_reason})"
+            if self.fenced_reason is not None:
+                return f"it is fenced ({self.fenced_reason})"
+            # no controller majority (allAckInSyncStateSet keeps it serving): a member that is not
+            # even connected could not acknowledge, and the set cannot change: refuse at once
+            connected = {c.slave_id for c in self.ha.service.connections}
+            missing = sorted(self.required_set() - connected)
+            if missing:
+                return (f"no controller leader confirmed it for {self.fence_timeout:.1f} s and SyncStateSet "
+                        f"member(s) {missing} are not connected")
         if len(self.sync_state_set) < self.ha.config.min_in_sync_replicas:
             return (f"its SyncStateSet {sorted(self.sync_state_set)} is smaller than minInSyncReplicas="
                     f"{self.ha.config.min_in_sync_replicas}")
@@ -571,10 +698,15 @@ class ControllerReplicas:
         if joining is not None:
             self.joining[joining] = (0, time.monotonic())  # keep counting it until committed
         try:
+            sent_epoch = self.sync_state_set_epoch
             ids, epoch = await self.client.alter_sync_state_set(cfg.broker_name, self.controller_id or 0,
-                                                                self.master_epoch, new_set, self.sync_state_set_epoch)
+                                                                self.master_epoch, new_set, sent_epoch)
             if epoch > self.sync_state_set_epoch:
                 self.sync_state_set, self.sync_state_set_epoch = ids, epoch
+            if self.unsure is not None and self.unsure[0] <= sent_epoch:
+                # committed at the epoch of the unknown one: that one never was (one per epoch)
+                log.info("ALTER_SYNC_STATE_SET adding %s settled: a later change committed", sorted(self.unsure[1]))
+                self.unsure = None
             log.info("SyncStateSet of %s: %s -> %s (epoch %d): %s", cfg.broker_name, sorted(old), sorted(ids),
                      epoch, why)
         except RemotingCommandError as exc:
@@ -586,7 +718,12 @@ class ControllerReplicas:
                 if exc.code == ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH:
                     self._spawn(self.poll_once(), "controller-reread")
         except (RemotingError, OSError) as exc:
-            log.info("ALTER_SYNC_STATE_SET %s -> %s: %s", sorted(old), sorted(new_set), exc)
+            added = new_set - old
+            log.warning("ALTER_SYNC_STATE_SET %s -> %s: %s; outcome unknown%s", sorted(old), sorted(new_set), exc,
+                        f": {sorted(added)} stay required until the controllers tell" if added else "")
+            if added:
+                prev = self.unsure[1] if self.unsure else frozenset()
+                self.unsure = (self.sync_state_set_epoch, prev | added, time.monotonic())
         finally:
             self.pending_set = None
             if joining is not None:
@@ -606,6 +743,8 @@ class ControllerReplicas:
             "syncStateSetEpoch": self.sync_state_set_epoch,
             "joining": sorted(self.joining),
             "fenced": self.fenced_reason,
+            "leaseFences": self.lease_fences,
+            "unsureMembers": sorted(self.unsure[1]) if self.unsure else [],
             "leaseSeconds": round(max(0.0, self.lease_until - time.monotonic()), 3) if self.ha.is_master else None,
             "lastError": self.last_error,
         }

@@ -424,12 +424,13 @@ class ReplicationManager:
         return self.epoch_file.last_epoch if self.config.is_master else None
 
     def on_registered(self, results: list[RegisterResult]) -> None:
-        """After a registration round: a master told of a newer live master steps down (not in
-        controller mode: there the controllers decide)."""
+        """After a registration round: a master told of a newer live master steps down (in
+        controller mode it only fences itself: the controllers decide roles)."""
         cfg = self.config
         if self.controller is not None:
             self.role_confirmed = True
             self._mark_settled()
+            self.controller.on_registered(results)
             return
         if not cfg.is_master:
             if self.master_ha_address():

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rocket.remoting.tls import Listener, start_server
-from rocket.runtime import cancel_and_wait
+from rocket.runtime import await_ended, cancel_and_wait
 from rocket.store.api import PutMessageStatus
 from rocket.store.ha.protocol import (
     HAProtocolError,
@@ -386,8 +386,7 @@ class HAService:
                 await self._read_loop(conn, reader)
             finally:
                 sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await sender
+                await await_ended(sender)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             if conn is not None:
                 log.info("replication connection of slave %s closed: %s", conn.slave_addr, exc or "EOF")

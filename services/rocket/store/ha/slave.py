@@ -6,8 +6,9 @@ Session (one TCP connection to the master's HA address, which comes from
 
 1. connect (3 s timeout) and send the epoch handshake (``protocol``); the
    master answers with its epoch list, max and min offsets;
-2. reconcile: refuse a master whose newest epoch is older than ours (it is
-   not the group's real master); otherwise find the consistent point
+2. reconcile: refuse a master whose newest epoch is older than ours or than
+   :attr:`HAClient.min_master_epoch` (it is not the group's real master);
+   otherwise find the consistent point
    (``rocket.store.ha.epoch``) and truncate the store's divergent tail there;
    an empty epoch list means a new (or pre-epoch) store whose bytes are
    trusted as they are; a store entirely behind the master's oldest file is
@@ -32,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rocket.remoting import parse_addr
-from rocket.runtime import LoopService
+from rocket.runtime import LoopService, await_ended
 from rocket.store.ha.epoch import EpochEntry, entries_from_json, find_consistent_point
 from rocket.store.ha.protocol import (
     HAProtocolError,
@@ -81,6 +82,9 @@ class HAClient(LoopService):
         #: The master's main (remoting) address, from the handshake.
         self.master_addr: str | None = None
         self.master_epoch = 0
+        #: Refuse a master whose newest epoch is below this (controller mode: the master epoch the
+        #: controllers announced; a replaced master's stream is never acknowledged again).
+        self.min_master_epoch = 0
         self.master_max_offset = -1
         self.connected_since: float | None = None
         self.disconnected_since: float = time.monotonic()
@@ -193,6 +197,10 @@ class HAClient(LoopService):
         if reply.get("brokerName") != cfg.broker_name:
             raise HARefusedError(f"it is the master of {reply.get('brokerName')!r}, not of {cfg.broker_name!r}")
         remote = entries_from_json(reply.get("epochs", []))
+        newest = max(int(reply.get("epoch", 0) or 0), remote[-1].epoch if remote else 0)
+        if newest < self.min_master_epoch:
+            raise HARefusedError(f"its newest epoch {newest} is older than the master epoch {self.min_master_epoch} "
+                                 "the controllers announced: it has been replaced")
         self.master_addr = str(reply.get("masterAddr") or "") or None
         self.master_epoch = int(reply.get("epoch", 0) or 0)
         self.master_max_offset = int(reply.get("maxOffset", -1))
@@ -345,5 +353,4 @@ class HAClient(LoopService):
             applier.cancel()
             beater.cancel()
             for t in (applier, beater):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+                await await_ended(t)  # a stop() of this client arriving meanwhile must not be lost
