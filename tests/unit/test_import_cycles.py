@@ -176,7 +176,8 @@ def test_no_import_cycles() -> None:
         # users, policies and signatures (ACL) are shared by clients, NameServers, brokers and controllers
         ("rocket.auth", ("rocket.auth", "rocket.protocol", "rocket.remoting")),
         # the controller knows nothing of brokers', NameServers' or clients' code (it checks and signs with rocket.auth)
-        ("rocket.controller", ("rocket.controller", "rocket.protocol", "rocket.remoting", "rocket.runtime", "rocket.auth")),
+        ("rocket.controller", ("rocket.controller", "rocket.protocol", "rocket.remoting", "rocket.runtime",
+                               "rocket.auth")),
     ],
 )
 def test_layers_import_only_below(layer: str, allowed: tuple[str, ...]) -> None:
