@@ -208,6 +208,9 @@ class ControllerReplicas:
         self._switch_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._electing = False
+        # set on a promotion: the poll loop confirms the new master's lease at once instead of
+        # after the slave's polling period (which can outlast the lease a promotion grants)
+        self._poll_now = asyncio.Event()
 
     # -- settings --------------------------------------------------------------------------------------
 
@@ -353,7 +356,10 @@ class ControllerReplicas:
                 log.info("controller unreachable: %s", exc)
             self.check_lease()
             period = cfg.broker_heartbeat_interval if self.ha.is_master else cfg.sync_broker_metadata_period
-            await asyncio.sleep(min(period, cfg.broker_heartbeat_interval * 5) / 1000.0 if registered else 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(),
+                                       min(period, cfg.broker_heartbeat_interval * 5) / 1000.0 if registered else 1.0)
+            self._poll_now.clear()
 
     async def _metadata_or_none(self, addr: str) -> dict[str, str] | None:
         try:
@@ -515,6 +521,7 @@ class ControllerReplicas:
         self.caught_up = {i: now for i in info.sync_state_set}
         self.lease_until = now + self.fence_timeout
         self.fenced_reason = None
+        self._poll_now.set()  # confirm the lease from the leader now (see __init__)
         ha.service.quorum = self.acked_offset
         if ha.is_master:
             ha.epoch_file_bump(info.master_epoch)
