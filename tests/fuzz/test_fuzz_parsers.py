@@ -18,7 +18,9 @@ from rocket.auth.model import Acl, AuthError, User
 from rocket.broker.heartbeat import HeartbeatData, HeartbeatParseError
 from rocket.broker.transaction import parse_op_body
 from rocket.protocol import BodyError, ClusterInfo, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
+from rocket.protocol.body import json_object
 from rocket.protocol.register import MAX_INFLATED_REGISTER_BODY
+from rocket.protocol.route import MessageQueue
 from tests.fuzz import strategies as S
 from tests.fuzz.engine import MemoryWatch, run_buffers, run_target
 from tests.fuzz.targets import TARGETS, by_name
@@ -126,12 +128,18 @@ def test_cluster_info_with_entries_of_the_wrong_type(body: bytes, match: str) ->
         ClusterInfo.from_json(body)
 
 
-def test_deeply_nested_number_is_a_body_error() -> None:
+def test_deeply_nested_json_is_a_body_error() -> None:
     """Was RecursionError: ``{"value": {"value": ...}}`` 1000 levels deep (orjson reads up to 1024)
-    made ``as_int`` unwrap AtomicLong beans without end."""
+    made ``as_int`` unwrap AtomicLong beans without end, and ``str``/``repr`` of such a value (in
+    ``MessageQueue``'s error) overflowed the stack too. Bodies deeper than 64 levels are refused;
+    a nested bean is not an integer."""
     body = b'{"timestamp": 1, "counter": ' + S.deep(1000, objects_only=True) + b"}"
-    with pytest.raises(BodyError, match="counter is not an integer"):
+    with pytest.raises(BodyError, match="nested more than 64 levels deep"):
         DataVersion.from_json(body)
+    with pytest.raises(BodyError, match="nested more than 64 levels deep"):
+        MessageQueue.from_json(json_object(b'{"topic": ' + S.deep(1000) + b"}", "MessageQueue"))
+    with pytest.raises(BodyError, match="counter is not an integer"):
+        DataVersion.from_json(b'{"counter": ' + S.deep(10, objects_only=True) + b"}")
     assert DataVersion.from_json(b'{"counter": {"value": 7}}').counter == 7  # an AtomicLong bean still reads
     with pytest.raises(BodyError, match="readQueueNums is not an integer"):
         TopicConfig.from_json(b'{"topicName": "T", "readQueueNums": [4]}')
