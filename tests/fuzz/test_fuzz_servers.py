@@ -54,7 +54,7 @@ FRAMES = int(os.environ.get("FUZZ_FRAMES", "200"))
 HTTP_REQUESTS = int(os.environ.get("FUZZ_HTTP", "50"))
 SEED = int(os.environ.get("FUZZ_SEED", "20261125"))
 #: Largest growth of a server's VmRSS over the whole fuzz (after a warm-up round of 10 % of it).
-RSS_BOUND = 48 * 1024 * 1024
+RSS_BOUND = 16 * 1024 * 1024
 CONCURRENCY = 32
 TOPIC = "FuzzServersT"
 
