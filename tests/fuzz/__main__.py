@@ -78,7 +78,7 @@ def _libfuzzer(targets: list[Target], runs: int, seed_value: int, work: Path,
         inputs, memory = int(info["inputs"]), int(info["memory_growth"])
         for result in results:
             result.examples = int(info["per_target"].get(result.target, 0))
-            result.seconds = seconds * result.examples / max(1, inputs)
+        results[0].seconds = seconds  # one process for all: the time is the run's
     if proc.returncode != 0 or not match:
         from tests.fuzz.engine import Crash
         tail = "\n".join(line for line in output.splitlines()
@@ -115,16 +115,16 @@ def main() -> int:
             results = [run_buffers(t, max(1, total * t.weight // weights), seed_value) for t in targets]
             parser_inputs, memory = sum(r.examples for r in results), watch.growth()[0]
             watch.stop()
+    parser_seconds = sum(r.seconds for r in results)
     for result in results:
-        rate = result.examples / result.seconds if result.seconds else 0.0
-        print(f"  {result.target:26s} {result.examples:9d} inputs {result.seconds:7.1f} s {rate:6.0f}/s "
-              f"crashes {len(result.crashes)}", flush=True)
+        print(f"  {result.target:26s} {result.examples:9d} inputs  crashes {len(result.crashes)}", flush=True)
         for crash in result.crashes:
             print("    CRASH", str(crash).replace("\n", "\n      "), flush=True)
     bound = _env_int("FUZZ_MEMORY_BOUND", 1 << 20)
     shown = "not measured (the run stopped early)" if memory is None else f"{memory / 1024:+.0f} KiB"
-    print(f"fuzz: {parser_inputs} parser inputs; traced memory after the warm-up {shown} (bound {bound >> 10} KiB)",
-          flush=True)
+    print(f"fuzz: {parser_inputs} parser inputs in {parser_seconds:.0f} s "
+          f"({parser_inputs / max(parser_seconds, 1e-9):.0f}/s); traced memory after the warm-up {shown} "
+          f"(bound {bound >> 10} KiB)", flush=True)
     status = 0 if memory is not None and memory <= bound else 1
     if requests and not wanted:
         from tests.fuzz.processors import run_requests
