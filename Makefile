@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 
-.PHONY: setup run test chaos bench bench-compare lint clean tools images
+.PHONY: setup run test chaos fuzz bench bench-compare lint clean tools images
 
 setup: $(STAMP)
 
@@ -30,6 +30,20 @@ chaos: setup
 	@mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
 	CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_REPORT=$(CHAOS_REPORT) $(PY) -m pytest -q -s tests/chaos; \
 	  rc=$$?; $(PY) -m tests.chaos.chaos_report $(CHAOS_REPORT); exit $$rc
+
+# Long fuzz run (not part of `make test`, which runs a short one): FUZZ_EXAMPLES generated parser inputs
+# (1,000,000) coverage-guided under libFuzzer (atheris, installed into the venv here) from corpora drawn by the
+# hypothesis strategies, FUZZ_REQUESTS (20,000) requests to an in-process NameServer, broker and controller, then
+# FUZZ_FRAMES malformed frames per remoting port and FUZZ_HTTP malformed HTTP requests per HTTP port of running
+# servers, followed by a real client. Prints counts, time and the seed; FUZZ_SEED=<seed> replays a run.
+FUZZ_EXAMPLES ?= 1000000
+FUZZ_REQUESTS ?= 20000
+FUZZ_FRAMES   ?= 10000
+FUZZ_HTTP     ?= 1000
+fuzz: setup
+	$(PY) -m pip install --quiet 'atheris>=2.3'
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(PY) -m tests.fuzz
+	FUZZ_FRAMES=$(FUZZ_FRAMES) FUZZ_HTTP=$(FUZZ_HTTP) $(PY) -m pytest -q -s -p no:cacheprovider tests/fuzz/test_fuzz_servers.py
 
 bench: setup
 	$(PY) -m bench $(BENCH)

@@ -28,12 +28,31 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
+class BadHttpRequestFilter(logging.Filter):
+    """Turns aiohttp's record of a request it could not parse (``aiohttp.server``: "Error handling
+    request", ERROR with a traceback, for every malformed request line, header or chunk; the client
+    gets a 400) into one WARNING line: such a request is the client's error, not the server's, and a
+    traceback per bad request would let anyone flood the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record when its exception is one of aiohttp's HTTP parsing errors; keep it."""
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and type(exc).__module__ == "aiohttp.http_exceptions":
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            message = " ".join(str(exc).split())
+            record.msg, record.args = "bad HTTP request from %s: %s", (peer, message[:200])
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def setup_logging(level: str = "INFO") -> None:
-    """One line per record on stderr: time, level, logger, message."""
+    """One line per record on stderr: time, level, logger, message (see :class:`BadHttpRequestFilter`)."""
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("aiohttp.server").addFilter(BadHttpRequestFilter())
 
 
 @contextlib.asynccontextmanager

@@ -39,7 +39,7 @@ class _Named(enum.Enum):
     @classmethod
     def by_name(cls, name: str | None) -> Any:
         """The member whose RocketMQ name is ``name`` (case-insensitive), else None."""
-        if not name:
+        if not name or not isinstance(name, str):  # a JSON body may hold any type here
             return None
         lowered = name.strip().lower()
         for member in cls:
@@ -262,7 +262,7 @@ class PolicyEntry:
             raise AuthError("a policy entry must be an object")
         resource = Resource.parse(str(obj.get("resource") or ""))
         actions = []
-        for name in obj.get("actions") or []:
+        for name in _list(obj, "actions"):
             action = Action.by_name(str(name))
             if action is None:
                 raise AuthError(f"unknown action {name!r} (Pub, Sub, Create, Update, Delete, Get, List, All)")
@@ -272,8 +272,18 @@ class PolicyEntry:
         decision = Decision.by_name(obj.get("decision")) if obj.get("decision") else Decision.ALLOW
         if decision is None:
             raise AuthError(f"unknown decision {obj.get('decision')!r} (Allow or Deny)")
-        ips = [str(ip) for ip in obj.get("sourceIps") or [] if str(ip).strip()]
+        ips = [str(ip) for ip in _list(obj, "sourceIps") if str(ip).strip()]
         return cls(resource, actions, ips, decision)
+
+
+def _list(obj: dict[str, Any], name: str) -> list[Any]:
+    """Member ``name`` of a JSON object as a list (absent or null: empty). Raises :class:`AuthError`."""
+    value = obj.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise AuthError(f"{name} must be a JSON array")
+    return value
 
 
 @dataclasses.dataclass(slots=True)
@@ -343,7 +353,7 @@ class Acl:
             ptype = PolicyType.by_name(pol.get("policyType")) if pol.get("policyType") else PolicyType.CUSTOM
             if ptype is None:
                 raise AuthError(f"unknown policyType {pol.get('policyType')!r} (Custom or Default)")
-            entries = [PolicyEntry.from_json(e) for e in pol.get("entries") or []]
+            entries = [PolicyEntry.from_json(e) for e in _list(pol, "entries")]
             if entries:
                 acl.update(cls(subj, {ptype: entries}))
         if not acl.policies:

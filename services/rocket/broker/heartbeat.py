@@ -73,6 +73,16 @@ class ConsumerData:
         }
 
 
+def _array(obj: Mapping[str, Any], name: str) -> list[Any]:
+    """Member ``name`` of ``obj`` as a list (absent or null: empty). Raises :class:`HeartbeatParseError`."""
+    value = obj.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise HeartbeatParseError(f"{name} is not an array")
+    return value
+
+
 @dataclass(slots=True)
 class HeartbeatData:
     """``clientID`` plus the producer group names and consumer groups it belongs to."""
@@ -97,15 +107,15 @@ class HeartbeatData:
         if not isinstance(client_id, str) or not client_id:
             raise HeartbeatParseError("heartbeat without clientID")
         producers: list[str] = []
-        for item in obj.get("producerDataSet") or []:
+        for item in _array(obj, "producerDataSet"):
             if isinstance(item, dict) and isinstance(item.get("groupName"), str):
                 producers.append(item["groupName"])
         consumers: list[ConsumerData] = []
-        for item in obj.get("consumerDataSet") or []:
+        for item in _array(obj, "consumerDataSet"):
             if not isinstance(item, dict) or not isinstance(item.get("groupName"), str):
                 raise HeartbeatParseError("consumer data without groupName")
             subs: list[SubscriptionData] = []
-            for sub in item.get("subscriptionDataSet") or []:
+            for sub in _array(item, "subscriptionDataSet"):
                 if not isinstance(sub, dict):
                     raise HeartbeatParseError("subscription data is not an object")
                 try:

@@ -223,7 +223,7 @@ def parse_op_body(body: bytes) -> list[int]:
     out: list[int] = []
     for piece in body.decode("utf-8", "replace").split(OFFSET_SEPARATOR):
         piece = piece.strip()
-        if piece.isdigit():
+        if piece.isascii() and piece.isdigit():  # str.isdigit is also true for "²", which int() refuses
             out.append(int(piece))
     return out
 

@@ -25,6 +25,10 @@ from rocket.protocol.body import BodyError, dumps, json_object
 from rocket.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 
 _INT = struct.Struct(">i")
+#: Largest inflated size of a compressed registration body: 64 MiB (four 16 MiB frames; about a
+#: million topics). Java sets no bound; here a small zlib stream ("zip bomb") must not make the
+#: NameServer allocate gigabytes.
+MAX_INFLATED_REGISTER_BODY = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -60,9 +64,9 @@ class RegisterBrokerBody:
     def decode(cls, body: bytes, compressed: bool = False) -> RegisterBrokerBody:
         """Parse a registration body in either form.
 
-        An empty body gives an empty table with DataVersion(0, 0), as Java.
-        A JSON body that is a bare TopicConfigSerializeWrapper (brokers before
-        RocketMQ 3.0.11) is accepted too. Raises :class:`BodyError`.
+        An empty body gives an empty table with DataVersion(0, 0), as Java. A compressed body
+        may inflate to at most :data:`MAX_INFLATED_REGISTER_BODY` bytes. A JSON body that is a
+        bare TopicConfigSerializeWrapper (brokers before RocketMQ 3.0.11) is accepted too. Raises :class:`BodyError`.
         """
         if not body:
             return cls()
@@ -85,10 +89,15 @@ class RegisterBrokerBody:
 
     @classmethod
     def _decode_compressed(cls, body: bytes) -> RegisterBrokerBody:
+        inflater = zlib.decompressobj()
         try:
-            raw = zlib.decompress(body)
+            raw = inflater.decompress(body, MAX_INFLATED_REGISTER_BODY)
         except zlib.error as exc:
             raise BodyError(f"compressed register body does not inflate: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise BodyError(f"compressed register body inflates to more than {MAX_INFLATED_REGISTER_BODY} bytes")
+        if not inflater.eof:
+            raise BodyError("compressed register body is a truncated zlib stream")
         pos = 0
 
         def chunk() -> bytes:

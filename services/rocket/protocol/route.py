@@ -21,6 +21,7 @@ Parsers raise :class:`~rocket.protocol.body.BodyError`.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -60,9 +61,10 @@ class MessageQueue:
         try:
             mq = cls(topic=str(obj["topic"]), broker_name=str(obj["brokerName"]), queue_id=int(obj["queueId"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BodyError(f"bad MessageQueue {obj!r}: {exc}") from None
+            raise BodyError(f"bad MessageQueue {reprlib.repr(obj)}: {exc}") from None
         if not 0 <= mq.queue_id <= 2**31 - 1:
-            raise BodyError(f"bad MessageQueue {obj!r}: queueId {mq.queue_id} is out of range (0..2147483647)")
+            raise BodyError(
+                f"bad MessageQueue {reprlib.repr(obj)}: queueId {mq.queue_id} is out of range (0..2147483647)")
         return mq
 
 
@@ -112,8 +114,10 @@ class QueueData:
     def from_json(cls, obj: Mapping[str, Any]) -> QueueData:
         """Parse one entry (``topicSynFlag``, the pre-4.x spelling, accepted).
 
-        Raises :class:`BodyError` without a ``brokerName``.
+        Raises :class:`BodyError` when ``obj`` is not an object or has no ``brokerName``.
         """
+        if not isinstance(obj, Mapping):
+            raise BodyError(f"QueueData is not an object: {reprlib.repr(obj)}")
         name = obj.get("brokerName")
         if not isinstance(name, str) or not name:
             raise BodyError("QueueData has no brokerName")
@@ -172,7 +176,10 @@ class BrokerData:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> BrokerData:
         """Parse one entry; ``brokerAddrs`` keys (ints or decimal strings) become ints, empty
-        addresses are dropped. Raises :class:`BodyError` without a ``brokerName``."""
+        addresses are dropped. Raises :class:`BodyError` when ``obj`` is not an object or has no
+        ``brokerName``."""
+        if not isinstance(obj, Mapping):
+            raise BodyError(f"BrokerData is not an object: {reprlib.repr(obj)}")
         name = obj.get("brokerName")
         if not isinstance(name, str) or not name:
             raise BodyError("BrokerData has no brokerName")
@@ -231,7 +238,7 @@ class TopicRouteData:
         return cls(
             queue_datas=[QueueData.from_json(q) for q in queue_datas],
             broker_datas=[BrokerData.from_json(b) for b in broker_datas],
-            filter_server_table={str(k): [str(s) for s in v] for k, v in filters.items()}
+            filter_server_table={str(k): [str(s) for s in v] for k, v in filters.items() if isinstance(v, list)}
             if isinstance(filters, dict)
             else {},
             order_topic_conf=order if isinstance(order, str) and order else None,
@@ -318,6 +325,8 @@ class ClusterInfo:
         clusters = obj.get("clusterAddrTable") or {}
         if not isinstance(brokers, Mapping) or not isinstance(clusters, Mapping):
             raise BodyError("brokerAddrTable/clusterAddrTable are not objects")
+        if not all(isinstance(names, list) for names in clusters.values()):
+            raise BodyError("a clusterAddrTable entry is not an array of broker names")
         return cls(
             broker_addr_table={str(k): BrokerData.from_json(v) for k, v in brokers.items()},
             cluster_addr_table={str(k): sorted(str(n) for n in v) for k, v in clusters.items()},
