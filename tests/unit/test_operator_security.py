@@ -338,3 +338,35 @@ def test_spark_driver_and_executor_pods_are_restricted() -> None:
         as_pod = {"securityContext": pod["podSecurityContext"],
                   "containers": [{"name": f"spark-{role}", "securityContext": pod["securityContext"]}]}
         assert pod_security.violations(as_pod, read_only_root=False) == [], role
+
+
+def test_enforcing_tls_makes_the_pass_admin_use_tls_trusting_the_written_bundle(tmp_path: Path) -> None:
+    """``SecurityResult.signed``: with a CA file the admin view connects with TLS trusting it (one
+    client per file, shared by every view; plaintext view unchanged); the bundle file is rewritten only
+    when its content changes."""
+    import os
+
+    from rocket.auth import SessionCredentials
+    from rocket_operator.admin import RemotingClusterAdmin
+    from rocket_operator.security_step import SecurityResult, write_ca_bundle
+    from rocket_operator.steps import Context
+
+    ca_cert, _ = certs.new_ca("t", datetime.datetime.now(datetime.UTC))
+    path = write_ca_bundle("ns", "rc", ca_cert, str(tmp_path))
+    assert Path(path).read_bytes() == ca_cert and path == str(tmp_path / "ns.rc.ca.crt")
+    before = os.stat(path).st_mtime_ns, os.stat(path).st_ino
+    assert write_ca_bundle("ns", "rc", ca_cert, str(tmp_path)) == path
+    assert (os.stat(path).st_mtime_ns, os.stat(path).st_ino) == before  # unchanged: not rewritten
+
+    admin = RemotingClusterAdmin()
+    ctx = Context(kube=None, resolver=None, admin=admin)  # type: ignore[arg-type]
+    creds = SessionCredentials("rocket-admin", "s" * 24)
+    view = SecurityResult(credentials=creds, ca_file=path).signed(ctx).admin
+    again = SecurityResult(credentials=creds, ca_file=path).signed(ctx).admin
+    assert isinstance(view, RemotingClusterAdmin) and isinstance(again, RemotingClusterAdmin)
+    assert view.credentials == creds and view.tls is not None and view.tls.verify is False
+    assert view.tls.config.client_trust_cert_path == path and view.client is again.client
+    assert view.client is not admin.client and admin.tls is None
+    plain = SecurityResult(credentials=creds).signed(ctx).admin
+    assert isinstance(plain, RemotingClusterAdmin) and plain.client is admin.client and plain.tls is None
+    asyncio.run(admin.close())
