@@ -173,7 +173,7 @@ def test_operator_reads_acl_and_tls_controllers(api: Any, operator: Any, servers
             groups = status(api, ns, CLUSTER).get("brokerGroups") or []
             return groups[0] if groups and groups[0].get("master", {}).get("pod") else None
 
-        entry = wait_for(group, 90, what=f"status.brokerGroups from the controllers ({status(api, ns, CLUSTER)})")
+        entry = wait_for(group, 90, what="status.brokerGroups from the controllers")
         assert "controllerError" not in entry
         assert entry["master"] == {"brokerId": info.master_broker_id, "address": servers.broker,
                                    "pod": f"{CLUSTER}-broker-master-0"}
