@@ -174,10 +174,7 @@ def build_controller_statefulset(owner: Owner, spec: ClusterSpec) -> Manifest:
         }]}},
         **_pod_scheduling(spec),
     }
-    security.add_to_pod(pod_spec, container, cluster, spec.security)
-    if spec.security.tls.mode == "Enforcing":  # the HTTP port then speaks only HTTPS
-        for probe in ("readinessProbe", "livenessProbe"):
-            container[probe]["httpGet"]["scheme"] = "HTTPS"
+    security.add_to_pod(pod_spec, container, cluster, spec.security)  # with Enforcing also HTTPS probes
     claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                   "resources": {"requests": {"storage": CONTROLLER_STORAGE}}}
     if spec.broker.storage.storage_class_name is not None:

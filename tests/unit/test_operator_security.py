@@ -77,6 +77,10 @@ def test_pods_mount_the_admin_credentials_and_the_tls_secret() -> None:
     assert mounts["/etc/rocket-auth"]["readOnly"] and mounts["/etc/rocket-tls"]["readOnly"]
     dep = _by(children, "Deployment", "rc-nameserver")["spec"]["template"]
     ns_pod = dep["spec"]
+    # Enforcing: the HTTP ports take TLS only, so the probes use HTTPS
+    for pod in (sts, ns_pod):
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert pod["containers"][0][probe]["httpGet"]["scheme"] == "HTTPS"
     assert ns_pod["containers"][0]["command"][-2:] == ["--config", "/etc/rocket/nameserver.json"]
     assert ns_pod["securityContext"]["fsGroup"] == builders.RUN_AS  # the Secret files are group-readable
     assert dep["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
@@ -98,6 +102,7 @@ def test_pods_mount_the_admin_credentials_and_the_tls_secret() -> None:
     # a user-given Secret is mounted as it is
     given = parse_spec({"security": {"tls": {"mode": "Permissive", "issuer": "Secret", "secretName": "cm-cert"}}})
     pod = builders.build_broker_statefulset(OWNER, given, 0, 1)["spec"]["template"]["spec"]
+    assert "scheme" not in pod["containers"][0]["readinessProbe"]["httpGet"]  # Permissive: plain HTTP works
     assert {"name": "tls", "secret": {"secretName": "cm-cert", "defaultMode": 0o440}} in pod["volumes"]
     assert not any(v["name"] == "admin-credentials" for v in pod["volumes"])
 
