@@ -211,7 +211,8 @@ async def reconcile_security(ctx: Context, seen: Observed, spec: ClusterSpec, no
     """Make the Secrets of ``spec.security`` (module doc). Problems with a user-given TLS Secret are
     waiting reasons and a ``SecurityReady=False`` condition. Raises
     :class:`rocket_operator.kube.ApiError` when the API server refuses a read or write, and
-    :class:`rocket_operator.certs.CertError` for a cluster CA that cannot sign."""
+    :class:`rocket_operator.certs.CertError` for a cluster CA that cannot sign, :class:`OSError` when the
+    CA bundle file (tls.mode Enforcing) cannot be written."""
     part = SecurityResult()
     sec = spec.security
     await _ensure_admin(ctx, seen, spec, part)
