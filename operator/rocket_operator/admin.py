@@ -28,7 +28,12 @@ and the peer) when a peer cannot be reached or answers with an error.
 Signing (RocketMQ ACL): :meth:`ClusterAdmin.with_credentials` gives a view whose every request
 carries ``AccessKey`` and ``Signature`` as ``AclClientRPCHook`` makes them; a pass of a cluster
 with ``spec.security.acl`` uses its admin user's keys. :func:`http_auth_headers` is the same
-credential for the brokers' and NameServers' ``/api/v1`` (HTTP Basic).
+credential for the brokers', NameServers' and controllers' ``/api/v1`` (HTTP Basic; a controller
+with ACL accepts its Super users' keys). The controller requests (1004 through
+:class:`rocket.controller.client.ControllerClient`, 1002 through ``Admin.failover``) are signed too.
+
+TLS: :meth:`ClusterAdmin.with_tls` gives a view connecting with TLS (a cluster with
+``spec.security.tls.mode: Enforcing``), trusting the cluster's CA bundle.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from rocket.protocol import (
 )
 from rocket.remoting.client import RemotingClient
 from rocket.remoting.command import RemotingCommand, RemotingError
+from rocket.remoting.tls import ClientTls
 
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
@@ -188,6 +194,11 @@ class ClusterAdmin:
         The default (for admins that sign nothing, such as test fakes) returns ``self``."""
         return self
 
+    def with_tls(self, ca_file: str | None) -> ClusterAdmin:
+        """This admin connecting with TLS, trusting the CA bundle file ``ca_file`` (None:
+        plaintext). The default (test fakes) returns ``self``."""
+        return self
+
 
 def http_auth_headers(credentials: SessionCredentials | None) -> dict[str, str]:
     """The ``Authorization`` header of a broker's or NameServer's ``/api/v1`` request made with the
@@ -228,12 +239,38 @@ class RemotingClusterAdmin(ClusterAdmin):
         self.catch_up_allowance = catch_up_allowance
         #: What every request is signed with (``AclClientRPCHook``), None: unsigned.
         self.credentials = credentials
+        #: The CA bundle file of :attr:`tls` (None: plaintext).
+        self.tls_ca_file: str | None = None
+        #: The TLS of the connections (:meth:`with_tls`), None: plaintext.
+        self.tls: ClientTls | None = None
+        #: CA bundle file -> a client connecting with TLS, shared by every view of this admin.
+        self._tls_clients: dict[str, RemotingClient] = {}
+        self._plain_client = self.client
 
     def with_credentials(self, credentials: SessionCredentials | None) -> RemotingClusterAdmin:
         """A view sharing this admin's connections whose requests are signed with ``credentials``
         (one operator serves clusters with different admin keys). Closing the view closes them."""
         view = copy.copy(self)
         view.credentials = credentials
+        return view
+
+    def with_tls(self, ca_file: str | None) -> RemotingClusterAdmin:
+        """A view whose connections use TLS (RocketMQ's ``useTLS``), trusting the PEM bundle
+        ``ca_file`` (re-read when the file changes) without checking the server's name or chain
+        (``tls.client.authServer=false``: the operator reaches pods by address, which no server
+        certificate names; see :mod:`rocket_operator.security`); None: plaintext. One client per
+        CA file, shared by every view and closed by :meth:`close`."""
+        view = copy.copy(self)
+        view.tls_ca_file = ca_file
+        if ca_file is None:
+            view.client, view.tls = self._plain_client, None
+            return view
+        client = self._tls_clients.get(ca_file)
+        if client is None:
+            tls = ClientTls.trusting(ca_file, verify=False)
+            client = RemotingClient(connect_timeout=self._plain_client.connect_timeout, tls=tls)
+            self._tls_clients[ca_file] = client
+        view.client, view.tls = client, client.tls
         return view
 
     def http_headers(self) -> dict[str, str]:
@@ -511,7 +548,8 @@ class RemotingClusterAdmin(ClusterAdmin):
         (leader found with 1005 GET_METADATA_INFO, redirects followed for up to ``timeout``).
         Raises :class:`AdminError` when no controller leads or the group is unknown to them (2008)."""
         controller = ControllerClient(controllers, client=self.client, timeout=self.timeout,
-                                      redirect_timeout=self.timeout)
+                                      redirect_timeout=self.timeout,
+                                      rpc_hook=self.credentials.sign if self.credentials is not None else None)
         try:
             return await controller.get_replica_info(broker_name)
         except (RemotingError, OSError, TimeoutError, ValueError) as exc:
@@ -525,7 +563,8 @@ class RemotingClusterAdmin(ClusterAdmin):
         the chosen broker runs as master. Returns its HA status. Raises :class:`AdminError` when
         the group or broker is unknown, the controller refuses (e.g. 2012: not an alive
         SyncStateSet member) or the broker does not switch in time."""
-        admin = Admin(";".join(nameservers), timeout=self.timeout, credentials=self.credentials)
+        admin = Admin(";".join(nameservers), timeout=self.timeout, credentials=self.credentials,
+                      tls=self.tls if self.tls is not None else False)
         try:
             return await admin.failover(broker_name, broker_id=broker_id)
         except (KeyError, RemotingError, OSError, TimeoutError, ValueError) as exc:
@@ -534,5 +573,7 @@ class RemotingClusterAdmin(ClusterAdmin):
             await admin.close()
 
     async def close(self) -> None:
-        """Close every connection."""
-        await self.client.close()
+        """Close every connection (plaintext and TLS)."""
+        await self._plain_client.close()
+        for client in self._tls_clients.values():
+            await client.close()

@@ -15,15 +15,25 @@ when one dies; brokers run with ``enableControllerMode=true`` and ``controllerAd
 * ``c-controller-secret``: the Raft password (:func:`build_controller_secret`), created once
   by the operator with a random value and mounted as a file (``--secret-file``), never put on
   a command line, in the environment or in a log.
+
+With ``spec.security`` (:mod:`rocket_operator.security`) the controllers get what brokers and
+NameServers get: with ACL on, ``--acl-enable`` with the admin (Super) user of
+``<cluster>-admin-credentials`` as initial user and inner credentials (the file mounted by
+:func:`rocket_operator.security.add_to_pod`) and ``--cluster <cluster>`` (the brokers'
+``brokerClusterName``); with TLS on, ``--tls-mode`` and ``--tls-config``, a properties file of the
+same ``TlsSystemConfig`` keys as ``broker.conf`` (:func:`rocket_operator.security.tls_settings`),
+written to ``/tmp`` at start from the command line (no key material in it: only paths into the
+mounted ``<cluster>-tls`` Secret). With ``tls.mode: Enforcing`` the HTTP probes use HTTPS.
 """
 
 from __future__ import annotations
 
 import base64
 import secrets
+import shlex
 from typing import Any
 
-from rocket_operator import names
+from rocket_operator import names, security
 from rocket_operator.builders import (
     TMP_MOUNT,
     TMP_VOLUME,
@@ -56,6 +66,8 @@ CONTROLLER_SECRET_FILE = f"{CONTROLLER_SECRET_MOUNT}/{names.CONTROLLER_SECRET_KE
 CONTROLLER_STORAGE = "1Gi"
 #: Random bytes of a new Raft password (URL-safe base64: 43 characters, above the controller's 16).
 SECRET_BYTES = 32
+#: The TLS properties file a controller pod writes at start (``--tls-config``; /tmp is an emptyDir).
+CONTROLLER_TLS_CONFIG_FILE = f"{TMP_MOUNT}/controller-tls.properties"
 
 
 def controller_peer(namespace: str, cluster: str, index: int) -> str:
@@ -64,10 +76,34 @@ def controller_peer(namespace: str, cluster: str, index: int) -> str:
             f"{CONTROLLER_PORT}/{CONTROLLER_RAFT_PORT}")
 
 
-def controller_command(owner: Owner) -> list[str]:
+def controller_security_args(cluster: str, sec: security.SecuritySpec) -> list[str]:
+    """The ``rocket controller`` flags of ``spec.security`` (module doc): ACL
+    (``--acl-enable --init-authentication-user F --inner-credentials F --cluster <cluster>``, F the
+    mounted admin credentials file) and TLS (``--tls-mode <mode> --tls-config``
+    :data:`CONTROLLER_TLS_CONFIG_FILE`); empty when both are off."""
+    out: list[str] = []
+    if sec.acl_enabled:
+        out += ["--acl-enable", "--init-authentication-user", security.ADMIN_CREDENTIALS_FILE,
+                "--inner-credentials", security.ADMIN_CREDENTIALS_FILE, "--cluster", cluster]
+    if sec.tls.enabled:
+        out += ["--tls-mode", sec.tls.mode.lower(), "--tls-config", CONTROLLER_TLS_CONFIG_FILE]
+    return out
+
+
+def controller_tls_properties(sec: security.SecuritySpec) -> str:
+    """The ``--tls-config`` file's text: :func:`rocket_operator.security.tls_settings` as Java
+    properties lines, without ``tlsMode`` (given as ``--tls-mode``); "" with TLS off."""
+    keys = {k: v for k, v in security.tls_settings(sec.tls).items() if k != "tlsMode"}
+    return "".join(f"{k}={v}\n" for k, v in sorted(keys.items()))
+
+
+def controller_command(owner: Owner, sec: security.SecuritySpec | None = None) -> list[str]:
     """The controller container's command: ``rocket controller`` with every peer's stable DNS name,
     this pod's own entry (``--self-addr``, from its hostname), Raft bound on every interface
-    (the pod's DNS name may not resolve yet when it starts), and the secret from the mounted file."""
+    (the pod's DNS name may not resolve yet when it starts), the secret from the mounted file, and
+    :func:`controller_security_args` (with TLS on, the script first writes
+    :func:`controller_tls_properties` to :data:`CONTROLLER_TLS_CONFIG_FILE`)."""
+    sec = sec or security.SecuritySpec()
     peers = ",".join(controller_peer(owner.namespace, owner.name, i) for i in range(CONTROLLER_REPLICAS))
     svc = f"{names.controller(owner.name)}.{owner.namespace}.svc"
     script = (
@@ -76,6 +112,12 @@ def controller_command(owner: Owner) -> list[str]:
         f"--http-port {CONTROLLER_HTTP_PORT} --raft-bind-host 0.0.0.0 --data-dir {CONTROLLER_DATA_DIR} "
         f"--secret-file {CONTROLLER_SECRET_FILE}"
     )
+    extra = controller_security_args(owner.name, sec)
+    if extra:
+        script += " " + " ".join(shlex.quote(a) for a in extra)
+    if sec.tls.enabled:
+        props = controller_tls_properties(sec)
+        script = f"printf %s {shlex.quote(props)} > {CONTROLLER_TLS_CONFIG_FILE} && {script}"
     return ["/bin/sh", "-c", script]
 
 
@@ -102,7 +144,7 @@ def build_controller_statefulset(owner: Owner, spec: ClusterSpec) -> Manifest:
         "name": "controller",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": controller_command(owner),
+        "command": controller_command(owner, spec.security),
         "ports": [
             {"name": "remoting", "containerPort": CONTROLLER_PORT, "protocol": "TCP"},
             {"name": "raft", "containerPort": CONTROLLER_RAFT_PORT, "protocol": "TCP"},
@@ -132,6 +174,7 @@ def build_controller_statefulset(owner: Owner, spec: ClusterSpec) -> Manifest:
         }]}},
         **_pod_scheduling(spec),
     }
+    security.add_to_pod(pod_spec, container, cluster, spec.security)  # with Enforcing also HTTPS probes
     claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                   "resources": {"requests": {"storage": CONTROLLER_STORAGE}}}
     if spec.broker.storage.storage_class_name is not None:
@@ -203,6 +246,7 @@ def build_controller_secret(owner: Owner, password: str) -> Manifest:
 __all__ = [
     "CONTROLLER_DATA_DIR",
     "CONTROLLER_SECRET_FILE",
+    "CONTROLLER_TLS_CONFIG_FILE",
     "build_controller_pdb",
     "build_controller_secret",
     "build_controller_service",
@@ -210,5 +254,7 @@ __all__ = [
     "controller_children",
     "controller_command",
     "controller_peer",
+    "controller_security_args",
+    "controller_tls_properties",
     "new_raft_secret",
 ]

@@ -287,8 +287,15 @@ def pod_mounts(sec: SecuritySpec) -> list[dict[str, Any]]:
 
 
 def add_to_pod(pod_spec: dict[str, Any], container: dict[str, Any], cluster: str, sec: SecuritySpec) -> None:
-    """Add the security volumes and mounts to a NameServer or broker pod template (in place). With
-    any Secret mounted, the pod's ``fsGroup`` (its ``runAsGroup``) makes the files group-readable."""
+    """Add the security volumes and mounts to a NameServer, broker or controller pod template (in
+    place). With any Secret mounted, the pod's ``fsGroup`` (its ``runAsGroup``) makes the files
+    group-readable. With ``tls.mode: Enforcing`` the container's HTTP probes use HTTPS (the servers'
+    HTTP ports then take TLS only; the kubelet does not verify the certificate)."""
+    if sec.tls.mode == "Enforcing":
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            http_get = (container.get(probe) or {}).get("httpGet")
+            if http_get is not None:
+                http_get["scheme"] = "HTTPS"
     if sec.any:
         ctx = pod_spec.setdefault("securityContext", {})
         if "fsGroup" not in ctx and "runAsGroup" in ctx:

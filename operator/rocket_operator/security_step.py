@@ -11,6 +11,11 @@
   :func:`rocket_operator.certs.plan` decides; only changed Secrets are written.
 * **TLS, issuer Secret**: the named Secret must hold ``tls.crt`` and ``tls.key`` (and should hold
   ``ca.crt``); the step reports what is missing.
+* **TLS, mode Enforcing**: the servers take no plaintext, so the pass's remoting calls (the admin,
+  the controllers' 1004, a master switch) use TLS: the CA bundle (``ca.crt`` of
+  ``<cluster>-cluster-ca-cert``, or of the user's Secret) is written to a file
+  (:func:`write_ca_bundle`, under :data:`CA_DIR_ENV` or the temporary directory) that
+  :meth:`rocket_operator.admin.ClusterAdmin.with_tls` trusts.
 
 The step's ``SecurityReady`` condition and ``status.security`` go into the cluster's status.
 """
@@ -21,7 +26,9 @@ import asyncio
 import base64
 import dataclasses
 import datetime
+import os
 import secrets
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,23 +40,58 @@ from rocket_operator.spec import ClusterSpec
 from rocket_operator.steps import Context, Observed, Part
 
 SECURITY_READY = "SecurityReady"
+#: Environment variable naming the directory of the CA bundle files (default: the temporary directory).
+CA_DIR_ENV = "ROCKET_OPERATOR_CA_DIR"
+
+
+def write_ca_bundle(namespace: str, cluster: str, pem: bytes, directory: str | None = None) -> str:
+    """Write ``pem`` (a cluster's CA bundle) to ``<directory>/<namespace>.<cluster>.ca.crt`` and
+    return the path; the file is replaced atomically and only when its content changes (a client
+    re-reads it then). ``directory``: default ``$ROCKET_OPERATOR_CA_DIR`` or the temporary
+    directory, made (0700) if missing. Raises :class:`OSError` when it cannot be written."""
+    base = directory or os.environ.get(CA_DIR_ENV) or os.path.join(tempfile.gettempdir(), "rocket-operator-ca")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    path = os.path.join(base, f"{namespace}.{cluster}.ca.crt")
+    try:
+        with open(path, "rb") as f:
+            if f.read() == pem:
+                return path
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=base, prefix=".ca-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
 
 
 @dataclass
 class SecurityResult(Part):
     """``credentials``: the admin user's keys (None without the admin Secret); ``status``:
     ``status.security`` (None when nothing is enabled); ``condition``: ``SecurityReady`` (None when
-    nothing is enabled)."""
+    nothing is enabled); ``ca_file``: the CA bundle file the pass's remoting calls trust with
+    ``tls.mode: Enforcing`` (None: plaintext)."""
 
     credentials: SessionCredentials | None = None
     status: dict[str, Any] | None = None
     condition: dict[str, Any] | None = None
+    ca_file: str | None = None
+    #: The CA bundle read this pass (PEM), before it is written to :attr:`ca_file`.
+    ca_pem: bytes | None = None
 
     def signed(self, ctx: Context) -> Context:
-        """``ctx`` whose admin signs with :attr:`credentials` (the same context when there are none)."""
-        if self.credentials is None:
+        """``ctx`` whose admin signs with :attr:`credentials` and, with :attr:`ca_file`, connects
+        with TLS (the same context when neither applies)."""
+        if self.credentials is None and self.ca_file is None:
             return ctx
-        return dataclasses.replace(ctx, admin=ctx.admin.with_credentials(self.credentials))
+        admin = ctx.admin.with_credentials(self.credentials) if self.credentials is not None else ctx.admin
+        if self.ca_file is not None:
+            admin = admin.with_tls(self.ca_file)
+        return dataclasses.replace(ctx, admin=admin)
 
 
 def decode(secret: Mapping[str, Any] | None) -> dict[str, bytes] | None:
@@ -137,6 +179,9 @@ async def _operator_tls(ctx: Context, seen: Observed, now: datetime.datetime, cl
     if decided.server is not None:
         await ctx.kube.apply(secret_manifest(ns, server_name, decided.server, labels, refs, server_type))
     part.events.extend(("Normal", reason, message) for reason, message in decided.events)
+    trust = decided.ca_cert if decided.ca_cert is not None else bundle
+    if trust and trust.get(security.CA_CERT_KEY):
+        part.ca_pem = trust[security.CA_CERT_KEY]
     return {"issuer": "Operator", "secretName": server_name, "caSecretName": bundle_name,
             "caNotAfter": _day(decided.ca_not_after), "notAfter": _day(decided.server_not_after)}
 
@@ -148,6 +193,8 @@ async def _secret_tls(ctx: Context, seen: Observed, spec: ClusterSpec, part: Sec
     if data is None:
         part.waiting.append(f"TLS Secret {name} does not exist")
         return out
+    if data.get(security.CA_CERT_KEY):
+        part.ca_pem = data[security.CA_CERT_KEY]
     missing = [k for k in (security.TLS_CERT_KEY, security.TLS_KEY_KEY, security.CA_CERT_KEY) if not data.get(k)]
     if missing:
         part.waiting.append(f"TLS Secret {name} lacks {', '.join(missing)}")
@@ -164,7 +211,8 @@ async def reconcile_security(ctx: Context, seen: Observed, spec: ClusterSpec, no
     """Make the Secrets of ``spec.security`` (module doc). Problems with a user-given TLS Secret are
     waiting reasons and a ``SecurityReady=False`` condition. Raises
     :class:`rocket_operator.kube.ApiError` when the API server refuses a read or write, and
-    :class:`rocket_operator.certs.CertError` for a cluster CA that cannot sign."""
+    :class:`rocket_operator.certs.CertError` for a cluster CA that cannot sign, :class:`OSError` when the
+    CA bundle file (tls.mode Enforcing) cannot be written."""
     part = SecurityResult()
     sec = spec.security
     await _ensure_admin(ctx, seen, spec, part)
@@ -179,6 +227,11 @@ async def reconcile_security(ctx: Context, seen: Observed, spec: ClusterSpec, no
         else:
             status["tls"] = await _secret_tls(ctx, seen, spec, part)
     part.status = status
+    if sec.tls.mode == "Enforcing":
+        if part.ca_pem:
+            part.ca_file = write_ca_bundle(seen.namespace, seen.name, part.ca_pem)
+        else:
+            part.waiting.append("no CA bundle (ca.crt) to reach the servers with TLS")
     if part.waiting:
         part.condition = conditions.condition(SECURITY_READY, False, "TlsSecretInvalid", "; ".join(part.waiting))
     else:

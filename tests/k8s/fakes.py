@@ -161,6 +161,10 @@ class RoutingAdmin(ClusterAdmin):
         """Real calls signed with ``credentials`` (the fake ignores them)."""
         return RoutingAdmin(self.fake, self.real.with_credentials(credentials))
 
+    def with_tls(self, ca_file: str | None) -> ClusterAdmin:
+        """Real calls over TLS trusting ``ca_file`` (the fake ignores it)."""
+        return RoutingAdmin(self.fake, self.real.with_tls(ca_file))
+
     async def registration(self, nameservers: list[str], cluster_name: str) -> Registration:
         return await self._pick(*nameservers).registration(nameservers, cluster_name)
 

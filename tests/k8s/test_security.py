@@ -308,17 +308,28 @@ def test_tls_secrets_network_policies_and_restricted_pods(api: Any, namespace: s
         {"app.kubernetes.io/instance": "tls", "app.kubernetes.io/component": "broker"},
         {"app.kubernetes.io/instance": "tls", "app.kubernetes.io/component": "controller"}]
 
+    # failover: Controller (the default): broker master and slave StatefulSets, the controllers' StatefulSet
+    # and the NameServer Deployment
     apps = client.AppsV1Api(api)
-    wait_for(lambda: len(apps.list_namespaced_stateful_set(namespace).items) == 2, 30, what="the StatefulSets")
+    wait_for(lambda: len(apps.list_namespaced_stateful_set(namespace).items) == 3, 30, what="the StatefulSets")
     stored = [{**api.sanitize_for_serialization(o), "kind": kind}  # list items carry no kind
               for kind, items in (("StatefulSet", apps.list_namespaced_stateful_set(namespace).items),
                                   ("Deployment", apps.list_namespaced_deployment(namespace).items)) for o in items]
     pods = pod_security.workload_pods(stored)
-    assert len(pods) == 3
+    assert sorted(where for where, _, _ in pods) == sorted(
+        ["StatefulSet/tls-broker-master", "StatefulSet/tls-broker-slave-1", "StatefulSet/tls-controller",
+         "Deployment/tls-nameserver"]), [where for where, _, _ in pods]
     for where, pod, pod_annotations in pods:
         assert pod_security.violations(pod, pod_annotations) == [], where
         mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
         assert {"/etc/rocket-auth", "/etc/rocket-tls", "/tmp"} <= mounts, where
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["admin-credentials"]["secret"]["secretName"] == "tls-admin-credentials", where
+        assert volumes["tls"]["secret"]["secretName"] == "tls-tls", where
+    controller = next(pod for where, pod, _ in pods if where == "StatefulSet/tls-controller")
+    script = controller["containers"][0]["command"][-1]
+    assert "--acl-enable --init-authentication-user /etc/rocket-auth/credentials" in script
+    assert "--tls-mode permissive --tls-config /tmp/controller-tls.properties" in script
 
 
 # -- the restricted profile enforced by an API server ----------------------------------------------

@@ -354,3 +354,55 @@ def test_rendered_controller_command_is_what_rocket_controller_accepts(tmp_path:
     assert [p.address for p in cfg.peers] == [f"rc-controller-{i}.rc-controller.prod.svc:9878" for i in range(3)]
     assert cfg.raft_bind_host == "0.0.0.0" and cfg.http_port == 9879 and opts["--secret-file"] == \
         controllers.CONTROLLER_SECRET_FILE
+
+
+def test_controller_pods_get_acl_and_tls_as_brokers_do(tmp_path: Any) -> None:
+    """ACL + TLS: the rendered controller script writes a TLS properties file that ``rocket controller``
+    reads as the brokers' TLS keys, passes the admin credentials file as initial user and inner
+    credentials, and the pod mounts both Secrets; probes go HTTPS only with Enforcing."""
+    import shlex
+    import subprocess
+
+    import typer
+
+    from rocket import cli
+    from rocket.remoting.tls import TlsConfig, TlsMode
+
+    spec = parse_spec({"broker": {"replicasPerGroup": 1},
+                       "security": {"acl": {"enabled": True}, "tls": {"mode": "Enforcing"}}})
+    sts = controllers.build_controller_statefulset(OWNER, spec)
+    pod = sts["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    script = container["command"][-1]
+    prefix, _, rest = script.partition(" && ")
+    words = shlex.split(rest.replace("$HOSTNAME", "rc-controller-0"))
+    assert words[:5] == ["exec", "python", "-m", "rocket.cli", "controller"]
+    flags = [w for w in words if w.startswith("--")]
+    known = {o for p in typer.main.get_command(cli.app).commands["controller"].params  # type: ignore[attr-defined]
+             for o in p.opts}
+    assert set(flags) <= known, set(flags) - known
+    opts = {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--") and w != "--acl-enable"}
+    assert "--acl-enable" in words
+    assert opts["--init-authentication-user"] == opts["--inner-credentials"] == "/etc/rocket-auth/credentials"
+    assert opts["--cluster"] == "rc" and opts["--tls-mode"] == "enforcing"
+    # the shell writes the properties file; rocket controller reads it as RocketMQ's tls.config.file
+    props = tmp_path / "tls.properties"
+    subprocess.run(["/bin/sh", "-c", prefix.replace(controllers.CONTROLLER_TLS_CONFIG_FILE, str(props))], check=True)
+    tls = cli._tls_settings(TlsConfig(), opts["--tls-mode"], props)
+    assert tls.mode is TlsMode.ENFORCING and tls.enable
+    assert (tls.server_cert_path, tls.server_key_path) == ("/etc/rocket-tls/tls.crt", "/etc/rocket-tls/tls.key")
+    assert tls.client_trust_cert_path == "/etc/rocket-tls/ca.crt" and tls.client_auth_server is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["admin-credentials"]["secret"]["secretName"] == "rc-admin-credentials"
+    assert volumes["tls"]["secret"]["secretName"] == "rc-tls"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/etc/rocket-auth"]["readOnly"] and mounts["/etc/rocket-tls"]["readOnly"]
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # Permissive keeps plain HTTP probes; without security nothing is added
+    permissive = parse_spec({"security": {"tls": {"mode": "Permissive"}}})
+    c = controllers.build_controller_statefulset(OWNER, permissive)["spec"]["template"]["spec"]["containers"][0]
+    assert "scheme" not in c["readinessProbe"]["httpGet"] and "--acl-enable" not in c["command"][-1]
+    plain = controllers.build_controller_statefulset(OWNER, parse_spec({}))["spec"]["template"]["spec"]
+    assert {v["name"] for v in plain["volumes"]} == {"raft-secret", "tmp"}
+    assert "--tls-mode" not in plain["containers"][0]["command"][-1]

@@ -77,6 +77,10 @@ def test_pods_mount_the_admin_credentials_and_the_tls_secret() -> None:
     assert mounts["/etc/rocket-auth"]["readOnly"] and mounts["/etc/rocket-tls"]["readOnly"]
     dep = _by(children, "Deployment", "rc-nameserver")["spec"]["template"]
     ns_pod = dep["spec"]
+    # Enforcing: the HTTP ports take TLS only, so the probes use HTTPS
+    for pod in (sts, ns_pod):
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert pod["containers"][0][probe]["httpGet"]["scheme"] == "HTTPS"
     assert ns_pod["containers"][0]["command"][-2:] == ["--config", "/etc/rocket/nameserver.json"]
     assert ns_pod["securityContext"]["fsGroup"] == builders.RUN_AS  # the Secret files are group-readable
     assert dep["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH]
@@ -98,6 +102,7 @@ def test_pods_mount_the_admin_credentials_and_the_tls_secret() -> None:
     # a user-given Secret is mounted as it is
     given = parse_spec({"security": {"tls": {"mode": "Permissive", "issuer": "Secret", "secretName": "cm-cert"}}})
     pod = builders.build_broker_statefulset(OWNER, given, 0, 1)["spec"]["template"]["spec"]
+    assert "scheme" not in pod["containers"][0]["readinessProbe"]["httpGet"]  # Permissive: plain HTTP works
     assert {"name": "tls", "secret": {"secretName": "cm-cert", "defaultMode": 0o440}} in pod["volumes"]
     assert not any(v["name"] == "admin-credentials" for v in pod["volumes"])
 
@@ -338,3 +343,35 @@ def test_spark_driver_and_executor_pods_are_restricted() -> None:
         as_pod = {"securityContext": pod["podSecurityContext"],
                   "containers": [{"name": f"spark-{role}", "securityContext": pod["securityContext"]}]}
         assert pod_security.violations(as_pod, read_only_root=False) == [], role
+
+
+def test_enforcing_tls_makes_the_pass_admin_use_tls_trusting_the_written_bundle(tmp_path: Path) -> None:
+    """``SecurityResult.signed``: with a CA file the admin view connects with TLS trusting it (one
+    client per file, shared by every view; plaintext view unchanged); the bundle file is rewritten only
+    when its content changes."""
+    import os
+
+    from rocket.auth import SessionCredentials
+    from rocket_operator.admin import RemotingClusterAdmin
+    from rocket_operator.security_step import SecurityResult, write_ca_bundle
+    from rocket_operator.steps import Context
+
+    ca_cert, _ = certs.new_ca("t", datetime.datetime.now(datetime.UTC))
+    path = write_ca_bundle("ns", "rc", ca_cert, str(tmp_path))
+    assert Path(path).read_bytes() == ca_cert and path == str(tmp_path / "ns.rc.ca.crt")
+    before = os.stat(path).st_mtime_ns, os.stat(path).st_ino
+    assert write_ca_bundle("ns", "rc", ca_cert, str(tmp_path)) == path
+    assert (os.stat(path).st_mtime_ns, os.stat(path).st_ino) == before  # unchanged: not rewritten
+
+    admin = RemotingClusterAdmin()
+    ctx = Context(kube=None, resolver=None, admin=admin)  # type: ignore[arg-type]
+    creds = SessionCredentials("rocket-admin", "s" * 24)
+    view = SecurityResult(credentials=creds, ca_file=path).signed(ctx).admin
+    again = SecurityResult(credentials=creds, ca_file=path).signed(ctx).admin
+    assert isinstance(view, RemotingClusterAdmin) and isinstance(again, RemotingClusterAdmin)
+    assert view.credentials == creds and view.tls is not None and view.tls.verify is False
+    assert view.tls.config.client_trust_cert_path == path and view.client is again.client
+    assert view.client is not admin.client and admin.tls is None
+    plain = SecurityResult(credentials=creds).signed(ctx).admin
+    assert isinstance(plain, RemotingClusterAdmin) and plain.client is admin.client and plain.tls is None
+    asyncio.run(admin.close())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -48,10 +48,13 @@ class ControllerClient:
     ``redirect_timeout``: how long a write keeps looking for the leader. Methods raise
     :class:`RemotingCommandError` for an answer with an unexpected code (its ``code`` is the
     RocketMQ response code), :class:`NoControllerLeaderError` when no leader is found.
+    ``rpc_hook``: called with every request before it is sent (RocketMQ's ``RPCHook``, e.g.
+    ``SessionCredentials.sign`` for controllers running with ACL), also over a shared ``client``.
     """
 
     def __init__(self, addrs: Iterable[str], *, client: RemotingClient | None = None, timeout: float = 3.0,
-                 redirect_timeout: float = 10.0) -> None:
+                 redirect_timeout: float = 10.0,
+                 rpc_hook: Callable[[RemotingCommand], None] | None = None) -> None:
         self.addrs = [a.strip() for a in addrs if a.strip()]
         if not self.addrs:
             raise ValueError("no controller addresses")
@@ -60,6 +63,7 @@ class ControllerClient:
         self.timeout = timeout
         self.redirect_timeout = redirect_timeout
         self.leader_addr: str | None = None
+        self.rpc_hook = rpc_hook
 
     @classmethod
     def from_controller_addr(cls, controller_addr: str, **kwargs: object) -> ControllerClient:
@@ -75,8 +79,10 @@ class ControllerClient:
                       body: bytes = b"") -> RemotingCommand:
         ext = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (fields or {}).items()
                if v is not None}
-        return await self.client.invoke(addr, RemotingCommand(code=int(code), ext_fields=ext, body=body),
-                                        timeout=self.timeout)
+        request = RemotingCommand(code=int(code), ext_fields=ext, body=body)
+        if self.rpc_hook is not None:
+            self.rpc_hook(request)
+        return await self.client.invoke(addr, request, timeout=self.timeout)
 
     async def metadata(self, addr: str) -> dict[str, str]:
         """CONTROLLER_GET_METADATA_INFO from ``addr``: ``group``, ``controllerLeaderId``,
