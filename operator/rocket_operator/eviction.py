@@ -8,13 +8,19 @@ with ``spec.broker.failover: Controller``, from the roles the controllers hold
 
 * an actual **slave** may go when every other broker of its group answers and is in the
   SyncStateSet (so the group keeps every acknowledged message, RocketMQ's
-  ``allAckInSyncStateSet``, and has an in-sync broker to take over);
+  ``allAckInSyncStateSet``, and has an in-sync broker to take over). A slave not in the
+  SyncStateSet, or of a cluster with a single group, is evicted at once. A slave in the
+  SyncStateSet of a cluster with two groups or more is one its master waits for on every send
+  until the controllers drop it from the set (``haMaxTimeSlaveNotCatchup``): its eviction is
+  refused (429) once, and the operator makes the group read-only first (producers send to the
+  other groups), deletes the pod itself, and keeps the group read-only until the broker has left
+  the SyncStateSet or is back in sync;
 * the actual **master** is refused with HTTP 429 (Too Many Requests, what ``kubectl drain`` retries
   every 5 s, as for a PodDisruptionBudget) and a message; the refusal records an eviction request
   (:class:`EvictionRequests`) on which the operator's next pass makes the group read-only, switches
   the master to an in-sync slave (``ELECT_MASTER`` with ``designateElect``, as ``rocket cluster
   failover``) and, once the old master runs as a slave, deletes the pod itself. The retried
-  eviction then finds the pod gone (or its replacement, a slave);
+  eviction then finds the pod gone (or its replacement, which the scheduler put on another node);
 * a group of a single broker, a cluster with ``failover: Manual``, and pods that are not broker
   pods are left to their PodDisruptionBudgets (NameServers and controllers have one each).
 
@@ -35,18 +41,20 @@ RETRY_STATUS = 429
 @dataclass(frozen=True, slots=True)
 class EvictionDecision:
     """The answer to one eviction: ``allowed``; ``message`` (why not, shown by ``kubectl drain``);
-    ``switch``: the pod is the master and the operator moves the master away and deletes it."""
+    ``operator_deletes``: refused, and the operator deletes the pod itself once it is safe (a
+    master after moving the master away; a slave after making its group read-only)."""
 
     allowed: bool
     message: str = ""
-    switch: bool = False
+    operator_deletes: bool = False
 
 
-def decide(pod: str, group: GroupState | None) -> EvictionDecision:
+def decide(pod: str, group: GroupState | None, active_groups: int) -> EvictionDecision:
     """Whether broker pod ``pod`` of a controller-mode group may be evicted now.
 
     ``group``: its group as the controllers and its pods see it (None: the pod is not part of an
-    active group, e.g. one a scale-in removes: allowed). See the module doc for the rules.
+    active group, e.g. one a scale-in removes: allowed); ``active_groups``: the cluster's groups
+    (with fewer than 2 no group is made read-only). See the module doc for the rules.
     """
     if group is None:
         return EvictionDecision(True)
@@ -66,10 +74,15 @@ def decide(pod: str, group: GroupState | None) -> EvictionDecision:
             if broker.controller_id not in group.sync_state_set:
                 return EvictionDecision(False, f"{pod} is a slave of {group.name}, but {broker.pod} is not in "
                                                "the SyncStateSet yet; retry")
+        own = next(b for b in group.brokers if b.pod == pod)
+        if active_groups >= 2 and own.controller_id in group.sync_state_set:
+            return EvictionDecision(False, f"{pod} is an in-sync slave of {group.name}: the operator makes the group "
+                                           "read-only and then deletes the pod itself; retry", operator_deletes=True)
         return EvictionDecision(True)
     if role == MASTER:
         return EvictionDecision(False, f"{pod} is the master of {group.name}: the operator moves the master to "
-                                       "an in-sync slave and then deletes the pod itself; retry", switch=True)
+                                       "an in-sync slave and then deletes the pod itself; retry",
+                                operator_deletes=True)
     return EvictionDecision(False, f"the role of {pod} in {group.name} is not known yet; retry")
 
 

@@ -174,9 +174,10 @@ def webhook_server(ours: OperatorSettings) -> kopf.WebhookServer:
 
 @kopf.on.validate("v1", "pods", subresource="eviction", operations=["CREATE"], id="broker-eviction")
 async def validate_eviction(body: kopf.Body, namespace: str | None, dryrun: bool, logger: Any, **_: Any) -> None:
-    """Node drains: refuse (429) the eviction of a broker pod that is its group's master, or a
-    slave whose group is not in sync (:func:`eviction.decide`); a refused master is recorded for
-    the next pass to move the master away and delete the pod (:mod:`rocket_operator.eviction`).
+    """Node drains: refuse (429) the eviction of a broker pod that is its group's master, an
+    in-sync slave that its group must be made read-only for first, or a slave whose group is not
+    in sync (:func:`eviction.decide`); the first two are recorded for the next pass to delete the
+    pod once it is safe (:mod:`rocket_operator.eviction`).
     Pods that are not RocketCluster broker pods, or of ``failover: Manual`` clusters, pass (their
     PodDisruptionBudgets apply). Raises :class:`kopf.AdmissionError` to refuse."""
     pod_name = str((body.get("metadata") or {}).get("name") or "")
@@ -206,8 +207,9 @@ async def _eviction_decision(namespace: str, pod_name: str, dryrun: bool) -> evi
         return eviction.EvictionDecision(True)
     members = await steps.observe_members(ctx, seen)
     await steps.observe_roles(ctx, seen, spec, min(seen.current_groups, spec.broker.groups), members)
-    decision = eviction.decide(pod_name, members.roles.get(view.group))
-    if decision.switch and not dryrun:
+    active = min(seen.current_groups, spec.broker.groups)
+    decision = eviction.decide(pod_name, members.roles.get(view.group), active)
+    if decision.operator_deletes and not dryrun:
         ctx.evictions.add(seen.uid, pod_name, view.uid)
         st.due[seen.uid] = 0.0  # the next pass now
     return decision

@@ -803,10 +803,11 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, spec: ClusterSpec, 
 async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: Rollout,
                          kept_pods: list[rollout.PodView], groups: Mapping[int, failover.GroupState],
                          carried: dict[str, dict[str, Any]], refresh: float) -> Rollout | None:
-    """Node drains (:mod:`rocket_operator.eviction`): act on the masters whose eviction the webhook
-    refused, one at a time, when no rolling restart is under way. The pod's group is made
-    read-only (the rolling restart's write fence), its master is switched to an in-sync slave, and
-    once the old master runs as a slave (the new master as master) the pod is deleted. The group
+    """Node drains (:mod:`rocket_operator.eviction`): act on the pods whose eviction the webhook
+    refused for the operator to delete, one at a time (group by group, slaves first), when no
+    rolling restart is under way. The pod's group is made read-only (the rolling restart's write
+    fence); a master is first switched to an in-sync slave, and once the old master runs as a
+    slave (the new master as master) the pod is deleted. The group
     stays read-only until the deleted broker has left the SyncStateSet or is back in sync (its
     master then no longer waits for it), then the next request, or the end, releases the fence.
     None when there is nothing to do (the caller releases a fence left); else this pass's part.
@@ -815,11 +816,12 @@ async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: R
     if evicted is not None:
         group = groups.get(int(evicted.get("index", -1)))
         broker_id = evicted.get("brokerId")
-        if group is not None and not group.error and broker_id in group.sync_state_set \
-                and failover.settled_reason(group):
+        back = any(p.name == evicted.get("pod") and p.uid != evicted.get("uid") and p.ready for p in kept_pods)
+        if group is None or group.error or (broker_id in group.sync_state_set
+                                            and not (back and not failover.settled_reason(group))):
             part.status = dict(carried)
             return _roll_waits(part, f"{evicted.get('pod')} was evicted; waiting for its broker to leave the "
-                                     f"SyncStateSet of {group.name} or to be back in sync")
+                                     f"SyncStateSet of group {evicted.get('index')} or to be back in sync")
         carried.pop("evicted", None)
     wanted = ctx.evictions.of(seen.uid)
     by_name = {p.name: p for p in kept_pods}
@@ -859,10 +861,10 @@ async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: R
     ctx.evictions.done(seen.uid, pick.name)
     broker = next((b for b in group.brokers if b.pod == pick.name), None)
     part.status.pop("evicting", None)
-    part.status["evicted"] = {"pod": pick.name, "index": pick.group,
+    part.status["evicted"] = {"pod": pick.name, "uid": pick.uid, "index": pick.group,
                               "brokerId": broker.controller_id if broker else None}
-    part.events.append(("Normal", "PodEvicted", f"deleted {pick.name} for its eviction (a node drain) after "
-                                                f"moving the master of {group.name} to {master_pod}"))
+    part.events.append(("Normal", "PodEvicted", f"deleted {pick.name} (a slave of {group.name}, whose master is "
+                                                f"{master_pod}) for its eviction"))
     return _roll_waits(part, f"{pick.name} evicted")
 
 
