@@ -20,7 +20,9 @@ with ``spec.broker.failover: Controller``, from the roles the controllers hold
   (:class:`EvictionRequests`) on which the operator's next pass makes the group read-only, switches
   the master to an in-sync slave (``ELECT_MASTER`` with ``designateElect``, as ``rocket cluster
   failover``) and, once the old master runs as a slave, deletes the pod itself. The retried
-  eviction then finds the pod gone (or its replacement, which the scheduler put on another node);
+  eviction then finds the pod gone or, ``kubectl drain`` evicting by name, its replacement (which
+  the scheduler put on another node): that eviction is answered 404 (Not Found, the pod it was
+  meant for is gone), which ``kubectl drain`` takes as done (it then sees the pod's uid changed);
 * a group of a single broker, a cluster with ``failover: Manual``, and pods that are not broker
   pods are left to their PodDisruptionBudgets (NameServers and controllers have one each).
 
@@ -33,6 +35,10 @@ from dataclasses import dataclass, field
 
 from rocket_operator.failover import MASTER, SLAVE, GroupState
 
+#: How long a pod the operator deleted for an eviction is remembered (seconds): an eviction retried
+#: within that time under the same name meets its replacement and is answered "already gone".
+EVICTED_MEMORY_SECONDS = 900.0
+
 #: HTTP status of a refused eviction: 429 is what ``kubectl drain`` and the Eviction API's clients
 #: retry (the API server answers 429 for an eviction a PodDisruptionBudget does not allow now).
 RETRY_STATUS = 429
@@ -42,11 +48,13 @@ RETRY_STATUS = 429
 class EvictionDecision:
     """The answer to one eviction: ``allowed``; ``message`` (why not, shown by ``kubectl drain``);
     ``operator_deletes``: refused, and the operator deletes the pod itself once it is safe (a
-    master after moving the master away; a slave after making its group read-only)."""
+    master after moving the master away; a slave after making its group read-only); ``gone``: the
+    pod meant was deleted already and this is its replacement (answered 404, Not Found)."""
 
     allowed: bool
     message: str = ""
     operator_deletes: bool = False
+    gone: bool = False
 
 
 def decide(pod: str, group: GroupState | None, active_groups: int) -> EvictionDecision:
@@ -93,6 +101,8 @@ class EvictionRequests:
     Kept in memory: after an operator restart the retried eviction records it again."""
 
     pods: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: RocketCluster uid -> pod name -> (uid of the pod the operator deleted, monotonic time)
+    deleted: dict[str, dict[str, tuple[str, float]]] = field(default_factory=dict)
 
     def add(self, cluster_uid: str, pod: str, pod_uid: str) -> None:
         """Record a refused eviction of ``pod`` (uid ``pod_uid``)."""
@@ -110,6 +120,19 @@ class EvictionRequests:
             if not wanted:
                 self.pods.pop(cluster_uid, None)
 
+    def deleted_by_operator(self, cluster_uid: str, pod: str, pod_uid: str, now: float) -> None:
+        """The operator deleted ``pod`` (uid ``pod_uid``) at monotonic time ``now`` for its eviction."""
+        self.done(cluster_uid, pod)
+        self.deleted.setdefault(cluster_uid, {})[pod] = (pod_uid, now)
+
+    def replaced(self, cluster_uid: str, pod: str, pod_uid: str, now: float) -> bool:
+        """True when ``pod``, now uid ``pod_uid``, replaces one the operator deleted for its eviction
+        less than :data:`EVICTED_MEMORY_SECONDS` ago: an eviction retried by ``kubectl drain`` (which
+        evicts by name) then meets the replacement, which the scheduler put on another node."""
+        old = self.deleted.get(cluster_uid, {}).get(pod)
+        return old is not None and old[0] != pod_uid and now - old[1] < EVICTED_MEMORY_SECONDS
+
     def forget(self, cluster_uid: str) -> None:
         """Forget a deleted cluster's requests."""
         self.pods.pop(cluster_uid, None)
+        self.deleted.pop(cluster_uid, None)

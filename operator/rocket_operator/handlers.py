@@ -182,13 +182,17 @@ async def validate_eviction(body: kopf.Body, namespace: str | None, dryrun: bool
     PodDisruptionBudgets apply). Raises :class:`kopf.AdmissionError` to refuse."""
     pod_name = str((body.get("metadata") or {}).get("name") or "")
     ns = namespace or str((body.get("metadata") or {}).get("namespace") or "")
-    decision = await _eviction_decision(ns, pod_name, dryrun)
+    preconditions = (body.get("deleteOptions") or {}).get("preconditions") or {}
+    decision = await _eviction_decision(ns, pod_name, dryrun, preconditions.get("uid"))
+    if decision.gone:
+        raise kopf.AdmissionError(decision.message, code=404)
     if not decision.allowed:
         logger.info("eviction of %s/%s refused: %s", ns, pod_name, decision.message)
         raise kopf.AdmissionError(decision.message, code=eviction.RETRY_STATUS)
 
 
-async def _eviction_decision(namespace: str, pod_name: str, dryrun: bool) -> eviction.EvictionDecision:
+async def _eviction_decision(namespace: str, pod_name: str, dryrun: bool,
+                             meant_uid: str | None) -> eviction.EvictionDecision:
     st = state()
     ctx = st.ctx
     pod = await ctx.kube.get("v1", "Pod", namespace, pod_name)
@@ -205,6 +209,9 @@ async def _eviction_decision(namespace: str, pod_name: str, dryrun: bool) -> evi
         return eviction.EvictionDecision(True)
     if not spec.broker.controller_mode or view.group >= spec.broker.groups:
         return eviction.EvictionDecision(True)
+    if (meant_uid and meant_uid != view.uid) or ctx.evictions.replaced(seen.uid, pod_name, view.uid, time.monotonic()):
+        return eviction.EvictionDecision(False, f"{pod_name} was evicted already (the operator deleted it); "
+                                                "this is its replacement", gone=True)
     members = await steps.observe_members(ctx, seen)
     await steps.observe_roles(ctx, seen, spec, min(seen.current_groups, spec.broker.groups), members)
     active = min(seen.current_groups, spec.broker.groups)

@@ -858,7 +858,7 @@ async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: R
                             f"(controller broker id {switch.to_id}) before evicting {switch.from_pod}"))
         return _roll_waits(part, f"evicting {pick.name} once it runs as a slave")
     await ctx.kube.delete("v1", "Pod", seen.namespace, pick.name, uid=pick.uid)
-    ctx.evictions.done(seen.uid, pick.name)
+    ctx.evictions.deleted_by_operator(seen.uid, pick.name, pick.uid, time.monotonic())
     broker = next((b for b in group.brokers if b.pod == pick.name), None)
     part.status.pop("evicting", None)
     part.status["evicted"] = {"pod": pick.name, "uid": pick.uid, "index": pick.group,
