@@ -39,7 +39,7 @@ from tests.integration.failover_support import CONTROLLER_MODE
 from tests.k8s import harness
 from tests.k8s.harness import wait_for
 from tests.k8s.test_drain_real import Traffic
-from tests.k8s.test_failover_operator import Broker, Processes, _each, _env, _ha, _play_kubelet, _start, _stop
+from tests.k8s.test_failover_operator import Broker, Processes, _each, _env, _ha, _start, _stop
 from tests.k8s.test_operator import create, pods, read_pdb, rkc, status
 from tests.support import unique
 
@@ -152,6 +152,42 @@ def second_node(api: Any, drain_namespace: str) -> Iterator[harness.FakeKubelet]
             kubelet.stop()
         with contextlib.suppress(Exception):
             core.delete_node(NODE2)
+
+
+async def _replica_info(controllers: list[str], group: int) -> Any:
+    from rocket.controller.client import ControllerClient
+
+    ctl = ControllerClient(controllers)
+    try:
+        return await ctl.get_replica_info(f"{CLUSTER}-broker-{group}")
+    finally:
+        await ctl.close()
+
+
+def _play_kubelet(api: Any, namespace: str, procs: Processes, stop: threading.Event) -> None:
+    """Stop a pod's broker when its pod is deleted (recording the role the controllers gave it
+    then), start it again (same port and store) when the StatefulSet's new pod runs."""
+    try:
+        while not stop.is_set():
+            current = pods(api, namespace)
+            for pod, broker in procs.brokers.items():
+                obj = current.get(pod)
+                alive = obj.metadata.uid if obj is not None and not obj.metadata.deletion_timestamp else None
+                if broker.stack is not None:
+                    if broker.uid is None and alive is not None:
+                        broker.uid = alive  # the first pod: the process already runs for it
+                    elif broker.uid is not None and alive != broker.uid:
+                        info = _run(_replica_info(procs.controllers.addrs, broker.group))
+                        role = "master" if info.master_broker_id == broker.controller_id else "slave"
+                        procs.deletions.append((pod, role))
+                        broker.stack.close()
+                        broker.stack = None
+                elif alive is not None and obj.spec.node_name:
+                    broker.stack = broker.start()
+                    broker.uid = alive
+            stop.wait(0.1)
+    except Exception as exc:  # reported by the test
+        procs.errors.append(repr(exc))
 
 
 def _running_with_masters(api: Any, namespace: str) -> dict[str, Any] | None:
