@@ -33,6 +33,7 @@ address resolver and the admin (see :mod:`rocket_operator.addresses`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import tempfile
@@ -50,6 +51,7 @@ from rocket_operator import (
     metrics,
     names,
     rollout,
+    security_step,
     steps,
     user_handlers,  # noqa: F401  (registers the RocketUser handlers)
 )
@@ -212,6 +214,10 @@ async def _eviction_decision(namespace: str, pod_name: str, dryrun: bool,
     if (meant_uid and meant_uid != view.uid) or ctx.evictions.replaced(seen.uid, pod_name, view.uid, time.monotonic()):
         return eviction.EvictionDecision(False, f"{pod_name} was evicted already (the operator deleted it); "
                                                 "this is its replacement", gone=True)
+    # signed with the cluster's admin keys when it has them (ACL), as the passes' calls are
+    creds = await security_step.admin_credentials(ctx.kube, namespace, seen.name)
+    if creds is not None:
+        ctx = dataclasses.replace(ctx, admin=ctx.admin.with_credentials(creds))
     members = await steps.observe_members(ctx, seen)
     await steps.observe_roles(ctx, seen, spec, min(seen.current_groups, spec.broker.groups), members)
     active = min(seen.current_groups, spec.broker.groups)
