@@ -19,6 +19,7 @@ write; the servers reload certificate files when they change, so a renewal resta
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -89,6 +90,14 @@ def new_ca(common_name: str, now: datetime.datetime) -> tuple[bytes, bytes]:
     return _cert_pem(cert), _key_pem(key)
 
 
+def _san(name: str) -> x509.GeneralName:
+    """A subject alternative name: an IP address SAN for an IP literal, else a DNS name."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def new_server_cert(ca_cert_pem: bytes, ca_key_pem: bytes, dns_names: Iterable[str], now: datetime.datetime
                     ) -> tuple[bytes, bytes]:
     """A server certificate for ``dns_names`` (the first is the common name) signed by the CA:
@@ -110,7 +119,7 @@ def new_server_cert(ca_cert_pem: bytes, ca_key_pem: bytes, dns_names: Iterable[s
             .issuer_name(ca.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE).not_valid_after(min(now + SERVER_VALIDITY, not_after(ca)))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([_san(d) for d in dns]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)

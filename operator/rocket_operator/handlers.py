@@ -13,6 +13,10 @@
   (the daemon waits on kopf's stop flag between passes).
 * ``on.delete`` (optional, no finalizer): forget in-memory state. Children go
   by garbage collection through their owner references.
+* ``on.validate`` of ``pods/eviction`` (with ``ROCKET_OPERATOR_WEBHOOK_PORT``): the node-drain
+  admission webhook (:mod:`rocket_operator.eviction`); kopf serves it with a certificate the
+  operator makes at startup (its own CA, :mod:`rocket_operator.certs`) and keeps the
+  ValidatingWebhookConfiguration ``rocketcluster-operator.rocket.dev`` pointing at it with that CA.
 * RocketUser resources have handlers of their own (:mod:`rocket_operator.user_handlers`).
 * SparkApplications and ScheduledSparkApplications of a cluster's analytics jobs
   (and the runs the Spark operator makes of them) are watched by
@@ -29,20 +33,34 @@ address resolver and the admin (see :mod:`rocket_operator.addresses`).
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
 
-from rocket_operator import metrics, names, user_handlers  # noqa: F401  (registers the RocketUser handlers)
+from rocket_operator import (
+    certs,
+    eviction,
+    metrics,
+    names,
+    rollout,
+    security_step,
+    steps,
+    user_handlers,  # noqa: F401  (registers the RocketUser handlers)
+)
 from rocket_operator.addresses import AddressResolver, DnsAddressResolver, StaticAddressResolver
 from rocket_operator.admin import ClusterAdmin, RemotingClusterAdmin
 from rocket_operator.kube import Credentials, KubeClient
 from rocket_operator.reconcile import Context, Outcome, reconcile
 from rocket_operator.settings import OperatorSettings
+from rocket_operator.spec import SpecError, parse_spec
 from rocket_operator.watch import SparkWatch
 
 log = logging.getLogger("rocket_operator")
@@ -121,6 +139,9 @@ async def startup(settings: kopf.OperatorSettings, logger: Any, **kwargs: Any) -
     else:
         resolver = DnsAddressResolver(ours.cluster_domain)
     admin = HOOKS.admin(ours) if HOOKS.admin else RemotingClusterAdmin(timeout=ours.remoting_timeout)
+    if ours.webhook_port >= 0:
+        settings.admission.server = webhook_server(ours)
+        settings.admission.managed = WEBHOOK_CONFIGURATION
     http = None
     if ours.http_port >= 0:
         http = metrics.HttpServer(ours.http_host, ours.http_port)
@@ -130,6 +151,81 @@ async def startup(settings: kopf.OperatorSettings, logger: Any, **kwargs: Any) -
                                                analytics_image=ours.analytics_image), http=http,
                     spark=SparkWatch(kube, _analytics_changed, retry_seconds=max(ours.recheck_seconds, 1.0)))
     logger.info("API server capabilities: %s", caps)
+
+
+#: Name of the ValidatingWebhookConfiguration kopf keeps pointing at the operator's webhook server.
+WEBHOOK_CONFIGURATION = "rocketcluster-operator.rocket.dev"
+
+
+def webhook_server(ours: OperatorSettings) -> kopf.WebhookServer:
+    """kopf's HTTPS webhook server on ``webhook_addr:webhook_port``, with a certificate for
+    ``webhook_host`` (else ``webhook_addr``) signed by a CA the operator makes now (ECDSA P-256,
+    :func:`certs.new_ca` / :func:`certs.new_server_cert`). The CA goes to the webhook
+    configuration's ``caBundle``; a restarted operator makes a new pair and kopf updates the bundle."""
+    host = ours.webhook_host or ours.webhook_addr
+    now = datetime.datetime.now(datetime.UTC)
+    ca_cert, ca_key = certs.new_ca("rocketcluster-operator webhook CA", now)
+    cert, key = certs.new_server_cert(ca_cert, ca_key, [host], now)
+    folder = Path(tempfile.mkdtemp(prefix="rocket-operator-webhook-"))
+    (folder / "tls.crt").write_bytes(cert)
+    (folder / "tls.key").write_bytes(key)
+    (folder / "tls.key").chmod(0o600)
+    return kopf.WebhookServer(addr=ours.webhook_addr, port=ours.webhook_port or None, host=host,
+                              certfile=str(folder / "tls.crt"), pkeyfile=str(folder / "tls.key"), cadata=ca_cert)
+
+
+@kopf.on.validate("v1", "pods", subresource="eviction", operations=["CREATE"], id="broker-eviction")
+async def validate_eviction(body: kopf.Body, namespace: str | None, dryrun: bool, logger: Any, **_: Any) -> None:
+    """Node drains: refuse (429) the eviction of a broker pod that is its group's master, an
+    in-sync slave that its group must be made read-only for first, or a slave whose group is not
+    in sync (:func:`eviction.decide`); the first two are recorded for the next pass to delete the
+    pod once it is safe (:mod:`rocket_operator.eviction`).
+    Pods that are not RocketCluster broker pods, or of ``failover: Manual`` clusters, pass (their
+    PodDisruptionBudgets apply). Raises :class:`kopf.AdmissionError` to refuse."""
+    pod_name = str((body.get("metadata") or {}).get("name") or "")
+    ns = namespace or str((body.get("metadata") or {}).get("namespace") or "")
+    preconditions = (body.get("deleteOptions") or {}).get("preconditions") or {}
+    decision = await _eviction_decision(ns, pod_name, dryrun, preconditions.get("uid"))
+    if decision.gone:
+        raise kopf.AdmissionError(decision.message, code=404)
+    if not decision.allowed:
+        logger.info("eviction of %s/%s refused: %s", ns, pod_name, decision.message)
+        raise kopf.AdmissionError(decision.message, code=eviction.RETRY_STATUS)
+
+
+async def _eviction_decision(namespace: str, pod_name: str, dryrun: bool,
+                             meant_uid: str | None) -> eviction.EvictionDecision:
+    st = state()
+    ctx = st.ctx
+    pod = await ctx.kube.get("v1", "Pod", namespace, pod_name)
+    view = rollout.pod_view(pod) if pod is not None else None
+    if pod is None or view is None or view.terminating:
+        return eviction.EvictionDecision(True)
+    cluster = (pod["metadata"].get("labels") or {}).get(names.LABEL_INSTANCE)
+    seen = await steps.observe_cluster(ctx, namespace, cluster) if cluster else None
+    if seen is None:
+        return eviction.EvictionDecision(True)
+    try:
+        spec = parse_spec(seen.raw_spec)
+    except SpecError:
+        return eviction.EvictionDecision(True)
+    if not spec.broker.controller_mode or view.group >= spec.broker.groups:
+        return eviction.EvictionDecision(True)
+    if (meant_uid and meant_uid != view.uid) or ctx.evictions.replaced(seen.uid, pod_name, view.uid, time.monotonic()):
+        return eviction.EvictionDecision(False, f"{pod_name} was evicted already (the operator deleted it); "
+                                                "this is its replacement", gone=True)
+    # signed with the cluster's admin keys when it has them (ACL), as the passes' calls are
+    creds = await security_step.admin_credentials(ctx.kube, namespace, seen.name)
+    if creds is not None:
+        ctx = dataclasses.replace(ctx, admin=ctx.admin.with_credentials(creds))
+    members = await steps.observe_members(ctx, seen)
+    await steps.observe_roles(ctx, seen, spec, min(seen.current_groups, spec.broker.groups), members)
+    active = min(seen.current_groups, spec.broker.groups)
+    decision = eviction.decide(pod_name, members.roles.get(view.group), active)
+    if decision.operator_deletes and not dryrun:
+        ctx.evictions.add(seen.uid, pod_name, view.uid)
+        st.due[seen.uid] = 0.0  # the next pass now
+    return decision
 
 
 @kopf.on.cleanup()

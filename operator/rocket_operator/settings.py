@@ -11,6 +11,11 @@
 ``ROCKET_OPERATOR_STATIC_NAMESERVERS``          with ``static``: ``host:port;host:port`` used for every cluster
                                                 (brokers are then unreachable: for dry runs and benchmarks)
 ``ROCKET_OPERATOR_ANALYTICS_IMAGE``    rocketcluster/analytics:0.1.0  image of analytics jobs whose spec names none
+``ROCKET_OPERATOR_WEBHOOK_PORT``       -1       port of the ``pods/eviction`` admission webhook (node drains;
+                                                -1 = no webhook, 0 = any free port)
+``ROCKET_OPERATOR_WEBHOOK_ADDR``       0.0.0.0  address it listens on
+``ROCKET_OPERATOR_WEBHOOK_HOST``                the host name or IP the API server calls it by (its Service's
+                                                DNS name in a cluster); also the certificate's name
 =====================================  =======  =======================================================
 """
 
@@ -36,6 +41,9 @@ class OperatorSettings:
     resolver: str = "dns"
     static_nameservers: tuple[str, ...] = ()
     analytics_image: str = DEFAULT_ANALYTICS_IMAGE
+    webhook_port: int = -1
+    webhook_addr: str = "0.0.0.0"
+    webhook_host: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -58,6 +66,9 @@ class OperatorSettings:
                 resolver=get("RESOLVER", "dns"),
                 static_nameservers=tuple(a.strip() for a in get("STATIC_NAMESERVERS", "").split(";") if a.strip()),
                 analytics_image=get("ANALYTICS_IMAGE", DEFAULT_ANALYTICS_IMAGE) or DEFAULT_ANALYTICS_IMAGE,
+                webhook_port=int(get("WEBHOOK_PORT", "-1")),
+                webhook_addr=get("WEBHOOK_ADDR", "0.0.0.0"),
+                webhook_host=get("WEBHOOK_HOST", ""),
             )
         except ValueError as exc:
             raise ValueError(f"bad ROCKET_OPERATOR_* setting: {exc}") from None

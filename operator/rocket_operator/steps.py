@@ -40,7 +40,18 @@ from typing import Any
 
 import aiohttp
 
-from rocket_operator import analytics, builders, conditions, controllers, drain, failover, metrics, names, rollout
+from rocket_operator import (
+    analytics,
+    builders,
+    conditions,
+    controllers,
+    drain,
+    eviction,
+    failover,
+    metrics,
+    names,
+    rollout,
+)
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, Registration
 from rocket_operator.builders import Capabilities, Owner
@@ -68,6 +79,8 @@ class Context:
     #: (uid, kind, name) -> (manifest digest, monotonic time applied)
     applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    #: masters whose eviction the admission webhook refused, to move away and delete (node drains)
+    evictions: eviction.EvictionRequests = field(default_factory=eviction.EvictionRequests)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The lock serializing reconciliations of one RocketCluster."""
@@ -76,6 +89,7 @@ class Context:
     def forget(self, uid: str) -> None:
         """Drop in-memory state of a deleted RocketCluster."""
         self.locks.pop(uid, None)
+        self.evictions.forget(uid)
         for key in [k for k in self.applied if k[0] == uid]:
             del self.applied[key]
 
@@ -746,6 +760,9 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, spec: ClusterSpec, 
     part.outdated = decision.outdated
     refresh = float(spec.broker.client_route_refresh_seconds)
     if not decision.outdated:
+        evicting = await _evict_masters(ctx, seen, members, part, kept_pods, groups, carried, refresh)
+        if evicting is not None:
+            return evicting
         if "writeFence" in carried:  # done: the last fenced group takes writes again
             part.status = carried
             if await _write_fence(ctx, seen, members, part, None, len(active), refresh):
@@ -781,6 +798,74 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, spec: ClusterSpec, 
     part.waiting.append(f"rolling restart: {step.delete.name} restarting")
     metrics.ROLLING_RESTARTS.labels(seen.namespace, seen.name).inc()
     return part
+
+
+async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: Rollout,
+                         kept_pods: list[rollout.PodView], groups: Mapping[int, failover.GroupState],
+                         carried: dict[str, dict[str, Any]], refresh: float) -> Rollout | None:
+    """Node drains (:mod:`rocket_operator.eviction`): act on the pods whose eviction the webhook
+    refused for the operator to delete, one at a time (group by group, slaves first), when no
+    rolling restart is under way. The pod's group is made read-only (the rolling restart's write
+    fence); a master is first switched to an in-sync slave, and once the old master runs as a
+    slave (the new master as master) the pod is deleted. The group
+    stays read-only until the deleted broker has left the SyncStateSet or is back in sync (its
+    master then no longer waits for it), then the next request, or the end, releases the fence.
+    None when there is nothing to do (the caller releases a fence left); else this pass's part.
+    Raises :class:`ApiError` when the deletion is refused."""
+    evicted = carried.get("evicted")
+    if evicted is not None:
+        group = groups.get(int(evicted.get("index", -1)))
+        broker_id = evicted.get("brokerId")
+        back = any(p.name == evicted.get("pod") and p.uid != evicted.get("uid") and p.ready for p in kept_pods)
+        if group is None or group.error or (broker_id in group.sync_state_set
+                                            and not (back and not failover.settled_reason(group))):
+            part.status = dict(carried)
+            return _roll_waits(part, f"{evicted.get('pod')} was evicted; waiting for its broker to leave the "
+                                     f"SyncStateSet of group {evicted.get('index')} or to be back in sync")
+        carried.pop("evicted", None)
+    wanted = ctx.evictions.of(seen.uid)
+    by_name = {p.name: p for p in kept_pods}
+    for pod, uid in wanted.items():
+        view = by_name.get(pod)
+        if view is None or view.uid != uid or view.terminating:
+            ctx.evictions.done(seen.uid, pod)  # gone or replaced: the retried eviction decides afresh
+    pick = next((p for p in failover.restart_order(kept_pods, failover.actual_roles(groups))
+                 if wanted.get(p.name) == p.uid and not p.terminating), None)
+    if pick is None:
+        return None
+    part.status = {"evicting": pick.name, **carried}
+    group = groups.get(pick.group)
+    if group is None:
+        return _roll_waits(part, f"evicting {pick.name}: its group's roles are not known")
+    master_pod = group.master_pod
+    master = next((b for b in group.brokers if b.pod == master_pod), None)
+    # the old master runs as a slave and the new one as master: the pod may go
+    ready_to_delete = group.role(pick.name) == failover.SLAVE and master is not None and master.role == "MASTER"
+    step = failover.next_step(pick, groups, set())
+    if not ready_to_delete and step.switch is None:
+        return _roll_waits(part, f"evicting {pick.name}: {step.waiting or 'waiting for the new master'}")
+    if not await _write_fence(ctx, seen, members, part, pick.group, len(groups), refresh):
+        return part
+    if step.switch is not None:
+        switch = step.switch
+        try:
+            await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
+        except AdminError as exc:
+            return _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
+                                     f"evicting {switch.from_pod}: {exc}")
+        part.events.append(("Normal", "MasterSwitched",
+                            f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
+                            f"(controller broker id {switch.to_id}) before evicting {switch.from_pod}"))
+        return _roll_waits(part, f"evicting {pick.name} once it runs as a slave")
+    await ctx.kube.delete("v1", "Pod", seen.namespace, pick.name, uid=pick.uid)
+    ctx.evictions.deleted_by_operator(seen.uid, pick.name, pick.uid, time.monotonic())
+    broker = next((b for b in group.brokers if b.pod == pick.name), None)
+    part.status.pop("evicting", None)
+    part.status["evicted"] = {"pod": pick.name, "uid": pick.uid, "index": pick.group,
+                              "brokerId": broker.controller_id if broker else None}
+    part.events.append(("Normal", "PodEvicted", f"deleted {pick.name} (a slave of {group.name}, whose master is "
+                                                f"{master_pod}) for its eviction"))
+    return _roll_waits(part, f"{pick.name} evicted")
 
 
 def _roll_waits(part: Rollout, why: str) -> Rollout:

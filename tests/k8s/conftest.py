@@ -21,7 +21,7 @@ import pytest
 
 from tests.k8s import harness
 from tests.k8s.fakes import FakeAdmin, RoutingAdmin, TestResolver
-from tests.support import unique
+from tests.support import free_port, unique
 
 _BUILD: dict[str, str | None] = {}
 
@@ -92,6 +92,7 @@ class OperatorHarness:
         self.fake = FakeAdmin()
         self.resolver = TestResolver()
         self.real_timeout = 3.0
+        self.webhook_port = free_port()
         self.runner = harness.OperatorRunner(self._configure)
         self._real = RemotingClusterAdmin
 
@@ -102,7 +103,9 @@ class OperatorHarness:
         handlers.configure(
             resolver=lambda s: self.resolver,
             admin=lambda s: RoutingAdmin(self.fake, self._real(timeout=self.real_timeout)),
-            settings=OperatorSettings(http_host="127.0.0.1", http_port=0, recheck_seconds=0.5, resync_seconds=3.0),
+            # the pods/eviction webhook on loopback: the API server calls https://127.0.0.1:<port>
+            settings=OperatorSettings(http_host="127.0.0.1", http_port=0, recheck_seconds=0.5, resync_seconds=3.0,
+                                      webhook_addr="127.0.0.1", webhook_port=self.webhook_port),
         )
 
     def http_port(self) -> int:

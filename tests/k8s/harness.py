@@ -211,9 +211,11 @@ class FakeKubelet:
     keeps ``n`` Available hostPath PVs.
     """
 
-    def __init__(self, api: Any, period: float = 0.3) -> None:
+    def __init__(self, api: Any, period: float = 0.3, node: str = NODE, pvs: int = 120) -> None:
         from kubernetes import client
 
+        self.node = node
+        self.pvs = pvs
         self.api = api
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
@@ -221,7 +223,7 @@ class FakeKubelet:
         self.auto_ready = True
         self.hold: set[str] = set()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"fake-kubelet-{node}", daemon=True)
         self._pv_counter = 0
         self._ip_counter = 10
         self._last_heartbeat = 0.0
@@ -232,15 +234,16 @@ class FakeKubelet:
         from kubernetes.client.rest import ApiException
 
         node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux",
-                                                       "kubernetes.io/arch": "amd64"}}}
+                "metadata": {"name": self.node, "labels": {"kubernetes.io/hostname": self.node,
+                                                           "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}}
         try:
             self.core.create_node(node)
         except ApiException as exc:
             if exc.status != 409:
                 raise
         self._heartbeat()
-        self.ensure_pvs(120)  # failover: Controller adds 3 controller PVCs per cluster
+        if self.pvs:
+            self.ensure_pvs(self.pvs)  # failover: Controller adds 3 controller PVCs per cluster
         self._thread.start()
 
     def stop(self) -> None:
@@ -264,7 +267,7 @@ class FakeKubelet:
 
     def _heartbeat(self) -> None:
         now = _now()
-        self.core.patch_node_status(NODE, {"status": {
+        self.core.patch_node_status(self.node, {"status": {
             "capacity": {"cpu": "64", "memory": "256Gi", "pods": "500"},
             "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "500"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake kubelet",
@@ -274,10 +277,10 @@ class FakeKubelet:
 
         micro = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                 "metadata": {"name": NODE, "namespace": "kube-node-lease"},
-                 "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40, "renewTime": micro}}
+                 "metadata": {"name": self.node, "namespace": "kube-node-lease"},
+                 "spec": {"holderIdentity": self.node, "leaseDurationSeconds": 40, "renewTime": micro}}
         try:
-            self.coord.patch_namespaced_lease(NODE, "kube-node-lease", {"spec": lease["spec"]})
+            self.coord.patch_namespaced_lease(self.node, "kube-node-lease", {"spec": lease["spec"]})
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -297,7 +300,7 @@ class FakeKubelet:
     def _pods(self) -> None:
         from kubernetes.client.rest import ApiException
 
-        for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
+        for pod in self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}").items:
             meta = pod.metadata
             try:
                 if meta.deletion_timestamp is not None:
