@@ -274,6 +274,10 @@ def test_namespaced_scope_grants_writes_only_per_namespace():
     cluster_roles = by_kind("namespaced", "ClusterRole")
     assert len(cluster_roles) == 1
     for rule in cluster_roles[0]["rules"]:
+        if rule["apiGroups"] == ["admissionregistration.k8s.io"]:
+            # the drain webhook's configuration is cluster-scoped whatever the operator watches
+            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "patch"}, rule
+            continue
         assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
     roles = by_kind("namespaced", "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
@@ -305,6 +309,27 @@ def test_operator_http_port_and_probes():
     assert env["ROCKET_OPERATOR_HTTP_PORT"] == "8080"
     assert container["ports"][0] == {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
+def test_drain_webhook_is_served_through_its_service():
+    """Node drains: the operator's pods/eviction webhook is on by default; the API server reaches
+    it through the Service named in ROCKET_OPERATOR_WEBHOOK_HOST (the host kopf writes into the
+    webhook configuration's URL and the certificate), and kopf may manage the configuration."""
+    from rocket_operator.settings import OperatorSettings
+
+    container = by_kind("defaults", "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    settings = OperatorSettings.from_env({k: v for k, v in env.items() if k.startswith("ROCKET_OPERATOR_") and v})
+    assert settings.webhook_port == 9443
+    service = next(s for s in by_kind("defaults", "Service") if s["metadata"]["name"].endswith("-webhook"))
+    assert settings.webhook_host == f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 9443, "targetPort": "webhook", "protocol": "TCP"}]
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    rules = [r for r in by_kind("defaults", "ClusterRole")[0]["rules"]
+             if "validatingwebhookconfigurations" in r["resources"]]
+    assert rules and {"create", "patch", "watch"} <= set(rules[0]["verbs"])
+    off = helm("template", "rel", str(CHART), "--namespace", NAMESPACE, "--set", "drainWebhook.enabled=false").stdout
+    assert "-webhook" not in off and "ROCKET_OPERATOR_WEBHOOK_PORT" not in off
 
 
 def test_service_account_is_bound():

@@ -15,6 +15,13 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get"]
+{{- if .Values.drainWebhook.enabled }}
+# Node drains: kopf keeps the operator's pods/eviction ValidatingWebhookConfiguration (cluster-scoped)
+# pointing at its webhook server with the CA it made (kopf also lists the mutating kind).
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+{{- end }}
 {{- if .Values.operator.peering }}
 # kopf peering between replicas (cluster-wide peering object).
 - apiGroups: ["kopf.dev"]
