@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
 from rocket_operator import analytics, builders, conditions, drain, metrics, names, rollout
 from rocket_operator.addresses import AddressResolver, ClusterRef
@@ -191,7 +192,9 @@ async def apply_children(ctx: Context, seen: Observed, spec: ClusterSpec, replic
     children = builders.desired_children(seen.owner, spec, replicas, ctx.caps)
     force = any(names.broker_statefulset(seen.name, i) not in seen.statefulset_names
                 for i in range(spec.broker.replicas_per_group + 1))
-    await apply_manifests(ctx, seen.uid, children, force)
+    held = await _recreate_for_claims(ctx, seen, children, part)
+    await apply_manifests(ctx, seen.uid, [c for c in children if (c["kind"], c["metadata"]["name"]) not in held],
+                          force)
     for broker_id, sts in seen.statefulsets.items():
         if broker_id > spec.broker.replicas_per_group:
             sts_name = sts["metadata"]["name"]
@@ -212,6 +215,46 @@ class AnalyticsResult(Part):
     entries: list[dict[str, Any]] | None = None
     condition: dict[str, Any] | None = None
     spark_served: bool | None = None
+
+
+def parse_quantity(text: Any) -> Any:
+    """A Kubernetes quantity ("10Gi", "1e9", 5) as a ``decimal.Decimal`` (kubernetes.utils.quantity);
+    raises ``ValueError`` for anything else."""
+    return _parse_quantity(text)  # type: ignore[no-untyped-call]
+
+
+def _claim_template(sts: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``(storage request, storageClassName)`` of a StatefulSet manifest's first volumeClaimTemplate."""
+    templates = (sts.get("spec") or {}).get("volumeClaimTemplates") or [{}]
+    claim = templates[0].get("spec") or {}
+    return ((claim.get("resources") or {}).get("requests") or {}).get("storage"), claim.get("storageClassName")
+
+
+async def _recreate_for_claims(ctx: Context, seen: Observed, children: list[dict[str, Any]], part: Part
+                               ) -> set[tuple[str, str]]:
+    """Broker StatefulSets whose volumeClaimTemplate no longer matches ``spec.broker.storage`` (size or
+    class: fields the API server refuses to update) are deleted with ``propagationPolicy: Orphan``, so
+    their pods and PVCs stay and the next pass creates them anew (the new StatefulSet adopts the pods).
+    Returns the ``(kind, name)`` of the StatefulSets not to apply this pass (being deleted)."""
+    held: set[tuple[str, str]] = set()
+    wanted = {c["metadata"]["name"]: c for c in children if c["kind"] == "StatefulSet"}
+    for sts in seen.statefulsets.values():
+        sts_name = sts["metadata"]["name"]
+        desired = wanted.get(sts_name)
+        if desired is None:
+            continue
+        if sts["metadata"].get("deletionTimestamp"):
+            held.add(("StatefulSet", sts_name))
+            part.waiting.append(f"StatefulSet {sts_name} is being deleted")
+        elif _claim_template(sts) != _claim_template(desired):
+            await ctx.kube.delete("apps/v1", "StatefulSet", seen.namespace, sts_name, uid=sts["metadata"]["uid"],
+                                  propagation="Orphan")
+            ctx.applied.pop((seen.uid, "StatefulSet", sts_name), None)
+            held.add(("StatefulSet", sts_name))
+            part.waiting.append(f"re-creating StatefulSet {sts_name} for spec.broker.storage")
+            part.events.append(("Normal", "StorageChanged", f"re-creating {sts_name} with the new volumeClaimTemplate "
+                                "(pods and PVCs kept)"))
+    return held
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
@@ -361,9 +404,23 @@ def _pod_addr(ctx: Context, seen: Observed, broker_id: int, group: int) -> str:
 # -- claims ----------------------------------------------------------------------------------------
 
 async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list[dict[str, Any]]) -> Part:
-    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none.
-    Raises :class:`ApiError` for a refused patch."""
+    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none; a PVC
+    smaller than ``spec.broker.storage.size`` is expanded (a refusal, e.g. by a StorageClass without
+    ``allowVolumeExpansion``, is a waiting reason naming it; PVCs never shrink).
+    Raises :class:`ApiError` for another refused patch."""
+    part = Part()
+    want = parse_quantity(spec.broker.storage.size)
     for pvc in pvcs:
+        size = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        if size is not None and parse_quantity(size) < want and not pvc["metadata"].get("deletionTimestamp"):
+            try:
+                await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
+                                           {"spec": {"resources": {"requests": {"storage": spec.broker.storage.size}}}})
+            except ApiError as exc:
+                if exc.status not in (403, 422):
+                    raise
+                part.waiting.append(f"PVC {pvc['metadata']['name']} cannot be expanded to "
+                                    f"{spec.broker.storage.size}: {exc.message}")
         refs = pvc["metadata"].get("ownerReferences") or []
         ours = [r for r in refs if r.get("uid") == seen.uid]
         if spec.broker.storage.delete_claim.on_delete and not ours:
@@ -373,7 +430,7 @@ async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list
             kept = [r for r in refs if r.get("uid") != seen.uid]
             await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
                                        {"metadata": {"ownerReferences": kept or None}})
-    return Part()
+    return part
 
 
 # -- broker groups ---------------------------------------------------------------------------------

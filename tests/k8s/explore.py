@@ -33,6 +33,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,6 +252,34 @@ class OperatorLog(logging.Handler):
             logging.getLogger().removeHandler(handler)
 
 
+#: The StorageClass of the explored cluster's PVCs: no provisioner, expansion allowed, so that a larger
+#: ``spec.broker.storage.size`` can expand the PVCs (the API server's PersistentVolumeClaimResize check).
+STORAGE_CLASS = "explore-expandable"
+
+
+def ensure_storage(api: Any, available: int = 12) -> None:
+    """The :data:`STORAGE_CLASS` and at least ``available`` Available 10Gi hostPath PVs of it."""
+    storage = client.StorageV1Api(api)
+    try:
+        storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                      "metadata": {"name": STORAGE_CLASS},
+                                      "provisioner": "kubernetes.io/no-provisioner",
+                                      "allowVolumeExpansion": True, "volumeBindingMode": "Immediate"})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    core = client.CoreV1Api(api)
+    pvs = core.list_persistent_volume().items
+    free = sum(1 for pv in pvs if pv.spec.storage_class_name == STORAGE_CLASS and pv.spec.claim_ref is None)
+    for _ in range(max(0, available - free)):
+        name = f"explore-pv-{uuid.uuid4().hex[:10]}"
+        core.create_persistent_volume({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": STORAGE_CLASS, "persistentVolumeReclaimPolicy": "Retain",
+                     "hostPath": {"path": f"/tmp/{name}"}}})
+
+
 @dataclass
 class Env:
     """What the machine works with: the API client, namespace, the operator's log, a step journal."""
@@ -385,9 +414,13 @@ class SpecExplorer(RuleBasedStateMachine):
                 if len(refs) != 1 or refs[0].get("uid") != self.uid:
                     problems.append(f"{kind} {name}: controller owners {refs}, want the cluster {self.uid}")
         groups = int((spec.get("broker") or {}).get("groups", 2))
+        size = str(((spec.get("broker") or {}).get("storage") or {}).get("size", "10Gi"))
         for name, sts in found["StatefulSet"].items():
             if sts["spec"]["replicas"] != groups:
                 problems.append(f"StatefulSet {name}: {sts['spec']['replicas']} replicas, want {groups}")
+            claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+            if claim != size:
+                problems.append(f"StatefulSet {name}: volumeClaimTemplate of {claim}, spec says {size}")
         conf = found["ConfigMap"].get(f"{self.NAME}-broker-config")
         if conf is not None:
             problems.extend(self.broker_conf_problems(spec, (conf.get("data") or {}).get("broker.conf", "")))
@@ -424,9 +457,13 @@ class SpecExplorer(RuleBasedStateMachine):
         problems = [f"PVC {c} is gone although deleteClaim did not ask for it"
                     for c in sorted(self.keep_claims - set(found))]
         on_delete = bool((((spec.get("broker") or {}).get("storage") or {}).get("deleteClaim") or {}).get("onDelete"))
+        size = str(((spec.get("broker") or {}).get("storage") or {}).get("size", "10Gi"))
         for name, pvc in found.items():
             if pvc["metadata"].get("deletionTimestamp"):
                 continue
+            request = pvc["spec"]["resources"]["requests"]["storage"]
+            if _quantity_bytes(request) < _quantity_bytes(size):
+                problems.append(f"PVC {name}: requests {request}, spec.broker.storage.size is {size}")
             owned = any(r.get("uid") == self.uid for r in pvc["metadata"].get("ownerReferences") or [])
             if owned != on_delete:
                 problems.append(f"PVC {name}: owned by the cluster is {owned}, deleteClaim.onDelete is {on_delete}")
@@ -460,6 +497,7 @@ class SpecExplorer(RuleBasedStateMachine):
 
     def converge(self, what: str, *, expect_degraded: bool = False) -> None:
         """Wait until status and children satisfy the invariants (or fail after CONVERGE_SECONDS)."""
+        ensure_storage(self.env.api)
         deadline = time.monotonic() + CONVERGE_SECONDS
         started = time.monotonic()
         last: list[str] = []
@@ -504,7 +542,8 @@ class SpecExplorer(RuleBasedStateMachine):
         # skip it, it explores nothing
         assume(nonce != 0)
         spec = {"broker": {"groups": groups, "replicasPerGroup": slaves,
-                           "storage": {"size": "1Gi", "deleteClaim": {"onScaleIn": on_scale_in}}},
+                           "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS,
+                                       "deleteClaim": {"onScaleIn": on_scale_in}}},
                 "nameServer": {"replicas": nameservers}, "topics": [{"name": "TopicA", "queues": 4}]}
         self.note(f"create {spec}")
         # a RocketCluster of an earlier example may still be deleting
@@ -532,10 +571,11 @@ class SpecExplorer(RuleBasedStateMachine):
     def scale_nameservers(self, replicas: int) -> None:
         self.change(f"nameServer.replicas -> {replicas}", set_path(self.spec, "spec.nameServer.replicas", replicas))
 
-    @rule(more=st.integers(1, 4))
+    @precondition(lambda self: int(str(self.spec["broker"]["storage"]["size"]).removesuffix("Gi")) < 9)
+    @rule(more=st.integers(1, 3))
     def storage_up(self, more: int) -> None:
         size = str(self.spec["broker"]["storage"]["size"])
-        new = f"{int(size.removesuffix('Gi')) + more}Gi"
+        new = f"{min(9, int(size.removesuffix('Gi')) + more)}Gi"
         self.change(f"storage {size} -> {new}", set_path(self.spec, "spec.broker.storage.size", new))
 
     @rule(where=st.sampled_from(["spec.broker.resources", "spec.nameServer.resources"]), value=resources())
