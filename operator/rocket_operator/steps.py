@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
-from rocket_operator import analytics, builders, conditions, drain, metrics, names, rollout
+from rocket_operator import analytics, builders, conditions, drain, metrics, names, rollout, security
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, Registration
 from rocket_operator.builders import Capabilities, Owner
@@ -158,6 +158,34 @@ async def observe_cluster(ctx: Context, namespace: str, name: str) -> Observed |
                     statefulset_names={s["metadata"]["name"] for s in sts_all})
 
 
+#: Kinds of the children (and security Secrets) that carry the ``app.kubernetes.io/instance`` label.
+CHILD_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "Secret"), ("apps/v1", "Deployment"),
+               ("apps/v1", "StatefulSet"), ("networking.k8s.io/v1", "NetworkPolicy"))
+
+
+async def stale_children(ctx: Context, seen: Observed) -> list[str]:
+    """``Kind/name`` of the children of an earlier RocketCluster of the same name (a controller owner
+    reference to another RocketCluster uid) still waiting for the garbage collector.
+
+    Only asked until this operator has applied the cluster's children once (first pass after a create
+    or a restart): applying over such an object takes it over for a moment, and then the garbage
+    collector, which decided to delete it before, removes it, leaving the new cluster without that
+    child until the next periodic re-apply. Raises :class:`ApiError` when a list is refused."""
+    if any(key[0] == seen.uid for key in ctx.applied):
+        return []
+    selector = f"{names.LABEL_INSTANCE}={seen.name}"
+    kinds = [*CHILD_KINDS, (ctx.caps.pdb_api_version, "PodDisruptionBudget")]
+    found = await asyncio.gather(*(ctx.kube.list(api, kind, seen.namespace, selector) for api, kind in kinds))
+    stale = []
+    for (_, kind), objs in zip(kinds, found, strict=True):
+        for obj in objs:
+            refs = [r for r in obj["metadata"].get("ownerReferences") or []
+                    if r.get("controller") and r.get("kind") == names.KIND]
+            if refs and all(r.get("uid") != seen.uid for r in refs):
+                stale.append(f"{kind}/{obj['metadata']['name']}")
+    return stale
+
+
 def plan_brokers(seen: Observed, spec: ClusterSpec, now: str) -> drain.DrainPlan:
     """The broker StatefulSets' size this pass and the drain records (a scale-in keeps draining
     groups until they are ``Drained``); ``now``: RFC 3339 time for new records."""
@@ -187,14 +215,23 @@ async def apply_manifests(ctx: Context, uid: str, children: list[dict[str, Any]]
 async def apply_children(ctx: Context, seen: Observed, spec: ClusterSpec, replicas: int) -> Part:
     """Apply every child of :func:`builders.desired_children` (the broker StatefulSets with
     ``replicas`` groups), all of them when a broker StatefulSet is missing, and delete the slave
-    StatefulSets past ``spec.broker.replicasPerGroup``. Raises :class:`ApiError` for a refused write."""
+    StatefulSets past ``spec.broker.replicasPerGroup`` and the :func:`optional_children` no longer wanted.
+    Raises :class:`ApiError` for a refused write."""
     part = Part()
     children = builders.desired_children(seen.owner, spec, replicas, ctx.caps)
     force = any(names.broker_statefulset(seen.name, i) not in seen.statefulset_names
                 for i in range(spec.broker.replicas_per_group + 1))
+    first = not any(key[0] == seen.uid for key in ctx.applied)
     held = await _recreate_for_claims(ctx, seen, children, part)
     await apply_manifests(ctx, seen.uid, [c for c in children if (c["kind"], c["metadata"]["name"]) not in held],
                           force)
+    wanted = {(c["kind"], c["metadata"]["name"]) for c in children}
+    for api_version, kind, child in optional_children(seen.name):
+        key = (seen.uid, kind, child)
+        if (kind, child) not in wanted and (first or key in ctx.applied):
+            if await ctx.kube.delete(api_version, kind, seen.namespace, child):
+                part.events.append(("Normal", "ChildRemoved", f"removed {kind} {child} (no longer in the spec)"))
+            ctx.applied.pop(key, None)
     for broker_id, sts in seen.statefulsets.items():
         if broker_id > spec.broker.replicas_per_group:
             sts_name = sts["metadata"]["name"]
@@ -221,6 +258,16 @@ def parse_quantity(text: Any) -> Any:
     """A Kubernetes quantity ("10Gi", "1e9", 5) as a ``decimal.Decimal`` (kubernetes.utils.quantity);
     raises ``ValueError`` for anything else."""
     return _parse_quantity(text)  # type: ignore[no-untyped-call]
+
+
+def optional_children(cluster: str) -> list[tuple[str, str, str]]:
+    """``(apiVersion, kind, name)`` of the children only some specs have (the NetworkPolicies of
+    ``spec.security.networkPolicies``, the NameServer ConfigMap of ACL/TLS): :func:`apply_children`
+    deletes those the spec no longer wants (all such names on a cluster's first pass, so that an operator
+    restart misses none; afterwards those it applied)."""
+    return [*(("networking.k8s.io/v1", "NetworkPolicy", n) for n in
+              (names.broker_service(cluster), names.nameserver(cluster), security.controller_service(cluster))),
+            ("v1", "ConfigMap", security.nameserver_config(cluster))]
 
 
 def _claim_template(sts: Mapping[str, Any]) -> tuple[Any, Any]:

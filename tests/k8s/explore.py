@@ -677,10 +677,12 @@ class SpecExplorer(RuleBasedStateMachine):
         self.change("back to the last valid spec", self.spec)
 
     @precondition(lambda self: not self.paused)
-    @rule(groups=ints("spec.broker.groups"), on_delete=st.booleans())
-    def delete_and_recreate(self, groups: int, on_delete: bool) -> None:
-        """Delete the cluster (children garbage-collected, PVCs kept unless onDelete) and create it again."""
-        self.note(f"delete (deleteClaim.onDelete={self.on_delete()})")
+    @rule(groups=ints("spec.broker.groups"), on_delete=st.booleans(), at_once=st.booleans())
+    def delete_and_recreate(self, groups: int, on_delete: bool, at_once: bool) -> None:
+        """Delete the cluster (children garbage-collected, PVCs kept unless onDelete) and create it again:
+        after the garbage collector is done, or (``at_once``, PVCs kept) as soon as the object is gone."""
+        at_once = at_once and not self.on_delete()
+        self.note(f"delete (deleteClaim.onDelete={self.on_delete()}){' and re-create at once' if at_once else ''}")
         self.objects.delete_namespaced_custom_object(GROUP, VERSION, self.env.namespace, PLURAL, self.NAME)
         deadline = time.monotonic() + CONVERGE_SECONDS
         while self.get() is not None:
@@ -688,15 +690,14 @@ class SpecExplorer(RuleBasedStateMachine):
             time.sleep(0.3)
         if self.on_delete():
             self.keep_claims = set()
-        while True:
+        while not at_once:
             left = {k: sorted(v) for k, v in self.children().items() if v}
-            gone = [c for c, p in self.claims().items() if c in self.keep_claims and p]
             claims_left = [c for c, p in self.claims().items() if not p["metadata"].get("deletionTimestamp")]
             if not left and (not self.on_delete() or not claims_left):
                 break
             assert time.monotonic() < deadline, f"children left after the deletion: {left}, PVCs {claims_left}"
             time.sleep(0.3)
-        missing = self.keep_claims - set(gone)
+        missing = self.keep_claims - set(self.claims())
         assert not missing, f"PVCs deleted with the cluster although onDelete is false: {sorted(missing)}"
         self.check_log("delete")
         spec = set_path(self.spec, "spec.broker.groups", groups)
