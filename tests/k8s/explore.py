@@ -206,6 +206,8 @@ SEMANTIC_INVALID: list[tuple[str, Any]] = [
     ("spec.analytics", {"outputVolumeClaim": "out", "jobs": [{"name": "o", "job": "traffic", "topics": ["A"],
                                                               "output": "/data/elsewhere"}]}),
     ("spec.security", {"tls": {"mode": "Permissive", "issuer": "Secret"}}),
+    ("spec.broker.config", {"deleteWhen": "04\nbrokerClusterName=other"}),
+    ("spec.broker.config", {"listenPort 1": "x"}),
 ]
 
 
