@@ -602,10 +602,30 @@ class SpecExplorer(RuleBasedStateMachine):
                     set_path(self.spec, "spec.broker.storage.deleteClaim",
                              {"onScaleIn": on_scale_in, "onDelete": on_delete}))
 
+    @rule(role=enum("spec.broker.brokerRole"), flush=enum("spec.broker.flushDiskType"),
+          grace=ints("spec.broker.terminationGracePeriodSeconds"), pull=enum("spec.imagePullPolicy"),
+          anti=enum("spec.scheduling.antiAffinity"), image=st.sampled_from(["rocketcluster/rocket:0.1.0",
+                                                                            "rocketcluster/rocket:0.1.1"]))
+    def set_pod_settings(self, role: str, flush: str, grace: int, pull: str, anti: str, image: str) -> None:
+        """Settings that change the pod templates (the brokers roll one at a time)."""
+        spec = set_path(self.spec, "spec.broker.brokerRole", role)
+        spec = set_path(spec, "spec.broker.flushDiskType", flush)
+        spec = set_path(spec, "spec.broker.terminationGracePeriodSeconds", grace)
+        spec = set_path(spec, "spec.imagePullPolicy", pull)
+        spec = set_path(spec, "spec.scheduling.antiAffinity", anti)
+        spec = set_path(spec, "spec.image", image)
+        self.change(f"pods: {role} {flush} grace={grace} {pull} antiAffinity={anti} {image}", spec)
+
+    @rule(acl=st.booleans(), tls=enum("spec.security.tls.mode"))
+    def set_security(self, acl: bool, tls: str) -> None:
+        security = dict(self.spec.get("security") or {})
+        security.update({"acl": {"enabled": acl}, "tls": {"mode": tls, "issuer": "Operator"}})
+        self.change(f"security acl={acl} tls={tls}", set_path(self.spec, "spec.security", security))
+
     @rule(enabled=st.booleans())
     def set_network_policies(self, enabled: bool) -> None:
-        self.change(f"networkPolicies.enabled = {enabled}",
-                    set_path(self.spec, "spec.security.networkPolicies", {"enabled": enabled}))
+        security = {**(self.spec.get("security") or {}), "networkPolicies": {"enabled": enabled}}
+        self.change(f"networkPolicies.enabled = {enabled}", set_path(self.spec, "spec.security", security))
 
     @precondition(lambda self: not self.paused)
     @rule(groups=ints("spec.broker.groups"))
