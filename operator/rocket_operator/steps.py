@@ -158,9 +158,10 @@ async def observe_cluster(ctx: Context, namespace: str, name: str) -> Observed |
                     statefulset_names={s["metadata"]["name"] for s in sts_all})
 
 
-#: Kinds of the children (and security Secrets) that carry the ``app.kubernetes.io/instance`` label.
-CHILD_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "Secret"), ("apps/v1", "Deployment"),
-               ("apps/v1", "StatefulSet"), ("networking.k8s.io/v1", "NetworkPolicy"))
+#: Kinds of the children that carry the ``app.kubernetes.io/instance`` label (Secrets are never listed:
+#: the operator's RBAC reads them by name only).
+CHILD_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"),
+               ("networking.k8s.io/v1", "NetworkPolicy"))
 
 
 async def stale_children(ctx: Context, seen: Observed) -> list[str]:

@@ -178,6 +178,12 @@ def test_service_account_may_do_what_the_operator_does(release: Release, kube: A
     assert allowed("create", "apps", "statefulsets") and allowed("delete", "apps", "statefulsets")
     assert allowed("patch", "", "persistentvolumeclaims") and allowed("delete", "", "pods")
     assert allowed("create", "", "events")
+    # first pass of a cluster: lists the kinds an earlier same-named cluster's children may be left in;
+    # the NetworkPolicies / NameServer ConfigMap the spec no longer wants are deleted
+    for group, resource in (("", "configmaps"), ("", "services"), ("apps", "deployments"), ("apps", "statefulsets"),
+                            ("networking.k8s.io", "networkpolicies"), ("policy", "poddisruptionbudgets")):
+        assert allowed("list", group, resource), resource
+    assert allowed("delete", "", "configmaps") and allowed("delete", "networking.k8s.io", "networkpolicies")
     assert allowed("create", "", "secrets") and allowed("patch", "rocket.dev", "rocketusers", sub="status")
     assert not allowed("list", "", "secrets") and not allowed("watch", "", "secrets")
     assert not allowed("delete", "", "namespaces")

@@ -55,8 +55,12 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
-  resources: ["services", "configmaps"]
+  resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# ConfigMaps: the NameServer ConfigMap is deleted when ACL and TLS are turned off.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch"]
