@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 
-.PHONY: setup run test chaos fuzz bench bench-compare lint clean tools images
+.PHONY: setup run test chaos fuzz explore bench bench-compare lint clean tools images
 
 setup: $(STAMP)
 
@@ -44,6 +44,16 @@ fuzz: setup
 	$(PY) -m pip install --quiet 'atheris>=2.3'
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(PY) -m tests.fuzz
 	FUZZ_FRAMES=$(FUZZ_FRAMES) FUZZ_HTTP=$(FUZZ_HTTP) $(PY) -m pytest -q -s -p no:cacheprovider tests/fuzz/test_fuzz_servers.py
+
+# Exploring test of RocketCluster spec changes on the real API server with the operator running
+# (tests/k8s/explore.py): EXPLORE_EXAMPLES sequences of EXPLORE_STEPS rules from EXPLORE_SEED (random
+# when empty; printed for replay). `make test` runs one short sequence of the same test.
+EXPLORE_STEPS ?= 40
+EXPLORE_EXAMPLES ?= 5
+EXPLORE_SEED ?=
+explore: setup
+	EXPLORE_STEPS=$(EXPLORE_STEPS) EXPLORE_EXAMPLES=$(EXPLORE_EXAMPLES) EXPLORE_SEED=$(EXPLORE_SEED) \
+	  $(PY) -m pytest -q -s --timeout=0 tests/k8s/test_explore.py
 
 bench: setup
 	$(PY) -m bench $(BENCH)

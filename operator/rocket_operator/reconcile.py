@@ -7,7 +7,9 @@ the outcome, in this order (as Strimzi's ``KafkaReconciler`` chains its steps):
 1. **observe** (:func:`~rocket_operator.steps.observe_cluster`): the RocketCluster
    fresh from the API server (``status`` is the memory of long operations) and its
    broker StatefulSets. An invalid spec is reported, not built; the
-   ``rocket.dev/paused`` annotation stops the pass there;
+   ``rocket.dev/paused`` annotation stops the pass there; so do children of an earlier
+   RocketCluster of the same name the garbage collector has yet to remove
+   (:func:`~rocket_operator.steps.stale_children`);
    then **security** (:func:`~rocket_operator.security_step.reconcile_security`): the admin
    credentials and TLS Secrets of ``spec.security``; every later remoting call is signed with
    the admin keys;
@@ -94,6 +96,12 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> Outcome:
         outcome.phase = status.PHASE_PAUSED
         await _write_status(ctx, seen, {"phase": outcome.phase},
                             status.paused_conditions(seen.status.get("conditions")), keep_generation=True)
+        return outcome
+
+    stale = await steps.stale_children(ctx, seen)
+    if stale:
+        outcome.waiting.append(f"the garbage collector still removes {len(stale)} children of an earlier "
+                               f"RocketCluster {name}: {', '.join(sorted(stale)[:5])}")
         return outcome
 
     now = datetime.datetime.now(datetime.UTC)

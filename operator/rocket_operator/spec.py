@@ -329,6 +329,23 @@ def _str_map(value: Any, where: str) -> dict[str, str]:
     return out
 
 
+_CONFIG_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+def _broker_config(value: Any) -> dict[str, str]:
+    """``spec.broker.config``: keys are broker.conf property names (letters, digits, ``_.-``) and values
+    are one line, so that no entry can add or override another line of ``broker.conf`` (a
+    java.util.Properties file: a line break ends the value, ``=``/``:``/spaces end the key).
+    Raises :class:`SpecError` naming the entry."""
+    out = _str_map(value, "spec.broker.config")
+    for key, item in out.items():
+        if not _CONFIG_KEY_RE.match(key):
+            raise SpecError(f"spec.broker.config key {key!r} must be a property name matching {_CONFIG_KEY_RE.pattern}")
+        if any(c in item for c in "\r\n\f\\"):
+            raise SpecError(f"spec.broker.config.{key} must be one line without backslashes, got {item!r}")
+    return out
+
+
 def _resources(value: Any, where: str) -> Resources:
     obj = _obj(value, where)
 
@@ -507,7 +524,7 @@ def parse_spec(spec: Mapping[str, Any] | None) -> ClusterSpec:
         flush_disk_type=_enum(br, "flushDiskType", "ASYNC_FLUSH", FLUSH_DISK_TYPES, "spec.broker"),
         storage=storage,
         resources=_resources(br.get("resources"), "spec.broker.resources"),
-        config=_str_map(br.get("config"), "spec.broker.config"),
+        config=_broker_config(br.get("config")),
         termination_grace_period_seconds=_int(br, "terminationGracePeriodSeconds", 120, 10, 3600, "spec.broker"),
         failover=_enum(br, "failover", "Controller", FAILOVER_MODES, "spec.broker"),
         client_route_refresh_seconds=_int(br, "clientRouteRefreshSeconds", 30, 0, 600, "spec.broker"),

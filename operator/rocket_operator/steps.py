@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from kubernetes.utils.quantity import parse_quantity as _parse_quantity
 
 from rocket_operator import (
     analytics,
@@ -51,6 +52,7 @@ from rocket_operator import (
     metrics,
     names,
     rollout,
+    security,
 )
 from rocket_operator.addresses import AddressResolver, ClusterRef
 from rocket_operator.admin import AdminError, ClusterAdmin, Registration
@@ -177,6 +179,35 @@ async def observe_cluster(ctx: Context, namespace: str, name: str) -> Observed |
                     statefulset_names={s["metadata"]["name"] for s in sts_all})
 
 
+#: Kinds of the children that carry the ``app.kubernetes.io/instance`` label (Secrets are never listed:
+#: the operator's RBAC reads them by name only).
+CHILD_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"),
+               ("networking.k8s.io/v1", "NetworkPolicy"))
+
+
+async def stale_children(ctx: Context, seen: Observed) -> list[str]:
+    """``Kind/name`` of the children of an earlier RocketCluster of the same name (a controller owner
+    reference to another RocketCluster uid) still waiting for the garbage collector.
+
+    Only asked until this operator has applied the cluster's children once (first pass after a create
+    or a restart): applying over such an object takes it over for a moment, and then the garbage
+    collector, which decided to delete it before, removes it, leaving the new cluster without that
+    child until the next periodic re-apply. Raises :class:`ApiError` when a list is refused."""
+    if any(key[0] == seen.uid for key in ctx.applied):
+        return []
+    selector = f"{names.LABEL_INSTANCE}={seen.name}"
+    kinds = [*CHILD_KINDS, (ctx.caps.pdb_api_version, "PodDisruptionBudget")]
+    found = await asyncio.gather(*(ctx.kube.list(api, kind, seen.namespace, selector) for api, kind in kinds))
+    stale = []
+    for (_, kind), objs in zip(kinds, found, strict=True):
+        for obj in objs:
+            refs = [r for r in obj["metadata"].get("ownerReferences") or []
+                    if r.get("controller") and r.get("kind") == names.KIND]
+            if refs and all(r.get("uid") != seen.uid for r in refs):
+                stale.append(f"{kind}/{obj['metadata']['name']}")
+    return stale
+
+
 def plan_brokers(seen: Observed, spec: ClusterSpec, now: str) -> drain.DrainPlan:
     """The broker StatefulSets' size this pass and the drain records (a scale-in keeps draining
     groups until they are ``Drained``); ``now``: RFC 3339 time for new records."""
@@ -206,12 +237,23 @@ async def apply_manifests(ctx: Context, uid: str, children: list[dict[str, Any]]
 async def apply_children(ctx: Context, seen: Observed, spec: ClusterSpec, replicas: int) -> Part:
     """Apply every child of :func:`builders.desired_children` (the broker StatefulSets with
     ``replicas`` groups), all of them when a broker StatefulSet is missing, and delete the slave
-    StatefulSets past ``spec.broker.replicasPerGroup``. Raises :class:`ApiError` for a refused write."""
+    StatefulSets past ``spec.broker.replicasPerGroup`` and the :func:`optional_children` no longer wanted.
+    Raises :class:`ApiError` for a refused write."""
     part = Part()
     children = builders.desired_children(seen.owner, spec, replicas, ctx.caps)
     force = any(names.broker_statefulset(seen.name, i) not in seen.statefulset_names
                 for i in range(spec.broker.replicas_per_group + 1))
-    await apply_manifests(ctx, seen.uid, children, force)
+    first = not any(key[0] == seen.uid for key in ctx.applied)
+    held = await _recreate_for_claims(ctx, seen, children, part)
+    await apply_manifests(ctx, seen.uid, [c for c in children if (c["kind"], c["metadata"]["name"]) not in held],
+                          force)
+    wanted = {(c["kind"], c["metadata"]["name"]) for c in children}
+    for api_version, kind, child in optional_children(seen.name):
+        key = (seen.uid, kind, child)
+        if (kind, child) not in wanted and (first or key in ctx.applied):
+            if await ctx.kube.delete(api_version, kind, seen.namespace, child):
+                part.events.append(("Normal", "ChildRemoved", f"removed {kind} {child} (no longer in the spec)"))
+            ctx.applied.pop(key, None)
     for broker_id, sts in seen.statefulsets.items():
         if broker_id > spec.broker.replicas_per_group:
             sts_name = sts["metadata"]["name"]
@@ -232,6 +274,56 @@ class AnalyticsResult(Part):
     entries: list[dict[str, Any]] | None = None
     condition: dict[str, Any] | None = None
     spark_served: bool | None = None
+
+
+def parse_quantity(text: Any) -> Any:
+    """A Kubernetes quantity ("10Gi", "1e9", 5) as a ``decimal.Decimal`` (kubernetes.utils.quantity);
+    raises ``ValueError`` for anything else."""
+    return _parse_quantity(text)  # type: ignore[no-untyped-call]
+
+
+def optional_children(cluster: str) -> list[tuple[str, str, str]]:
+    """``(apiVersion, kind, name)`` of the children only some specs have (the NetworkPolicies of
+    ``spec.security.networkPolicies``, the NameServer ConfigMap of ACL/TLS): :func:`apply_children`
+    deletes those the spec no longer wants (all such names on a cluster's first pass, so that an operator
+    restart misses none; afterwards those it applied)."""
+    return [*(("networking.k8s.io/v1", "NetworkPolicy", n) for n in
+              (names.broker_service(cluster), names.nameserver(cluster), security.controller_service(cluster))),
+            ("v1", "ConfigMap", security.nameserver_config(cluster))]
+
+
+def _claim_template(sts: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``(storage request, storageClassName)`` of a StatefulSet manifest's first volumeClaimTemplate."""
+    templates = (sts.get("spec") or {}).get("volumeClaimTemplates") or [{}]
+    claim = templates[0].get("spec") or {}
+    return ((claim.get("resources") or {}).get("requests") or {}).get("storage"), claim.get("storageClassName")
+
+
+async def _recreate_for_claims(ctx: Context, seen: Observed, children: list[dict[str, Any]], part: Part
+                               ) -> set[tuple[str, str]]:
+    """Broker StatefulSets whose volumeClaimTemplate no longer matches ``spec.broker.storage`` (size or
+    class: fields the API server refuses to update) are deleted with ``propagationPolicy: Orphan``, so
+    their pods and PVCs stay and the next pass creates them anew (the new StatefulSet adopts the pods).
+    Returns the ``(kind, name)`` of the StatefulSets not to apply this pass (being deleted)."""
+    held: set[tuple[str, str]] = set()
+    wanted = {c["metadata"]["name"]: c for c in children if c["kind"] == "StatefulSet"}
+    for sts in seen.statefulsets.values():
+        sts_name = sts["metadata"]["name"]
+        desired = wanted.get(sts_name)
+        if desired is None:
+            continue
+        if sts["metadata"].get("deletionTimestamp"):
+            held.add(("StatefulSet", sts_name))
+            part.waiting.append(f"StatefulSet {sts_name} is being deleted")
+        elif _claim_template(sts) != _claim_template(desired):
+            await ctx.kube.delete("apps/v1", "StatefulSet", seen.namespace, sts_name, uid=sts["metadata"]["uid"],
+                                  propagation="Orphan")
+            ctx.applied.pop((seen.uid, "StatefulSet", sts_name), None)
+            held.add(("StatefulSet", sts_name))
+            part.waiting.append(f"re-creating StatefulSet {sts_name} for spec.broker.storage")
+            part.events.append(("Normal", "StorageChanged", f"re-creating {sts_name} with the new volumeClaimTemplate "
+                                "(pods and PVCs kept)"))
+    return held
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
@@ -394,9 +486,23 @@ def _master_addr(ctx: Context, seen: Observed, group: int) -> str:
 # -- claims ----------------------------------------------------------------------------------------
 
 async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list[dict[str, Any]]) -> Part:
-    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none.
-    Raises :class:`ApiError` for a refused patch."""
+    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none; a PVC
+    smaller than ``spec.broker.storage.size`` is expanded (a refusal, e.g. by a StorageClass without
+    ``allowVolumeExpansion``, is a waiting reason naming it; PVCs never shrink).
+    Raises :class:`ApiError` for another refused patch."""
+    part = Part()
+    want = parse_quantity(spec.broker.storage.size)
     for pvc in pvcs:
+        size = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
+        if size is not None and parse_quantity(size) < want and not pvc["metadata"].get("deletionTimestamp"):
+            try:
+                await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
+                                           {"spec": {"resources": {"requests": {"storage": spec.broker.storage.size}}}})
+            except ApiError as exc:
+                if exc.status not in (403, 422):
+                    raise
+                part.waiting.append(f"PVC {pvc['metadata']['name']} cannot be expanded to "
+                                    f"{spec.broker.storage.size}: {exc.message}")
         refs = pvc["metadata"].get("ownerReferences") or []
         ours = [r for r in refs if r.get("uid") == seen.uid]
         if spec.broker.storage.delete_claim.on_delete and not ours:
@@ -406,7 +512,7 @@ async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list
             kept = [r for r in refs if r.get("uid") != seen.uid]
             await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
                                        {"metadata": {"ownerReferences": kept or None}})
-    return Part()
+    return part
 
 
 # -- broker groups ---------------------------------------------------------------------------------

@@ -182,6 +182,12 @@ def test_service_account_may_do_what_the_operator_does(release: Release, kube: A
     # credentials and TLS Secrets (spec.security); never listed or watched
     assert allowed("get", "", "secrets") and allowed("create", "", "secrets") and allowed("delete", "", "secrets")
     assert allowed("patch", "", "secrets") and allowed("patch", "rocket.dev", "rocketusers", sub="status")
+    # first pass of a cluster: lists the kinds an earlier same-named cluster's children may be left in;
+    # the NetworkPolicies / NameServer ConfigMap the spec no longer wants are deleted
+    for group, resource in (("", "configmaps"), ("", "services"), ("apps", "deployments"), ("apps", "statefulsets"),
+                            ("networking.k8s.io", "networkpolicies"), ("policy", "poddisruptionbudgets")):
+        assert allowed("list", group, resource), resource
+    assert allowed("delete", "", "configmaps") and allowed("delete", "networking.k8s.io", "networkpolicies")
     assert not allowed("list", "", "secrets") and not allowed("watch", "", "secrets")
     # listeners: node addresses, Services of removed listeners
     assert allowed("get", "", "nodes", namespace="") and not allowed("patch", "", "nodes", namespace="")

@@ -352,3 +352,20 @@ def test_children_and_crd_validate_against_current_kubernetes(version: str) -> N
     for child in builders.desired_children(OWNER, spec, caps=caps):
         kv.validate(child, version, strict=True)
     kv.validate(yaml.safe_load(CRD.read_text()), version, strict=True)
+
+
+@pytest.mark.parametrize("config", [
+    {"deleteWhen": "04\nbrokerClusterName=other"},  # a second line would override an operator key
+    {"deleteWhen": "04\rlistenPort=1"},
+    {"msgTraceTopicName": "a\\b"},  # a Properties escape
+    {"listenPort 1": "x"},  # a space ends the key in broker.conf
+    {"x=y": "1"},
+])
+def test_broker_config_entries_cannot_inject_lines(config: dict[str, str]) -> None:
+    """Found while deriving the exploration test's config strategy from the CRD (any string is allowed):
+    spec.broker.config entries went into broker.conf verbatim, so a line break in a value added or
+    overrode any key, the operator's own ones included."""
+    with pytest.raises(SpecError, match=r"spec\.broker\.config"):
+        parse_spec({"broker": {"config": config}})
+    assert parse_spec({"broker": {"config": {"deleteWhen": "04", "fileReservedTime": "48"}}}).broker.config == {
+        "deleteWhen": "04", "fileReservedTime": "48"}

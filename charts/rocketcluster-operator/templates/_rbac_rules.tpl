@@ -66,12 +66,16 @@ namespacedRules: the RocketCluster resources and every child kind the operator m
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
-  resources: ["services", "configmaps"]
+  resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # The Services of a listener removed from spec.listeners.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["delete"]
+# ConfigMaps: the NameServer ConfigMap is deleted when ACL and TLS are turned off.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch"]
