@@ -15,8 +15,9 @@
 // (bench/compare/timer.py) sends n timer messages with setDeliverTimeMs spread evenly over `window`
 // seconds that start once all are sent, and times their arrival at a push consumer: delivery error
 // (arrival - scheduled, ms) p50/p99/max and how many came early; then sends `throughput` plain
-// messages and as many timer messages (due in an hour) from `threads` threads: msgs/s of each.
-// Prints one line "RESULT {json}".
+// messages and as many timer messages (setDeliverTimeMs, due in an hour) from `tputThreads` threads
+// (default `threads`) of sync sends with `size`-byte bodies (default 128): msgs/s of each and their
+// failed sends (plain_errors, timer_errors). Prints one line "RESULT {json}".
 //
 // The "run" command: a DefaultMQPushConsumer of a new group records when each key arrives (ms, this JVM's clock) and its
 // properties. Prints one line "RESULT {json}": per key the earliest allowed arrival ("earliest":
@@ -34,6 +35,7 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
@@ -96,10 +98,15 @@ public final class TimerDriver {
         return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
     }
 
-    static double sendMany(DefaultMQProducer p, String topic, int n, int threads, long deliverAt) throws Exception {
+    /** Failed sends of sendMany (exceptions and a status other than SEND_OK), by phase. */
+    static final java.util.concurrent.atomic.AtomicInteger PLAIN_ERRORS = new java.util.concurrent.atomic.AtomicInteger();
+    static final java.util.concurrent.atomic.AtomicInteger TIMER_ERRORS = new java.util.concurrent.atomic.AtomicInteger();
+
+    static double sendMany(DefaultMQProducer p, String topic, int n, int threads, long deliverAt, int size,
+                           java.util.concurrent.atomic.AtomicInteger failed) throws Exception {
         java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
         java.util.concurrent.atomic.AtomicInteger next = new java.util.concurrent.atomic.AtomicInteger();
-        byte[] body = new byte[128];
+        byte[] body = new byte[size];
         long t0 = System.nanoTime();
         List<java.util.concurrent.Future<?>> fs = new ArrayList<>();
         for (int t = 0; t < threads; t++) {
@@ -108,9 +115,9 @@ public final class TimerDriver {
                     Message m = new Message(topic, body);
                     if (deliverAt > 0) m.setDeliverTimeMs(deliverAt);
                     try {
-                        p.send(m);
+                        if (p.send(m).getSendStatus() != SendStatus.SEND_OK) failed.incrementAndGet();
                     } catch (Exception e) {
-                        // counted by the caller as missing throughput
+                        failed.incrementAndGet();
                     }
                 }
                 return null;
@@ -128,6 +135,8 @@ public final class TimerDriver {
         double window = Double.parseDouble(o.getOrDefault("window", "60"));
         int threads = Integer.parseInt(o.getOrDefault("threads", "16"));
         int tput = Integer.parseInt(o.getOrDefault("throughput", "10000"));
+        int tputThreads = Integer.parseInt(o.getOrDefault("tputThreads", Integer.toString(threads)));
+        int size = Integer.parseInt(o.getOrDefault("size", "128"));
         long[] errors = new long[n];
         java.util.concurrent.atomic.AtomicInteger got = new java.util.concurrent.atomic.AtomicInteger();
         DefaultMQPushConsumer c = new DefaultMQPushConsumer("CID_TIMER_BENCH_" + RUN);
@@ -196,9 +205,16 @@ public final class TimerDriver {
         r.put("p99", pct(sorted, 99));
         r.put("max", received > 0 ? (double) sorted[received - 1] : Double.NaN);
         c.shutdown();
-        sendMany(p, topic + "Plain", tput / 4, threads, 0);  // warm-up
-        r.put("plain_msgs_s", sendMany(p, topic + "Plain", tput, threads, 0));
-        r.put("timer_msgs_s", sendMany(p, topic + "Plain", tput, threads, System.currentTimeMillis() + 3_600_000L));
+        java.util.concurrent.atomic.AtomicInteger warmupErrors = new java.util.concurrent.atomic.AtomicInteger();
+        sendMany(p, topic + "Plain", tput / 4, tputThreads, 0, size, warmupErrors);  // warm-up
+        r.put("plain_msgs_s", sendMany(p, topic + "Plain", tput, tputThreads, 0, size, PLAIN_ERRORS));
+        r.put("timer_msgs_s", sendMany(p, topic + "Plain", tput, tputThreads,
+                                       System.currentTimeMillis() + 3_600_000L, size, TIMER_ERRORS));
+        r.put("throughput_n", tput);
+        r.put("throughput_threads", tputThreads);
+        r.put("size", size);
+        r.put("plain_errors", PLAIN_ERRORS.get());
+        r.put("timer_errors", TIMER_ERRORS.get());
         System.out.println("RESULT " + json(r));
         p.shutdown();
         return 0;
