@@ -434,7 +434,7 @@ def timer_lines(measurements: list[dict[str, Any]]) -> list[str]:
                          "| | | | | | | |")
             continue
         tp = ratio(float(r["timer_msgs_s"]), float(r["plain_msgs_s"]))
-        lines.append(f"| {m['system']} | {m['round'] + 1} | {r['p50']:.0f} / {r['p99']:.0f} / {r['max']:.0f} | "
+        lines.append(f"| {m['system']} | {m['round'] + 1} | {r['p50']:,.0f} / {r['p99']:,.0f} / {r['max']:,.0f} | "
                      f"{r['early']} | {r['received']:,} / {r['n']:,} | {r['plain_msgs_s']:,.0f} | "
                      f"{r['timer_msgs_s']:,.0f} | {_opt(tp, '{:.0%}')} | {_opt(r.get('broker_cpu_s'), '{:.1f}')} | "
                      f"{_load_text([m.get('load') or []])} |")

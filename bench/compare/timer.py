@@ -70,7 +70,13 @@ def drive(system: str, cluster: servers.Cluster, root: Path, lib: Path, classes:
     found = java.driver_results(proc.stdout)
     if not found:
         raise RuntimeError(f"{system}: no result (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    r = dict(found[-1])
+    return tally(dict(found[-1]))
+
+
+def tally(r: dict[str, Any]) -> dict[str, Any]:
+    """Add ``error_kinds`` (failed sends of each part, timers never delivered, timers delivered
+    early; kinds with a count only) and ``errors`` (their sum) to a ``TimerDriver bench`` result;
+    returns ``r``."""
     missing = max(0, int(r["n"]) - int(r.get("send_errors", 0)) - int(r["received"]))
     kinds = {"failed timer send (delivery part)": int(r.get("send_errors", 0)),
              "timer never delivered": missing,
