@@ -13,7 +13,9 @@
 //
 //   java ... TimerDriver bench namesrv=h:p topic=T n=20000 window=60 threads=16 throughput=10000
 // (bench/compare/timer.py) sends n timer messages with setDeliverTimeMs spread evenly over `window`
-// seconds that start once all are sent, and times their arrival at a push consumer: delivery error
+// seconds that start once all are sent (both topics, T and T + "Plain", created first with `queues`
+// queues, default 8, so that the consumer has the route from its start), and times their arrival
+// at a push consumer: delivery error
 // (arrival - scheduled, ms) p50/p99/max and how many came early; then sends `throughput` plain
 // messages and as many timer messages (setDeliverTimeMs, due in an hour) from `tputThreads` threads
 // (default `threads`) of sync sends with `size`-byte bodies (default 128): msgs/s of each and their
@@ -36,9 +38,11 @@ import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public final class TimerDriver {
     static final String RUN = Long.toString(System.currentTimeMillis() % 1_000_000_000L, 36);
@@ -128,6 +132,54 @@ public final class TimerDriver {
         return n / ((System.nanoTime() - t0) / 1e9);
     }
 
+    /**
+     * Create {@code names} with {@code queues} queues on every master (UPDATE_AND_CREATE_TOPIC through
+     * DefaultMQAdminExt) and wait until the NameServer routes them all: a push consumer started before a
+     * topic exists only learns its route at its next route poll (30 s), which would show as late timers.
+     */
+    static void createTopics(String ns, List<String> names, int queues, long timeoutMs) throws Exception {
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(ns);
+        admin.setInstanceName("bench-admin-" + RUN);
+        admin.start();
+        try {
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            List<String> masters = new ArrayList<>();
+            while (masters.isEmpty()) {
+                try {
+                    for (var bd : admin.examineBrokerClusterInfo().getBrokerAddrTable().values()) {
+                        String addr = bd.getBrokerAddrs().get(0L);
+                        if (addr != null) masters.add(addr);
+                    }
+                } catch (Exception e) {
+                    if (System.currentTimeMillis() > deadline) throw e;
+                }
+                if (masters.isEmpty()) {
+                    if (System.currentTimeMillis() > deadline) throw new IllegalStateException("no master registered");
+                    Thread.sleep(200);
+                }
+            }
+            for (String name : names) {
+                for (String addr : masters) admin.createAndUpdateTopicConfig(addr, new TopicConfig(name, queues, queues, 6));
+            }
+            for (String name : names) {
+                while (true) {
+                    int seen = 0;
+                    try {
+                        for (var qd : admin.examineTopicRouteInfo(name).getQueueDatas()) seen += qd.getWriteQueueNums();
+                    } catch (Exception e) {
+                        // not routed yet
+                    }
+                    if (seen >= queues * masters.size()) break;
+                    if (System.currentTimeMillis() > deadline) throw new IllegalStateException(name + " not routed in time");
+                    Thread.sleep(200);
+                }
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
     static int bench(Map<String, String> o) throws Exception {
         String ns = o.get("namesrv");
         String topic = o.get("topic");
@@ -137,6 +189,8 @@ public final class TimerDriver {
         int tput = Integer.parseInt(o.getOrDefault("throughput", "10000"));
         int tputThreads = Integer.parseInt(o.getOrDefault("tputThreads", Integer.toString(threads)));
         int size = Integer.parseInt(o.getOrDefault("size", "128"));
+        int queues = Integer.parseInt(o.getOrDefault("queues", "8"));
+        createTopics(ns, List.of(topic, topic + "Plain"), queues, 60_000L);
         long[] errors = new long[n];
         java.util.concurrent.atomic.AtomicInteger got = new java.util.concurrent.atomic.AtomicInteger();
         DefaultMQPushConsumer c = new DefaultMQPushConsumer("CID_TIMER_BENCH_" + RUN);
