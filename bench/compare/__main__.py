@@ -17,7 +17,7 @@ comma-separated; default all):
   Apache's controller (:mod:`bench.compare.controller`);
 * ``timer``: timer messages (``setDeliverTimeMs``) on one ASYNC_FLUSH master with ``timerPrecisionMs``
   1000: delivery error p50/p99/max of 2,000 timers over 60 s, then enqueue throughput of 10,000 timer
-  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 2 minutes per system
+  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 1.5 minutes per system
   and round).
 
 Modes (``--mode``, repeatable or comma-separated; default all) of the throughput cells:

@@ -10,7 +10,7 @@ early; then enqueue throughput: ``throughput`` plain sync sends and as many time
 their failed sends. The driver creates its topics before the consumer starts.
 
 The cell (:data:`CELL`): 2,000 timers over 60 s at ``timerPrecisionMs`` 1000, then 10,000 plain and
-10,000 timer sends of 1 KiB from 64 threads (as the ``produce:64`` cell), about 1.5-2 minutes per
+10,000 timer sends of 1 KiB from 64 threads (as the ``produce:64`` cell), about 1.5 minutes per
 system. The standalone command: 20,000 timers over 60 s (``--short``: 2,000 over 15 s) at 1000 and
 100 ms, 16 threads, 128-byte bodies; prints a Markdown table.
 """
