@@ -14,17 +14,21 @@ comma-separated; default all):
   mode vs as SYNC_MASTER (:mod:`bench.compare.controller`; SYNC_MASTER's figures are those of the
   ``SYNC_MASTER`` mode when that runs too, the same setup);
 * ``failover``: kill -9 of a controller-mode master, RTO and acknowledged messages lost, ours and
-  Apache's controller (:mod:`bench.compare.controller`).
+  Apache's controller (:mod:`bench.compare.controller`);
+* ``timer``: timer messages (``setDeliverTimeMs``) on one ASYNC_FLUSH master with ``timerPrecisionMs``
+  1000: delivery error p50/p99/max of 2,000 timers over 60 s, then enqueue throughput of 10,000 timer
+  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 1.5 minutes per system
+  and round).
 
 Modes (``--mode``, repeatable or comma-separated; default all) of the throughput cells:
 ``ASYNC_FLUSH`` and ``SYNC_FLUSH`` (one master, every cell), ``ASYNC_MASTER`` and ``SYNC_MASTER``
 (a master + slave, ASYNC_FLUSH, produce:64 and batch:16). Giving only ``--mode`` runs no
-controller-mode cell; giving only ``--cell failover`` runs only that.
+controller-mode cell and no timer cell; giving only ``--cell failover`` runs only that.
 
 For each round (``--rounds``, default 3; the order of the systems alternates between rounds), each
 mode starts a fresh NameServer and broker(s) of one system, runs every cell of that mode in one
 driver process (first topics, then unmeasured load, then the cells), stops them, and does the same
-with the other system. Then the quorum cell; the failover cell runs its rounds on one cluster per
+with the other system. Then the quorum cell and the timer cell; the failover cell runs its rounds on one cluster per
 system (first in the run, so a cut run has it).
 
 The driver counts every error (exceptions, a send status other than SEND_OK, wrong bodies, missing
@@ -39,6 +43,7 @@ nothing unless ``--save`` is given.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import shutil
@@ -51,8 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.compare import controller, java, results, servers
-from bench.compare.results import CELLS, FAILOVER, MODES, QUORUM, QUORUM_ALLACK, QUORUM_BASE, REPLICATION_CELLS
+from bench.compare import controller, java, results, servers, timer
+from bench.compare.results import CELLS, FAILOVER, MODES, QUORUM, QUORUM_ALLACK, QUORUM_BASE, REPLICATION_CELLS, TIMER
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -61,7 +66,7 @@ QUEUES = 8
 BODY = 1024
 BATCH = results.BATCH
 E2E_RATE = results.E2E_RATE
-ALL_CELLS = (*CELLS, QUORUM, FAILOVER)
+ALL_CELLS = (*CELLS, QUORUM, FAILOVER, TIMER)
 #: Default durations (s), chosen so that the default run (3 rounds of everything) takes about 30
 #: minutes on a 2-core machine: throughput cells, their warm-up, the unmeasured load on a fresh
 #: cluster, the longest consume.
@@ -80,6 +85,7 @@ class Settings:
     keep: bool = False
     max_load: float = 0.0
     max_wait: float = 0.0
+    timer_classes: Path | None = None
 
 
 Record = Callable[[str, str, int, str, dict[str, Any], tuple[float, float]], None]
@@ -260,6 +266,13 @@ def select(cells_arg: list[str] | None, modes_arg: list[str] | None) -> tuple[di
     return matrix, quorum, failover
 
 
+def select_timer(cells_arg: list[str] | None, modes_arg: list[str] | None) -> bool:
+    """Whether the ``timer`` cell runs: in the default run (no ``--cell``, no ``--mode``) and when
+    named by ``--cell``."""
+    cells = split_list(cells_arg)
+    return TIMER in cells or (not cells and not split_list(modes_arg))
+
+
 def export_ref(ref: str) -> Path:
     """``git archive <ref> services`` into a temporary folder; the folder holding ``rocket``."""
     dest = Path(tempfile.mkdtemp(prefix="rocket-compare-src-"))
@@ -298,15 +311,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.selection = select(args.cell, args.mode)
     except ValueError as exc:
         parser.error(str(exc))
+    args.timer = select_timer(args.cell, args.mode)
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
     return args
 
 
 def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str, ...]], quorum: bool, failover: bool,
-            rounds: int, began: float) -> None:
+            rounds: int, began: float, timer_cell: bool = False) -> None:
     """The failover cell (its rounds on one cluster per system), then per round every mode of the
-    throughput matrix (both systems, the first alternating) and the quorum cell."""
+    throughput matrix (both systems, the first alternating), the quorum cell and the timer cell."""
     lib, classes, ours_path = settings.lib, settings.classes, settings.ours_path
     if failover:
         for system in SYSTEMS:
@@ -331,6 +345,11 @@ def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str,
                 def start_q(root: Path, kind: str = kind) -> servers.Cluster:
                     return controller.start_quorum(kind, root, ours_path)
                 measure("ours", config, rnd, REPLICATION_CELLS, settings, start_q, page.add, page.problem)
+        if timer_cell and settings.timer_classes is not None:
+            for system in order:
+                wait_for_quiet(settings, f"[round {rnd + 1} timer {system}]")
+                timer.run_cell(system, rnd, lib, settings.timer_classes, page.add, page.problem,
+                               ours_path=ours_path, keep=settings.keep)
 
 
 
@@ -359,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lib = java.ensure_jars()
         classes = java.ensure_driver(lib)
+        timer_classes = java.ensure_driver(lib, timer.DRIVER) if args.timer else None
     except java.JavaSetupError as exc:
         print(f"bench-compare: {exc}", file=sys.stderr)
         return 2
@@ -366,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     commit = _git("rev-parse", "--short", args.ours_ref or "HEAD")
     dirty = bool(_git("status", "--porcelain", "services")) and not args.ours_ref
     settings = Settings(seconds, warmup, 12.0 if args.short else CONSUME_SECONDS, server_warmup, lib, classes,
-                        ours_path, args.keep, args.max_load, args.max_wait)
+                        ours_path, args.keep, args.max_load, args.max_wait, timer_classes)
     info = machine()
     data: dict[str, Any] = {
         "format": 2,
@@ -379,19 +399,21 @@ def main(argv: list[str] | None = None) -> int:
                      "batch": BATCH, "queues": QUEUES, "e2e_rate": E2E_RATE,
                      "consume_seconds": settings.consume_seconds,
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
-                     "failover": controller.failover_settings()},
+                     "failover": controller.failover_settings(),
+                     **({"timer": dataclasses.asdict(timer.CELL)} if args.timer else {})},
         "selection": {"modes": list(matrix), "rounds": rounds,
                       "cells": [*sorted({c for cs in matrix.values() for c in cs}, key=ALL_CELLS.index),
-                                *([QUORUM] if quorum else []), *([FAILOVER] if failover else [])]},
+                                *([QUORUM] if quorum else []), *([FAILOVER] if failover else []),
+                                *([TIMER] if args.timer else [])]},
         "measurements": [],
         "problems": [],
     }
     page = results.Page(data, args.out if save_files else None)
     print(f"machine: {info}\nours: {data['ours']['source']}; modes {list(matrix)}; quorum {quorum}; "
-          f"failover {failover}; {rounds} round(s)", flush=True)
+          f"failover {failover}; timer {args.timer}; {rounds} round(s)", flush=True)
     began = time.monotonic()
     try:
-        run_all(page, settings, matrix, quorum, failover, rounds, began)
+        run_all(page, settings, matrix, quorum, failover, rounds, began, args.timer)
     finally:
         if ours_path is not None:
             shutil.rmtree(ours_path.parent, ignore_errors=True)
@@ -400,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = results.build_rows(cells_now)
     if rows:
         print("\n" + results.render_table(rows, java.version()) + "\n")
-    for section in (results.quorum_lines(cells_now), results.failover_lines(data["measurements"])):
+    for section in (results.quorum_lines(cells_now), results.failover_lines(data["measurements"]),
+                    results.timer_lines(data["measurements"])):
         if section:
             print("\n".join(section) + "\n")
     print(f"\nheadline: {data['headline']}\ntook {(time.monotonic() - began) / 60:.1f} min")

@@ -34,6 +34,8 @@ CELLS = ("produce:1", "produce:16", "produce:64", "batch:16", "consume", "e2e")
 REPLICATION_CELLS = ("produce:64", "batch:16")
 #: The cells of the controller-mode comparisons.
 FAILOVER, QUORUM = "failover", "quorum"
+#: The timer-message cell (:mod:`bench.compare.timer`).
+TIMER = "timer"
 #: ``--mode`` name -> (flush type, master's brokerRole, with a slave).
 MODES = {
     "ASYNC_FLUSH": ("ASYNC_FLUSH", "ASYNC_MASTER", False),
@@ -84,6 +86,8 @@ def key_metric(cell: str, r: dict[str, Any]) -> float | None:
         return None if v is None else float(v)
     if cell == "e2e":
         return float(r["latency"]["p99_ms"])
+    if cell == TIMER:
+        return float(r["timer_msgs_s"])
     if cell in CELLS or cell in REPLICATION_CELLS:
         return float(r["tps"])
     return None
@@ -364,6 +368,96 @@ def failover_lines(measurements: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+# -- timer messages ---------------------------------------------------------------------------------
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def timer_summary(measurements: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """system -> its ``timer`` cell over the rounds: ``rounds`` (how many), ``ok`` (results that did not
+    fail, in round order), medians of ``p50``/``p99``/``max`` delivery error (ms), ``plain``/``timer``
+    (msgs/s), ``ratio`` (median of each round's timer / plain), ``early``, ``missing`` and
+    ``errors`` summed, ``loads``."""
+    out: dict[str, dict[str, Any]] = {}
+    for system in SYSTEMS:
+        ms = sorted((m for m in measurements if m["cell"] == TIMER and m["system"] == system),
+                    key=lambda m: int(m.get("round", 0)))
+        if not ms:
+            continue
+        ok = [m["result"] for m in ms if "failed" not in m["result"]]
+        out[system] = {
+            "rounds": len(ms), "ok": ok, "loads": [list(m.get("load") or []) for m in ms],
+            **{k: _median([float(r[k]) for r in ok]) for k in ("p50", "p99", "max")},
+            "plain": _median([float(r["plain_msgs_s"]) for r in ok]),
+            "timer": _median([float(r["timer_msgs_s"]) for r in ok]),
+            "ratio": _median([float(r["timer_msgs_s"]) / float(r["plain_msgs_s"]) for r in ok
+                              if r.get("plain_msgs_s")]),
+            "early": sum(int(r.get("early", 0)) for r in ok),
+            "missing": sum(int(r.get("error_kinds", {}).get("timer never delivered", 0)) for r in ok),
+            "errors": sum(int(m["result"].get("errors", 0) or 0) for m in ms),
+        }
+    return out
+
+
+def _opt(x: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def timer_lines(measurements: list[dict[str, Any]]) -> list[str]:
+    """The timer section's tables: per system the medians, ours / Apache, then every round (empty
+    when the cell did not run)."""
+    summary = timer_summary(measurements)
+    if not summary:
+        return []
+    lines = ["| system | rounds | delivery error p50 / p99 / max ms | early | never delivered | plain msgs/s | "
+             "timer msgs/s | timer / plain | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for system, s in summary.items():
+        lines.append(f"| {system} | {s['rounds']} | {_opt(s['p50'])} / {_opt(s['p99'])} / {_opt(s['max'])} | "
+                     f"{s['early']} | {s['missing']} | {_opt(s['plain'])} | {_opt(s['timer'])} | "
+                     f"{_opt(s['ratio'], '{:.0%}')} | {s['errors']} |")
+    o, a = summary.get("ours"), summary.get("apache")
+    if o and a:
+        lines += ["", f"Timer sends ours / Apache (median msgs/s): **{_fmt_ratio(ratio(o['timer'], a['timer']))}**; "
+                  f"plain sends ours / Apache {_fmt_ratio(ratio(o['plain'], a['plain']))}; delivery error p99 "
+                  f"ours / Apache {_fmt_ratio(ratio(o['p99'], a['p99']))} (below 1 is better)."]
+    lines += ["", "| system | round | delivery error p50 / p99 / max ms | early | received | plain msgs/s | "
+              "timer msgs/s | timer / plain | broker CPU s | load 1m |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    order = {name: i for i, name in enumerate(SYSTEMS)}
+    for m in sorted((m for m in measurements if m["cell"] == TIMER),
+                    key=lambda m: (order.get(m["system"], 9), m["round"])):
+        r = m["result"]
+        if "failed" in r:
+            lines.append(f"| {m['system']} | {m['round'] + 1} | failed: {r['failed'].splitlines()[0][:200]} "
+                         "| | | | | | | |")
+            continue
+        tp = ratio(float(r["timer_msgs_s"]), float(r["plain_msgs_s"]))
+        lines.append(f"| {m['system']} | {m['round'] + 1} | {r['p50']:,.0f} / {r['p99']:,.0f} / {r['max']:,.0f} | "
+                     f"{r['early']} | {r['received']:,} / {r['n']:,} | {r['plain_msgs_s']:,.0f} | "
+                     f"{r['timer_msgs_s']:,.0f} | {_opt(tp, '{:.0%}')} | {_opt(r.get('broker_cpu_s'), '{:.1f}')} | "
+                     f"{_load_text([m.get('load') or []])} |")
+    return lines
+
+
+def timer_headline(measurements: list[dict[str, Any]]) -> str | None:
+    """``timer sends ours / Apache R (timer / plain ours X, Apache Y), delivery p99 ours P / Apache Q ms``,
+    or None when the timer cell did not run."""
+    summary = timer_summary(measurements)
+    if not summary:
+        return None
+    o, a = summary.get("ours"), summary.get("apache")
+    parts = []
+    if o and a:
+        parts.append(f"timer sends ours / Apache {_fmt_ratio(ratio(o['timer'], a['timer']))}")
+    parts.append("timer / plain " + ", ".join(f"{name} {_opt(s['ratio'], '{:.0%}')}"
+                                              for name, s in (("ours", o), ("Apache", a)) if s))
+    parts.append("delivery p99 " + " / ".join(f"{name} {_opt(s['p99'])} ms"
+                                              for name, s in (("ours", o), ("Apache", a)) if s))
+    return ", ".join(parts)
+
+
 # -- headline ---------------------------------------------------------------------------------------
 
 
@@ -410,6 +504,9 @@ def headline(data: dict[str, Any]) -> str:
     q = quorum_ratios(cells)
     if q:
         extra.append("quorum acks / SYNC_MASTER " + ", ".join(f"{c} {_fmt_ratio(r)}" for c, r in q.items()))
+    t = timer_headline(ms)
+    if t:
+        extra.append(t)
     return headline_text(matrix_ratios(cells), extra)
 
 
@@ -578,6 +675,19 @@ def render_page(data: dict[str, Any]) -> str:
         fo = s.get("failover") or {}
         md += ["## Failover: kill -9 of the master (controller mode)", "",
                f"Same harness on both sides: {fo.get('layout', FAILOVER_CONFIG)}. {fo.get('how', '')}", "", *f, ""]
+    t = timer_lines(data["measurements"])
+    if t:
+        ts = s.get("timer") or {}
+        md += ["## Timer messages (RocketMQ 5's setDeliverTimeMs): delivery error and enqueue throughput", "",
+               f"Same harness on both sides (`tests/compat/TimerDriver.java bench`, Apache's Java client): one "
+               f"ASYNC_FLUSH master with `timerPrecisionMs={ts.get('precision', '?')}`, a push consumer; "
+               f"{ts.get('n', 0):,} timers spread over {ts.get('window', '?')} s that start once all are sent "
+               "(delivery error = arrival - scheduled time), then enqueue throughput: "
+               f"{ts.get('throughput', 0):,} plain and {ts.get('throughput', 0):,} timer sync sends "
+               f"(due in an hour) of {ts.get('size', '?')} bytes from {ts.get('threads', '?')} threads, in halves: "
+               "plain, timer, timer, plain (the topics are created before the consumer starts). "
+               "Medians over the rounds; errors: failed sends, timers never delivered or delivered early.",
+               "", *t, ""]
     errors = _error_lines(data)
     md += ["## Errors", "", *(errors or ["None: every send succeeded and every message came back, on both systems."]),
            ""]

@@ -13,10 +13,14 @@
 //
 //   java ... TimerDriver bench namesrv=h:p topic=T n=20000 window=60 threads=16 throughput=10000
 // (bench/compare/timer.py) sends n timer messages with setDeliverTimeMs spread evenly over `window`
-// seconds that start once all are sent, and times their arrival at a push consumer: delivery error
+// seconds that start once all are sent (both topics, T and T + "Plain", created first with `queues`
+// queues, default 8, so that the consumer has the route from its start), and times their arrival
+// at a push consumer: delivery error
 // (arrival - scheduled, ms) p50/p99/max and how many came early; then sends `throughput` plain
-// messages and as many timer messages (due in an hour) from `threads` threads: msgs/s of each.
-// Prints one line "RESULT {json}".
+// messages and as many timer messages (setDeliverTimeMs, due in an hour; in halves, plain, timer,
+// timer, plain, so that a broker still warming up favours neither) from `tputThreads` threads
+// (default `threads`) of sync sends with `size`-byte bodies (default 128): msgs/s of each and their
+// failed sends (plain_errors, timer_errors). Prints one line "RESULT {json}".
 //
 // The "run" command: a DefaultMQPushConsumer of a new group records when each key arrives (ms, this JVM's clock) and its
 // properties. Prints one line "RESULT {json}": per key the earliest allowed arrival ("earliest":
@@ -34,9 +38,12 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public final class TimerDriver {
     static final String RUN = Long.toString(System.currentTimeMillis() % 1_000_000_000L, 36);
@@ -96,10 +103,15 @@ public final class TimerDriver {
         return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
     }
 
-    static double sendMany(DefaultMQProducer p, String topic, int n, int threads, long deliverAt) throws Exception {
+    /** Failed sends of sendMany (exceptions and a status other than SEND_OK), by phase. */
+    static final java.util.concurrent.atomic.AtomicInteger PLAIN_ERRORS = new java.util.concurrent.atomic.AtomicInteger();
+    static final java.util.concurrent.atomic.AtomicInteger TIMER_ERRORS = new java.util.concurrent.atomic.AtomicInteger();
+
+    static double sendMany(DefaultMQProducer p, String topic, int n, int threads, long deliverAt, int size,
+                           java.util.concurrent.atomic.AtomicInteger failed) throws Exception {
         java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
         java.util.concurrent.atomic.AtomicInteger next = new java.util.concurrent.atomic.AtomicInteger();
-        byte[] body = new byte[128];
+        byte[] body = new byte[size];
         long t0 = System.nanoTime();
         List<java.util.concurrent.Future<?>> fs = new ArrayList<>();
         for (int t = 0; t < threads; t++) {
@@ -108,9 +120,9 @@ public final class TimerDriver {
                     Message m = new Message(topic, body);
                     if (deliverAt > 0) m.setDeliverTimeMs(deliverAt);
                     try {
-                        p.send(m);
+                        if (p.send(m).getSendStatus() != SendStatus.SEND_OK) failed.incrementAndGet();
                     } catch (Exception e) {
-                        // counted by the caller as missing throughput
+                        failed.incrementAndGet();
                     }
                 }
                 return null;
@@ -121,6 +133,54 @@ public final class TimerDriver {
         return n / ((System.nanoTime() - t0) / 1e9);
     }
 
+    /**
+     * Create {@code names} with {@code queues} queues on every master (UPDATE_AND_CREATE_TOPIC through
+     * DefaultMQAdminExt) and wait until the NameServer routes them all: a push consumer started before a
+     * topic exists only learns its route at its next route poll (30 s), which would show as late timers.
+     */
+    static void createTopics(String ns, List<String> names, int queues, long timeoutMs) throws Exception {
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(ns);
+        admin.setInstanceName("bench-admin-" + RUN);
+        admin.start();
+        try {
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            List<String> masters = new ArrayList<>();
+            while (masters.isEmpty()) {
+                try {
+                    for (var bd : admin.examineBrokerClusterInfo().getBrokerAddrTable().values()) {
+                        String addr = bd.getBrokerAddrs().get(0L);
+                        if (addr != null) masters.add(addr);
+                    }
+                } catch (Exception e) {
+                    if (System.currentTimeMillis() > deadline) throw e;
+                }
+                if (masters.isEmpty()) {
+                    if (System.currentTimeMillis() > deadline) throw new IllegalStateException("no master registered");
+                    Thread.sleep(200);
+                }
+            }
+            for (String name : names) {
+                for (String addr : masters) admin.createAndUpdateTopicConfig(addr, new TopicConfig(name, queues, queues, 6));
+            }
+            for (String name : names) {
+                while (true) {
+                    int seen = 0;
+                    try {
+                        for (var qd : admin.examineTopicRouteInfo(name).getQueueDatas()) seen += qd.getWriteQueueNums();
+                    } catch (Exception e) {
+                        // not routed yet
+                    }
+                    if (seen >= queues * masters.size()) break;
+                    if (System.currentTimeMillis() > deadline) throw new IllegalStateException(name + " not routed in time");
+                    Thread.sleep(200);
+                }
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
     static int bench(Map<String, String> o) throws Exception {
         String ns = o.get("namesrv");
         String topic = o.get("topic");
@@ -128,6 +188,10 @@ public final class TimerDriver {
         double window = Double.parseDouble(o.getOrDefault("window", "60"));
         int threads = Integer.parseInt(o.getOrDefault("threads", "16"));
         int tput = Integer.parseInt(o.getOrDefault("throughput", "10000"));
+        int tputThreads = Integer.parseInt(o.getOrDefault("tputThreads", Integer.toString(threads)));
+        int size = Integer.parseInt(o.getOrDefault("size", "128"));
+        int queues = Integer.parseInt(o.getOrDefault("queues", "8"));
+        createTopics(ns, List.of(topic, topic + "Plain"), queues, 60_000L);
         long[] errors = new long[n];
         java.util.concurrent.atomic.AtomicInteger got = new java.util.concurrent.atomic.AtomicInteger();
         DefaultMQPushConsumer c = new DefaultMQPushConsumer("CID_TIMER_BENCH_" + RUN);
@@ -196,9 +260,22 @@ public final class TimerDriver {
         r.put("p99", pct(sorted, 99));
         r.put("max", received > 0 ? (double) sorted[received - 1] : Double.NaN);
         c.shutdown();
-        sendMany(p, topic + "Plain", tput / 4, threads, 0);  // warm-up
-        r.put("plain_msgs_s", sendMany(p, topic + "Plain", tput, threads, 0));
-        r.put("timer_msgs_s", sendMany(p, topic + "Plain", tput, threads, System.currentTimeMillis() + 3_600_000L));
+        java.util.concurrent.atomic.AtomicInteger warmupErrors = new java.util.concurrent.atomic.AtomicInteger();
+        sendMany(p, topic + "Plain", tput / 4, tputThreads, 0, size, warmupErrors);  // warm-up
+        // plain, timer, timer, plain (halves): a broker still warming up (JIT) favours neither kind
+        int half = Math.max(1, tput / 2);
+        long due = System.currentTimeMillis() + 3_600_000L;
+        double plainS = half / sendMany(p, topic + "Plain", half, tputThreads, 0, size, PLAIN_ERRORS);
+        double timerS = half / sendMany(p, topic + "Plain", half, tputThreads, due, size, TIMER_ERRORS);
+        timerS += half / sendMany(p, topic + "Plain", half, tputThreads, due, size, TIMER_ERRORS);
+        plainS += half / sendMany(p, topic + "Plain", half, tputThreads, 0, size, PLAIN_ERRORS);
+        r.put("plain_msgs_s", 2 * half / plainS);
+        r.put("timer_msgs_s", 2 * half / timerS);
+        r.put("throughput_n", 2 * half);
+        r.put("throughput_threads", tputThreads);
+        r.put("size", size);
+        r.put("plain_errors", PLAIN_ERRORS.get());
+        r.put("timer_errors", TIMER_ERRORS.get());
         System.out.println("RESULT " + json(r));
         p.shutdown();
         return 0;

@@ -255,3 +255,60 @@ def test_the_quorum_cell_takes_sync_master_from_the_sync_master_mode_when_that_r
     # its own SYNC_MASTER run, when there is one, comes first
     cells = results.combine([*ms, m("ours", QUORUM_BASE, 0, "produce:64", produce(875.0))])
     assert results.quorum_ratios(cells) == {"produce:64": 0.8}
+
+
+# -- the timer cell ------------------------------------------------------------------------------------
+
+
+def test_the_timer_cell_runs_by_default_and_when_named_but_not_with_modes_or_other_cells_alone() -> None:
+    from bench.compare.__main__ import select_timer
+
+    assert select_timer(None, None) is True
+    assert select_timer(["timer"], None) is True and select_timer(["failover,timer"], None) is True
+    assert select_timer(["failover"], None) is False and select_timer(None, ["ASYNC_FLUSH"]) is False
+    args = parse_args(["--cell", "timer", "--rounds", "1"])
+    assert args.timer is True and args.selection == ({}, False, False)
+
+
+def timer_result(p99: float, plain: float, timer_: float, **extra: Any) -> dict[str, Any]:
+    from bench.compare import timer
+
+    r = {"n": 2000, "window_s": 60.0, "send_errors": 0, "received": 2000, "early": 0, "p50": p99 / 2,
+         "p99": p99, "max": p99 + 100, "plain_msgs_s": plain, "timer_msgs_s": timer_, "plain_errors": 0,
+         "timer_errors": 0, "broker_cpu_s": 12.5, **extra}
+    return timer.tally(r)
+
+
+def test_a_timer_result_counts_failed_sends_missing_and_early_timers_as_errors() -> None:
+    r = timer_result(1000.0, 4000.0, 3000.0, send_errors=2, received=1990, early=1, timer_errors=5)
+    assert r["error_kinds"] == {"failed timer send (delivery part)": 2, "timer never delivered": 8,
+                                "failed timer send (throughput part)": 5, "timer delivered early": 1}
+    assert r["errors"] == 16
+    assert timer_result(1000.0, 4000.0, 3000.0)["errors"] == 0
+    assert results.key_metric("timer", r) == 3000.0
+
+
+def test_the_timer_section_shows_medians_ratios_every_round_and_the_headline(tmp_path: Path) -> None:
+    data = run_data()
+    data["settings"]["timer"] = {"precision": 1000, "n": 2000, "window": 60.0, "throughput": 10000,
+                                 "threads": 64, "size": 1024}
+    page = results.Page(data, tmp_path)
+    page.add("ours", "timerPrecisionMs=1000", 0, "timer", timer_result(1010.0, 4000.0, 3600.0), (9.0, 10.0))
+    page.add("apache", "timerPrecisionMs=1000", 0, "timer", timer_result(1100.0, 5000.0, 4000.0), (10.0, 11.0))
+    page.add("ours", "timerPrecisionMs=1000", 1, "timer", {"failed": "ours: no result (exit 1)", "errors": 1},
+             (9.0, 9.0))
+    page.save(complete=True)
+    md = (tmp_path / "compare-2026-11-25-1805.md").read_text()
+    assert "## Timer messages" in md and "`timerPrecisionMs=1000`" in md and "2,000 timers spread over 60.0 s" in md
+    assert "| ours | 2 | 505 / 1,010 / 1,110 | 0 | 0 | 4,000 | 3,600 | 90% | 1 |" in md
+    assert "| apache | 1 | 550 / 1,100 / 1,200 | 0 | 0 | 5,000 | 4,000 | 80% | 0 |" in md
+    assert "Timer sends ours / Apache (median msgs/s): **0.90**; plain sends ours / Apache 0.80" in md
+    assert "| ours | 1 | 505 / 1,010 / 1,110 | 0 | 2,000 / 2,000 | 4,000 | 3,600 | 90% | 12.5 | 9.0→10.0 |" in md
+    assert "| ours | 2 | failed: ours: no result (exit 1) |" in md
+    assert "ours timerPrecisionMs=1000 round 2 timer: failed: ours: no result" in md
+    headline = json.loads((tmp_path / "compare-2026-11-25-1805.json").read_text())["headline"]
+    assert headline == ("timer sends ours / Apache 0.90, timer / plain ours 90%, Apache 80%, "
+                        "delivery p99 ours 1,010 ms / Apache 1,100 ms")
+    assert headline in (tmp_path / "README.md").read_text()
+    # no throughput cell: the matrix table stays out
+    assert "## Throughput and latency" not in md
