@@ -21,14 +21,26 @@ from tests.integration.broker_harness import RawBroker, route
 from tests.integration.controller_support import wait_leader
 from tests.integration.failover_support import (
     CONTROLLER_MODE,
+    Group,
     all_bodies,
     controller_group,
     wait_group_ready,
 )
-from tests.integration.replication_support import TRANSIENT
+from tests.integration.replication_support import TRANSIENT, http_json
 from tests.support import eventually, rocket_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+async def timer_dequeues(g: Group) -> dict[int, bool]:
+    """index -> does the live broker deliver timer messages (``/api/v1/status`` ``timer.dequeue``)?"""
+    out = {}
+    for i, b in enumerate(g.brokers):
+        if b.proc.poll() is None:
+            status, body = await http_json(f"{b.http}/api/v1/status")
+            assert status == 200, body
+            out[i] = bool(body["timer"]["dequeue"])
+    return out
 
 
 async def test_master_with_the_lease_fence_stops_acknowledging_without_a_controller_majority(tmp_path: Path) -> None:
@@ -179,6 +191,8 @@ async def test_a_promoted_master_with_the_lease_fence_keeps_serving_after_its_fi
     try:
         with controller_group(tmp_path, extra=extra) as g:
             m = await wait_group_ready(g, "LeaseT", client)
+            # timer messages: only the master delivers (a controller-mode broker starts as a slave)
+            assert await timer_dequeues(g) == {i: i == m for i in range(3)}
             g.brokers[m].proc.send_signal(signal.SIGKILL)
             g.brokers[m].proc.wait(10)
             (new,) = await eventually(lambda: g.master_box(not_index=m), 30, what="a new master",
@@ -197,5 +211,6 @@ async def test_a_promoted_master_with_the_lease_fence_keeps_serving_after_its_fi
                     refused.append(f"{response.code}: {response.remark}")
                 await asyncio.sleep(0.05)
             assert refused == []
+            assert await timer_dequeues(g) == {i: i == int(new) for i in range(3) if i != m}
     finally:
         await client.close()

@@ -342,7 +342,9 @@ class BrokerController:
         self.store.add_dispatch_listener(self._on_dispatch)
         self.metadata_replication.attach()
         self.timer.load()
-        await self.timer.start(should_run_dequeue=cfg.is_master)
+        # controller mode: every broker starts as a slave (ControllerReplicas.prepare, run by ha.start
+        # below) and a promotion turns delivery on; before prepare() cfg still reads ASYNC_MASTER
+        await self.timer.start(should_run_dequeue=cfg.is_master and not cfg.enable_controller_mode)
         started: list[RemotingServer] = []
         try:
             for server in self._servers():
