@@ -188,6 +188,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             cluster.check_alive()
 
 
+#: Serialises the two versions' updateBrokerConfig + getBrokerConfig of one setting (``both``
+#: runs them in parallel; interleaved, one read back the other's value).
+BROKER_CONFIG_LOCK = threading.Lock()
+
+
 def both(check: Callable[[str], None]) -> None:
     """Run ``check(version)`` for every mqadmin version at once (threads: the versions use their
     own shells and names); fail with every version's failure, labelled."""
@@ -294,8 +299,9 @@ def check_cluster_and_brokers(env: Env, sh: MQAdminShell, version: str) -> None:
     assert status["sendThreadPoolQueueHeadWaitTimeMills"] == "0", status
 
     value = "31" if is5(version) else "29"
-    sh.ok("updateBrokerConfig", "-b", addr, "-k", "defaultQueryMaxNum", "-v", value)
-    config = kv(sh.ok("getBrokerConfig", "-b", addr), "=")
+    with BROKER_CONFIG_LOCK:  # the versions run in parallel on one broker: set and read back as a pair
+        sh.ok("updateBrokerConfig", "-b", addr, "-k", "defaultQueryMaxNum", "-v", value)
+        config = kv(sh.ok("getBrokerConfig", "-b", addr), "=")
     assert config["defaultQueryMaxNum"] == value and config["brokerName"] == "broker-a", config
     refused = sh.run("updateBrokerConfig", "-b", addr, "-k", "noSuchSetting", "-v", "1")
     assert "noSuchSetting" in refused.output, refused
