@@ -569,9 +569,14 @@ class SpecExplorer(RuleBasedStateMachine):
     def scale_brokers(self, groups: int) -> None:
         before = int(self.spec["broker"]["groups"])
         spec = set_path(self.spec, "spec.broker.groups", groups)
-        if groups < before and self.spec["broker"]["storage"]["deleteClaim"].get("onScaleIn"):
-            self.keep_claims = {c for c in self.keep_claims if int(c.rsplit("-", 1)[1]) < groups}
+        self.forget_scaled_in_claims(groups)
         self.change(f"broker groups {before} -> {groups}", spec)
+
+    def forget_scaled_in_claims(self, groups: int) -> None:
+        """With ``deleteClaim.onScaleIn`` the PVCs of groups at or above ``groups`` may go."""
+        broker = self.spec["broker"]
+        if groups < int(broker["groups"]) and broker["storage"]["deleteClaim"].get("onScaleIn"):
+            self.keep_claims = {c for c in self.keep_claims if int(c.rsplit("-", 1)[1]) < groups}
 
     @rule(slaves=ints("spec.broker.replicasPerGroup"))
     def scale_slaves(self, slaves: int) -> None:
@@ -645,6 +650,7 @@ class SpecExplorer(RuleBasedStateMachine):
         self.converge("pause")
         before = self.child_specs()
         spec = set_path(self.spec, "spec.broker.groups", groups)
+        self.forget_scaled_in_claims(groups)
         self.note(f"while paused: broker groups -> {groups}")
         self.replace_spec(spec)
         self.spec = spec
