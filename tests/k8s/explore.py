@@ -361,14 +361,18 @@ class SpecExplorer(RuleBasedStateMachine):
         tls = (security.get("tls") or {}).get("mode", "Disabled") != "Disabled"
         policies = (security.get("networkPolicies") or {}).get("enabled", True)
         jobs = (spec.get("analytics") or {}).get("jobs") or []
+        # failover: Controller (the default) adds the controllers' StatefulSet, headless Service and
+        # PDB (rocket_operator.controllers.controller_children); their Raft Secret is not listed here
+        controller = [f"{n}-controller"] if broker.get("failover", "Controller") == "Controller" else []
         from rocket_operator import names
 
         return {
-            "StatefulSet": {f"{n}-broker-master", *(f"{n}-broker-slave-{i}" for i in range(1, slaves + 1))},
+            "StatefulSet": {f"{n}-broker-master", *(f"{n}-broker-slave-{i}" for i in range(1, slaves + 1)),
+                            *controller},
             "Deployment": {f"{n}-nameserver"},
-            "Service": {f"{n}-nameserver", f"{n}-nameserver-headless", f"{n}-broker"},
+            "Service": {f"{n}-nameserver", f"{n}-nameserver-headless", f"{n}-broker", *controller},
             "ConfigMap": {f"{n}-broker-config", *([f"{n}-nameserver-config"] if acl or tls else [])},
-            "PodDisruptionBudget": {f"{n}-broker", f"{n}-nameserver"},
+            "PodDisruptionBudget": {f"{n}-broker", f"{n}-nameserver", *controller},
             "NetworkPolicy": {f"{n}-broker", f"{n}-nameserver", f"{n}-controller"} if policies else set(),
             "SparkApplication": {names.analytics_application(n, j["name"], False) for j in jobs
                                  if not j.get("schedule")},
@@ -418,6 +422,8 @@ class SpecExplorer(RuleBasedStateMachine):
         groups = int((spec.get("broker") or {}).get("groups", 2))
         size = str(((spec.get("broker") or {}).get("storage") or {}).get("size", "10Gi"))
         for name, sts in found["StatefulSet"].items():
+            if not name.startswith(f"{self.NAME}-broker-"):
+                continue  # the controllers' StatefulSet: fixed replicas and claim size
             if sts["spec"]["replicas"] != groups:
                 problems.append(f"StatefulSet {name}: {sts['spec']['replicas']} replicas, want {groups}")
             claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
@@ -451,8 +457,10 @@ class SpecExplorer(RuleBasedStateMachine):
         return problems
 
     def claims(self) -> dict[str, dict[str, Any]]:
+        """The brokers' PVCs (``store-<StatefulSet>-<i>``; not the controllers' Raft ones)."""
         return {p.metadata.name: self.env.api.sanitize_for_serialization(p)
-                for p in self.core.list_namespaced_persistent_volume_claim(self.env.namespace).items}
+                for p in self.core.list_namespaced_persistent_volume_claim(self.env.namespace).items
+                if p.metadata.name.startswith(f"store-{self.NAME}-broker-")}
 
     def claim_problems(self, spec: dict[str, Any]) -> list[str]:
         found = self.claims()
@@ -538,12 +546,13 @@ class SpecExplorer(RuleBasedStateMachine):
 
     @initialize(groups=ints("spec.broker.groups"), slaves=ints("spec.broker.replicasPerGroup"),
                 nameservers=ints("spec.nameServer.replicas"), on_scale_in=st.booleans(),
-                nonce=st.integers(0, 2**32))
-    def start(self, groups: int, slaves: int, nameservers: int, on_scale_in: bool, nonce: int) -> None:
+                failover=enum("spec.broker.failover"), nonce=st.integers(0, 2**32))
+    def start(self, groups: int, slaves: int, nameservers: int, on_scale_in: bool, failover: str,
+              nonce: int) -> None:
         # hypothesis tries the all-minimal sequence first (the same rule with the same arguments):
         # skip it, it explores nothing
         assume(nonce != 0)
-        spec = {"broker": {"groups": groups, "replicasPerGroup": slaves,
+        spec = {"broker": {"groups": groups, "replicasPerGroup": slaves, "failover": failover,
                            "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS,
                                        "deleteClaim": {"onScaleIn": on_scale_in}}},
                 "nameServer": {"replicas": nameservers}, "topics": [{"name": "TopicA", "queues": 4}]}
@@ -560,9 +569,14 @@ class SpecExplorer(RuleBasedStateMachine):
     def scale_brokers(self, groups: int) -> None:
         before = int(self.spec["broker"]["groups"])
         spec = set_path(self.spec, "spec.broker.groups", groups)
-        if groups < before and self.spec["broker"]["storage"]["deleteClaim"].get("onScaleIn"):
-            self.keep_claims = {c for c in self.keep_claims if int(c.rsplit("-", 1)[1]) < groups}
+        self.forget_scaled_in_claims(groups)
         self.change(f"broker groups {before} -> {groups}", spec)
+
+    def forget_scaled_in_claims(self, groups: int) -> None:
+        """With ``deleteClaim.onScaleIn`` the PVCs of groups at or above ``groups`` may go."""
+        broker = self.spec["broker"]
+        if groups < int(broker["groups"]) and broker["storage"]["deleteClaim"].get("onScaleIn"):
+            self.keep_claims = {c for c in self.keep_claims if int(c.rsplit("-", 1)[1]) < groups}
 
     @rule(slaves=ints("spec.broker.replicasPerGroup"))
     def scale_slaves(self, slaves: int) -> None:
@@ -636,6 +650,7 @@ class SpecExplorer(RuleBasedStateMachine):
         self.converge("pause")
         before = self.child_specs()
         spec = set_path(self.spec, "spec.broker.groups", groups)
+        self.forget_scaled_in_claims(groups)
         self.note(f"while paused: broker groups -> {groups}")
         self.replace_spec(spec)
         self.spec = spec
