@@ -885,15 +885,9 @@ async def _roll_by_actual_role(ctx: Context, seen: Observed, spec: ClusterSpec, 
         return part
     if step.switch is not None:
         switch = step.switch
-        try:
-            await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
-        except AdminError as exc:
-            return _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
-                                     f"restarting {switch.from_pod}: {exc}")
+        if not await _switch_master(ctx, members, part, switch, "restarting"):
+            return part
         part.status["switchedMaster"] = {"group": switch.group.name, "from": switch.from_pod, "to": switch.to_pod}
-        part.events.append(("Normal", "MasterSwitched",
-                            f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
-                            f"(controller broker id {switch.to_id}) before restarting {switch.from_pod}"))
         part.waiting.append(f"rolling restart: {switch.from_pod} restarts once it runs as a slave")
         return part
     assert step.delete is not None
@@ -953,15 +947,8 @@ async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: R
     if not await _write_fence(ctx, seen, members, part, pick.group, len(groups), refresh):
         return part
     if step.switch is not None:
-        switch = step.switch
-        try:
-            await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
-        except AdminError as exc:
-            return _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
-                                     f"evicting {switch.from_pod}: {exc}")
-        part.events.append(("Normal", "MasterSwitched",
-                            f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
-                            f"(controller broker id {switch.to_id}) before evicting {switch.from_pod}"))
+        if not await _switch_master(ctx, members, part, step.switch, "evicting"):
+            return part
         return _roll_waits(part, f"evicting {pick.name} once it runs as a slave")
     await ctx.kube.delete("v1", "Pod", seen.namespace, pick.name, uid=pick.uid)
     ctx.evictions.deleted_by_operator(seen.uid, pick.name, pick.uid, time.monotonic())
@@ -972,6 +959,24 @@ async def _evict_masters(ctx: Context, seen: Observed, members: Members, part: R
     part.events.append(("Normal", "PodEvicted", f"deleted {pick.name} (a slave of {group.name}, whose master is "
                                                 f"{master_pod}) for its eviction"))
     return _roll_waits(part, f"{pick.name} evicted")
+
+
+async def _switch_master(ctx: Context, members: Members, part: Rollout, switch: failover.MasterSwitch,
+                         before: str) -> bool:
+    """Move ``switch.group``'s master to ``switch.to_id`` through the controllers
+    (:meth:`~rocket_operator.admin.ClusterAdmin.switch_master`) before ``before`` (``"restarting"``
+    or ``"evicting"``) the old master's pod; records a MasterSwitched event. False, with the
+    reason in ``part``'s waits, when the switch failed."""
+    try:
+        await ctx.admin.switch_master(members.nameservers, switch.group.name, switch.to_id)
+    except AdminError as exc:
+        _roll_waits(part, f"switching the master of {switch.group.name} to {switch.to_pod} before "
+                          f"{before} {switch.from_pod}: {exc}")
+        return False
+    part.events.append(("Normal", "MasterSwitched",
+                        f"{switch.group.name}: master moved from {switch.from_pod} to {switch.to_pod} "
+                        f"(controller broker id {switch.to_id}) before {before} {switch.from_pod}"))
+    return True
 
 
 def _roll_waits(part: Rollout, why: str) -> Rollout:
