@@ -60,6 +60,19 @@ CELL_LABELS = {
 SYSTEMS = ("ours", "apache")
 
 
+def _rounds(measurements: list[dict[str, Any]], cell: str) -> list[dict[str, Any]]:
+    """The measurements of ``cell``, ours first then Apache (``SYSTEMS`` order), by round."""
+    order = {name: i for i, name in enumerate(SYSTEMS)}
+    return sorted((m for m in measurements if m["cell"] == cell),
+                  key=lambda m: (order.get(m["system"], 9), m["round"]))
+
+
+def _failed_row(m: dict[str, Any]) -> str:
+    """A table row for a round that failed: system, round, the first line of the failure."""
+    return (f"| {m['system']} | {m['round'] + 1} | failed: {m['result']['failed'].splitlines()[0][:200]} "
+            "| | | | | | | |")
+
+
 def mode_of(name: str) -> str:
     """The ``--mode`` name for what a user typed: ``SYNC_MASTER`` -> ``SYNC_MASTER+slave``.
 
@@ -353,13 +366,10 @@ def failover_lines(measurements: list[dict[str, Any]]) -> list[str]:
         lines += ["", f"RTO ours / Apache (median): **{_fmt_ratio(r)}**{met}; target ≤ 1.00."]
     lines += ["", "| system | round | RTO s | new master routed s | last failed send s | acknowledged (before kill) | "
               "failed sends | lost | duplicates | load 1m |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    order = {name: i for i, name in enumerate(SYSTEMS)}
-    for m in sorted((m for m in measurements if m["cell"] == FAILOVER),
-                    key=lambda m: (order.get(m["system"], 9), m["round"])):
+    for m in _rounds(measurements, FAILOVER):
         r = m["result"]
         if "failed" in r:
-            lines.append(f"| {m['system']} | {m['round'] + 1} | failed: {r['failed'].splitlines()[0][:200]} "
-                         "| | | | | | | |")
+            lines.append(_failed_row(m))
             continue
         lines.append(f"| {m['system']} | {m['round'] + 1} | {_opt_s(r.get('rto_s'))} | {_opt_s(r.get('routed_s'))} | "
                      f"{_opt_s(r.get('last_failure_s'))} | {r.get('acked', 0):,} ({r.get('acked_before_kill', 0):,}) | "
@@ -425,13 +435,10 @@ def timer_lines(measurements: list[dict[str, Any]]) -> list[str]:
     lines += ["", "| system | round | delivery error p50 / p99 / max ms | early | received | plain msgs/s | "
               "timer msgs/s | timer / plain | broker CPU s | load 1m |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    order = {name: i for i, name in enumerate(SYSTEMS)}
-    for m in sorted((m for m in measurements if m["cell"] == TIMER),
-                    key=lambda m: (order.get(m["system"], 9), m["round"])):
+    for m in _rounds(measurements, TIMER):
         r = m["result"]
         if "failed" in r:
-            lines.append(f"| {m['system']} | {m['round'] + 1} | failed: {r['failed'].splitlines()[0][:200]} "
-                         "| | | | | | | |")
+            lines.append(_failed_row(m))
             continue
         tp = ratio(float(r["timer_msgs_s"]), float(r["plain_msgs_s"]))
         lines.append(f"| {m['system']} | {m['round'] + 1} | {r['p50']:,.0f} / {r['p99']:,.0f} / {r['max']:,.0f} | "
