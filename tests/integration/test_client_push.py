@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from rocket.client import (
     build_message,
 )
 from rocket.local import ClusterState
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingTimeoutError, RequestCode, ResponseCode
 from tests.integration.client_support import shared_cluster
 from tests.support import eventually, unique
 
@@ -195,6 +197,84 @@ async def test_offsets_are_committed_and_a_restarted_consumer_resumes(cluster: C
         assert sorted(second.bodies) == sorted(f"b{i}".encode() for i in range(20))
     finally:
         await again.shutdown()
+
+
+#: Long polls (15 s) and rare periodic offset writes: after the last batch, the broker's copy of the
+#: offsets is the one the parked pulls carried (older by that batch) until the consumer writes its own.
+SLOW_WRITES = {"rebalance_interval": 1.0, "persist_interval": 60.0, "heartbeat_interval": 2.0,
+               "suspend_timeout": 15.0}
+
+
+async def _consume_30(cluster: ClusterState, **options: float) -> tuple[str, str, PushConsumer]:
+    """A started consumer of a new topic (2 queues x 2 broker groups) that has consumed 30 messages."""
+    topic = await _topic(cluster.namesrv, queues=2)
+    group = unique("CID")
+    got = Collector()
+    consumer = PushConsumer(group, cluster.namesrv, got, consume_from=ConsumeFrom.FIRST_OFFSET, **options)
+    consumer.subscribe(topic)
+    await consumer.start()
+    await eventually(lambda: len([q for q in consumer.assigned_queues() if q.topic == topic]) == 4, 20,
+                     what="4 queues assigned")
+    await _send(cluster.namesrv, topic, [f"a{i}" for i in range(30)])
+    await eventually(lambda: len(set(got.bodies)) >= 30, 20, what="30 consumed")
+    return topic, group, consumer
+
+
+async def _lag(cluster: ClusterState, group: str, topic: str) -> tuple[int, int]:
+    async with Admin(cluster.namesrv) as admin:
+        lag = await admin.consumer_lag(group, topic)
+    return lag.total_lag, sum(q.broker_offset for q in lag.queues)
+
+
+async def test_shutdown_retries_a_failed_final_offset_write(cluster: ClusterState,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first UPDATE_CONSUMER_OFFSET of every queue at shutdown fails (a timeout, as on a loaded
+    broker): shutdown writes it again, and the broker ends with the final offsets."""
+    topic, group, consumer = await _consume_30(cluster, **SLOW_WRITES)
+    real = consumer.client.invoke
+    failed: set[tuple[str, str]] = set()
+
+    async def first_update_times_out(addr: str, code: int, fields: Mapping[str, str] | None = None,
+                                     body: bytes = b"", timeout: float | None = None) -> RemotingCommand:
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET and fields and fields["topic"] == topic:
+            key = (addr, fields["queueId"])
+            if key not in failed:
+                failed.add(key)
+                raise RemotingTimeoutError(f"injected: the first offset write of {key} timed out")
+        return await real(addr, code, fields, body, timeout)
+
+    monkeypatch.setattr(consumer.client, "invoke", first_update_times_out)
+    await consumer.shutdown()
+    assert len(failed) == 4, f"the injection should have hit the 4 queues once each: {failed}"
+    assert await _lag(cluster, group, topic) == (0, 30)
+
+
+async def test_shutdown_writes_final_offsets_the_broker_lost_after_the_last_write(cluster: ClusterState) -> None:
+    """The consumer's periodic write stored the final offsets; then an older offset lands on the broker
+    (as a pull's older ``commitOffset`` applied late does on a busy broker). Shutdown writes the
+    final offsets again although they did not change since the consumer's last write."""
+    topic, group, consumer = await _consume_30(cluster, **{**SLOW_WRITES, "persist_interval": 0.3})
+    try:
+        deadline = time.monotonic() + 10
+        while await _lag(cluster, group, topic) != (0, 30):
+            assert time.monotonic() < deadline, "the periodic write never stored the final offsets"
+            await asyncio.sleep(0.2)
+        remoting = RemotingClient()
+        try:
+            for mq in consumer.assigned_queues():
+                if mq.topic != topic:
+                    continue
+                addr = consumer.client.admin_addr(mq.broker_name)
+                assert addr is not None
+                stale = RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+                    "consumerGroup": group, "topic": topic, "queueId": str(mq.queue_id), "commitOffset": "1"})
+                assert (await remoting.invoke(addr, stale, 5.0)).code == ResponseCode.SUCCESS
+        finally:
+            await remoting.close()
+        assert (await _lag(cluster, group, topic))[0] > 0
+    finally:
+        await consumer.shutdown()
+    assert await _lag(cluster, group, topic) == (0, 30)
 
 
 async def test_start_from_timestamp(cluster: ClusterState) -> None:

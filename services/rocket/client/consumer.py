@@ -577,6 +577,8 @@ class PushConsumer(_OffsetAPI):
         self._iter_current: asyncio.Future[bool] | None = None
         self._started = False
         self._stopping = False
+        #: The periodic offset writes and the rebalance loop (stopped first at shutdown).
+        self._loops: list[asyncio.Task[None]] = []
         #: Counters for monitoring: messages handed to the handler, failed, sent back.
         self.stats = {"consumed": 0, "failed": 0, "sent_back": 0}
 
@@ -632,44 +634,83 @@ class PushConsumer(_OffsetAPI):
                 log.info("%s: %s (will retry at the next rebalance)", self.group, exc)
         await self.client.send_heartbeat()
         self.client.start()
-        self.client.spawn(self.persist_interval, self._persist_offsets)
-        self.client.spawn_task(self._rebalance_loop())
+        self._loops = [self.client.spawn(self.persist_interval, self._persist_offsets),
+                       self.client.spawn_task(self._rebalance_loop())]
         await self.rebalance()
         return self
 
-    async def shutdown(self, drain_timeout: float = 5.0) -> None:
-        """Stop pulling, let in-flight handler calls finish (up to ``drain_timeout``),
-        persist offsets, UNREGISTER_CLIENT, close connections."""
+    async def shutdown(self, drain_timeout: float = 5.0, persist_timeout: float = 5.0) -> None:
+        """Shut down in ``DefaultMQPushConsumerImpl.shutdown``'s order; times in seconds.
+
+        1. Stop rebalancing and the periodic offset writes (waiting for a rebalance under way),
+           and stop pulling.
+        2. Let in-flight handler calls finish, up to ``drain_timeout``
+           (``ConsumeMessageConcurrentlyService.shutdown(awaitTerminateMillis)``); those still
+           running are cancelled and their messages will be consumed again.
+        3. Write every queue's final offset, unconditionally (the broker's copy may be older
+           than our last write: a pull's ``commitOffset`` applied after it), retrying failed
+           writes until ``persist_timeout`` has passed; what still fails is logged as an error
+           (those messages will be consumed again, nothing is lost).
+        4. UNREGISTER_CLIENT, then close the connections.
+        """
         if not self._started:
             return
         self._stopping = True
-        pull_tasks = [pq.task for pq in self._pqs.values() if pq.task is not None]
-        for task in pull_tasks:
+        loops, self._loops = self._loops, []
+        for task in loops:
             task.cancel()
-        for task in pull_tasks:
+        for task in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._iter_current is not None and not self._iter_current.done():
-            self._iter_current.set_result(True)  # the iterator's last message was handed out: done
-        if self._inbox is not None:
-            while not self._inbox.empty():  # never handed out: cancel, they will be redelivered
-                _, fut = self._inbox.get_nowait()
-                fut.cancel()
-        if self._consume_tasks:
-            _, pending = await asyncio.wait(set(self._consume_tasks), timeout=drain_timeout)
-            for task in pending:
+        async with self._rebalance_lock:  # a rebalance() called by hand ends first
+            pull_tasks = [pq.task for pq in self._pqs.values() if pq.task is not None]
+            for task in pull_tasks:
                 task.cancel()
-            for task in pending:
+            for task in pull_tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        for pq in self._pqs.values():
-            self._offsets.update(pq.mq, pq.commit_offset(), increase_only=True)
-        await self._offsets.persist_all()
+            if self._iter_current is not None and not self._iter_current.done():
+                self._iter_current.set_result(True)  # the iterator's last message was handed out: done
+            if self._inbox is not None:
+                while not self._inbox.empty():  # never handed out: cancel, they will be redelivered
+                    _, fut = self._inbox.get_nowait()
+                    fut.cancel()
+            if self._consume_tasks:
+                _, pending = await asyncio.wait(set(self._consume_tasks), timeout=drain_timeout)
+                for task in pending:
+                    task.cancel()
+                for task in pending:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            for pq in self._pqs.values():
+                self._offsets.update(pq.mq, pq.commit_offset(), increase_only=True)
+            await self._persist_final(persist_timeout)
         self._started = False
         await self.client.unregister(consumer_group=self.group)
         await self._producer.shutdown()
         await self.client.close()
         self._pqs.clear()
+
+    async def _persist_final(self, timeout: float) -> None:
+        """Write every known offset, retrying the failed ones (backing off 0.1 s .. 1 s) until
+        ``timeout`` seconds have passed; logs an error naming what could not be written."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending: list[MessageQueue] | None = None  # None: every queue
+        delay = 0.1
+        while True:
+            each = max(0.5, min(self.timeout, deadline - loop.time()))
+            failed = await self._offsets.persist_all(pending, force=True, timeout=each)
+            if not failed:
+                return
+            pending = failed
+            if deadline - loop.time() <= delay:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        log.error("%s: the final offsets of %s could not be written within %.1f s; the messages after the "
+                  "offsets last stored will be consumed again", self.group,
+                  ", ".join(f"{mq} ({self._offsets.get(mq)})" for mq in pending), timeout)
 
     async def __aenter__(self) -> PushConsumer:
         if self._subs and (self.handler is not None):
