@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,10 +19,13 @@ from rocket.client import (
     MessageExt,
     MessageModel,
     Producer,
+    PullConsumer,
     PushConsumer,
+    TopicRouteError,
     build_message,
 )
 from rocket.local import ClusterState
+from rocket.message import SYSFLAG_COMPRESSED
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingTimeoutError, RequestCode, ResponseCode
 from tests.integration.client_support import shared_cluster
 from tests.support import eventually, unique
@@ -275,6 +279,61 @@ async def test_shutdown_writes_final_offsets_the_broker_lost_after_the_last_writ
     finally:
         await consumer.shutdown()
     assert await _lag(cluster, group, topic) == (0, 30)
+
+
+async def _send_raw(addr: str, topic: str, body: bytes, sys_flag: int = 0) -> None:
+    """SEND_MESSAGE (10) to queue 0 of ``topic`` at broker ``addr``, body and sysFlag as given
+    (a peer that compresses, or claims to)."""
+    remoting = RemotingClient()
+    try:
+        request = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, ext_fields={
+            "producerGroup": "PID_RAW", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": "0", "sysFlag": str(sys_flag), "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": "0", "properties": "", "reconsumeTimes": "0"})
+        response = await remoting.invoke(addr, request, 10.0)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    finally:
+        await remoting.close()
+
+
+async def test_a_body_inflating_too_far_goes_to_the_dead_letter_queue(cluster: ClusterState) -> None:
+    """A peer's "zip bomb" (64 MiB of zeros, compressed to about 64 KiB, COMPRESSED sysFlag) between two
+    plain messages: the handler gets the plain ones only, the bomb is inflated no further than
+    max_body_size and goes to %DLQ%<group> as stored, and the group's offset moves past it."""
+    topic = await _topic(cluster.namesrv, queues=1)
+    group = unique("CID")
+    got = Collector()
+    consumer = PushConsumer(group, cluster.namesrv, got, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            max_body_size=1 << 20, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    bomb = zlib.compress(bytes(64 << 20), 9)
+    try:
+        addr = consumer.client.master_addr("broker-a")
+        assert addr is not None
+        for body, flag in ((b"before", 0), (bomb, SYSFLAG_COMPRESSED), (b"after", 0)):
+            await _send_raw(addr, topic, body, flag)
+        await eventually(lambda: consumer.stats["undecodable"] == 1, 20, what="the bomb sent to the DLQ")
+        await eventually(lambda: sorted(set(got.bodies)) == [b"after", b"before"], 20, what="the plain messages")
+        assert consumer.stats["consumed"] == len(got.bodies)
+    finally:
+        await consumer.shutdown()
+    assert (await _lag(cluster, group, topic)) == (0, 3)
+    async with PullConsumer(unique("CID_DLQ"), cluster.namesrv, max_body_size=1 << 20) as reader:
+        dlq = f"%DLQ%{group}"
+        await eventually(lambda: _has_route(reader, dlq), 20, what="the DLQ topic's route")
+        found = [r for mq in await reader.queues(dlq) for r in [await reader.pull(mq, 0)] if r.undecodable]
+    assert len(found) == 1 and not found[0].messages
+    (msg, reason), = found[0].undecodable
+    assert msg.body == bomb and msg.sys_flag & SYSFLAG_COMPRESSED and "inflates to more than 1048576" in reason
+
+
+async def _has_route(consumer: PullConsumer, topic: str) -> bool:
+    try:
+        await consumer.refresh_route(topic)
+    except TopicRouteError:
+        return False
+    return True
 
 
 async def test_start_from_timestamp(cluster: ClusterState) -> None:
