@@ -339,7 +339,8 @@ class MessageExt:
         """The body, decompressed when the COMPRESSED sysFlag bit is set.
 
         Raises ``MessageFormatError`` for an unknown compression type or a
-        corrupt compressed body.
+        corrupt compressed body, ``BodyTooLargeError`` for one inflating beyond
+        :data:`MAX_MESSAGE_SIZE` (call :func:`decompress_body` for another limit).
         """
         return decompress_body(self.body, self.sys_flag)
 

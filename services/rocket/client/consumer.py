@@ -902,7 +902,7 @@ class PushConsumer(_OffsetAPI):
                 await pq.task
         self._offsets.update(mq, pq.commit_offset(), increase_only=True)
         try:
-            await self._offsets.persist(mq)
+            await self._offsets.persist(mq, force=True)  # as RebalancePushImpl.removeUnnecessaryMessageQueue
         except Exception as exc:
             log.warning("%s: persisting the offset of dropped %s failed: %s", self.group, mq, exc)
         self._offsets.remove(mq)

@@ -46,8 +46,8 @@ class OffsetStore(Protocol):
     async def read(self, mq: MessageQueue) -> int:
         """The stored offset of ``mq`` (from the broker or the file), -1 when none."""
 
-    async def persist(self, mq: MessageQueue) -> None:
-        """Write one queue's offset out now."""
+    async def persist(self, mq: MessageQueue, *, force: bool = False) -> None:
+        """Write one queue's offset out now (``force``: even if unchanged since the last write)."""
 
     async def persist_all(self, mqs: Iterable[MessageQueue] | None = None, *, force: bool = False,
                           timeout: float | None = None) -> list[MessageQueue]:
@@ -183,8 +183,9 @@ class LocalOffsetStore(_MemoryOffsets):
             self.update(mq, offset)
         return offset
 
-    async def persist(self, mq: MessageQueue) -> None:
-        """Merge ``mq``'s offset into the file now. Raises ``OSError`` when it cannot be written."""
+    async def persist(self, mq: MessageQueue, *, force: bool = False) -> None:
+        """Merge ``mq``'s offset into the file now (always written, ``force`` changes nothing).
+        Raises ``OSError`` when it cannot be written."""
         await self._write([mq])
 
     async def persist_all(self, mqs: Iterable[MessageQueue] | None = None, *, force: bool = False,
