@@ -415,7 +415,8 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
         seconds the broker may hold the request when there is nothing new
         (long polling; 0 answers at once). ``timeout`` defaults to
         ``suspend + timeout``. Raises ``RemotingCommandError`` for error codes
-        (e.g. 17 topic not exist), remoting errors when the broker is unreachable.
+        (e.g. 17 topic not exist), remoting errors when the broker is unreachable. Messages whose
+        body cannot be decompressed are in ``undecodable`` (each logged as a warning).
         """
         self._check()
         if mq.broker_name not in self.client.brokers:
@@ -424,10 +425,13 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
         if sub is None:
             sub = SubscriptionData.of(mq.topic, expression)
             self._subs[f"{mq.topic}\x00{expression}"] = sub
-        return await self._puller.pull(
+        result = await self._puller.pull(
             mq, sub, offset, max_nums, suspend_ms=int(suspend * 1000),
             timeout=timeout if timeout is not None else suspend + self.timeout,
         )
+        for _, reason in result.undecodable:
+            log.warning("%s: %s (in PullResult.undecodable)", self.group, reason)
+        return result
 
     # -- choosing the broker a pull goes to ------------------------------------------------
 
