@@ -104,6 +104,11 @@ class MessageFormatError(ValueError):
     """Bytes that are not a valid stored record, batch or properties string."""
 
 
+class BodyTooLargeError(MessageFormatError):
+    """A compressed body that inflates to more than the limit allowed (``max_size`` of
+    :func:`decompress_body`): a corrupt message, or a "zip bomb" from a peer."""
+
+
 # -- helpers ------------------------------------------------------------------------
 
 
@@ -334,7 +339,8 @@ class MessageExt:
         """The body, decompressed when the COMPRESSED sysFlag bit is set.
 
         Raises ``MessageFormatError`` for an unknown compression type or a
-        corrupt compressed body.
+        corrupt compressed body, ``BodyTooLargeError`` for one inflating beyond
+        :data:`MAX_MESSAGE_SIZE` (call :func:`decompress_body` for another limit).
         """
         return decompress_body(self.body, self.sys_flag)
 
@@ -349,20 +355,31 @@ def compress_body(body: bytes, sys_flag: int = 0, threshold: int = COMPRESS_OVER
     return zlib.compress(body, 5), sys_flag | SYSFLAG_COMPRESSED
 
 
-def decompress_body(body: bytes, sys_flag: int) -> bytes:
+def decompress_body(body: bytes, sys_flag: int, max_size: int = MAX_MESSAGE_SIZE) -> bytes:
     """Inverse of :func:`compress_body`; zlib unless bits 8-10 name another type.
 
-    Raises ``MessageFormatError`` for LZ4/ZSTD (not supported) or corrupt data.
+    Inflates at most ``max_size`` bytes (default :data:`MAX_MESSAGE_SIZE`, RocketMQ's default
+    ``maxMessageSize``, which producers check against the body before compressing it,
+    ``Validators.checkMessage``): a body that would inflate to more raises
+    :class:`BodyTooLargeError` after ``max_size`` bytes, whatever it claims. Raises
+    ``MessageFormatError`` for LZ4/ZSTD (not supported) or corrupt or truncated data.
     """
     if not sys_flag & SYSFLAG_COMPRESSED:
         return body
     kind = sys_flag & SYSFLAG_COMPRESSION_TYPE_MASK
     if kind not in (0, COMPRESSION_ZLIB):
         raise MessageFormatError(f"compression type {kind >> 8} is not supported (zlib only)")
+    inflater = zlib.decompressobj()
     try:
-        return zlib.decompress(body)
+        out = inflater.decompress(body, max_size + 1)  # one byte more than allowed says "too large"
     except zlib.error as exc:
         raise MessageFormatError(f"corrupt compressed body: {exc}") from None
+    if len(out) > max_size:
+        raise BodyTooLargeError(f"compressed body of {len(body)} bytes inflates to more than {max_size} bytes "
+                                f"(the consumer's max_body_size)")
+    if not inflater.eof:
+        raise MessageFormatError("corrupt compressed body: a truncated zlib stream")
+    return out
 
 
 # -- stored records (CommitLog.DefaultAppendMessageCallback) ------------------------

@@ -14,12 +14,21 @@ import pytest
 
 from rocket.client.admin import loads_object_keys, parse_consume_stats
 from rocket.message import Message, decode_offset_msg_id, decode_records, encode_batch, encode_properties
-from rocket.remoting import RemotingClient, RemotingCommand, RemotingConnectError, RequestCode, ResponseCode
+from rocket.remoting import (
+    FrameDecoder,
+    RemotingClient,
+    RemotingCommand,
+    RemotingConnectError,
+    RequestCode,
+    ResponseCode,
+    encode,
+)
 from tests.integration.broker_harness import (
     BrokerProc,
     NameServerProc,
     RawBroker,
     broker_process,
+    cmd,
     nameserver_process,
     records,
     route,
@@ -252,6 +261,46 @@ async def test_consumer_offsets_and_q9(rb: RawBroker) -> None:
     assert got.ext_fields["offset"] == "3"
     all_offsets = orjson.loads((await rb.call(RequestCode.GET_ALL_CONSUMER_OFFSET)).body)
     assert f"{topic}@{group}" in all_offsets["offsetTable"]
+
+
+async def test_a_later_offset_update_wins_over_an_earlier_pull_commit_in_the_same_read(
+        rb: RawBroker, broker: BrokerProc) -> None:
+    """A consumer's last pull carries an older ``commitOffset`` (COMMIT_OFFSET bit) and is parked;
+    its final UPDATE_CONSUMER_OFFSET follows on the same connection. When both frames arrive in one
+    read (a busy broker), they must still take effect in order: the update wins. (The pull used to
+    run in a task of its own, after the update, and put the stale offset back: a push consumer's
+    final offsets were lost at shutdown.)"""
+    topic = await new_topic(rb, queues=1)
+    for _ in range(10):
+        await rb.send(topic, b"m")
+    host, port = broker.addr.split(":")
+    for trial in range(5):
+        group = unique("G_order")
+        pull = cmd(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 10, "maxMsgNums": 32,
+            "sysFlag": 1 | 2 | 4, "commitOffset": 4, "suspendTimeoutMillis": 500, "subscription": "*",
+            "subVersion": 0,
+        })
+        update = cmd(RequestCode.UPDATE_CONSUMER_OFFSET,
+                     {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 10})
+        pull.opaque, update.opaque = 1, 2
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(encode(pull) + encode(update))  # one write: both frames in one read
+            await writer.drain()
+            decoder = FrameDecoder()
+            answered: dict[int, int] = {}
+            async with asyncio.timeout(10):
+                while len(answered) < 2:  # the update's answer, then the parked pull's (after 0.5 s)
+                    chunk = await reader.read(65536)
+                    assert chunk, "the broker closed the connection"
+                    for frame in decoder.feed(chunk):
+                        answered[frame.opaque] = frame.code
+            assert answered == {update.opaque: ResponseCode.SUCCESS, pull.opaque: ResponseCode.PULL_NOT_FOUND}
+        finally:
+            writer.close()
+        got = await rb.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": 0})
+        assert got.ext_fields["offset"] == "10", f"trial {trial}: the earlier pull's commitOffset 4 won"
 
 
 async def test_offset_queries(rb: RawBroker) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,14 @@ from rocket.client import (
     MessageExt,
     MessageModel,
     Producer,
+    PullConsumer,
     PushConsumer,
+    TopicRouteError,
     build_message,
 )
 from rocket.local import ClusterState
+from rocket.message import SYSFLAG_COMPRESSED
+from rocket.remoting import RemotingClient, RemotingCommand, RemotingTimeoutError, RequestCode, ResponseCode
 from tests.integration.client_support import shared_cluster
 from tests.support import eventually, unique
 
@@ -195,6 +201,139 @@ async def test_offsets_are_committed_and_a_restarted_consumer_resumes(cluster: C
         assert sorted(second.bodies) == sorted(f"b{i}".encode() for i in range(20))
     finally:
         await again.shutdown()
+
+
+#: Long polls (15 s) and rare periodic offset writes: after the last batch, the broker's copy of the
+#: offsets is the one the parked pulls carried (older by that batch) until the consumer writes its own.
+SLOW_WRITES = {"rebalance_interval": 1.0, "persist_interval": 60.0, "heartbeat_interval": 2.0,
+               "suspend_timeout": 15.0}
+
+
+async def _consume_30(cluster: ClusterState, **options: float) -> tuple[str, str, PushConsumer]:
+    """A started consumer of a new topic (2 queues x 2 broker groups) that has consumed 30 messages."""
+    topic = await _topic(cluster.namesrv, queues=2)
+    group = unique("CID")
+    got = Collector()
+    consumer = PushConsumer(group, cluster.namesrv, got, consume_from=ConsumeFrom.FIRST_OFFSET, **options)
+    consumer.subscribe(topic)
+    await consumer.start()
+    await eventually(lambda: len([q for q in consumer.assigned_queues() if q.topic == topic]) == 4, 20,
+                     what="4 queues assigned")
+    await _send(cluster.namesrv, topic, [f"a{i}" for i in range(30)])
+    await eventually(lambda: len(set(got.bodies)) >= 30, 20, what="30 consumed")
+    return topic, group, consumer
+
+
+async def _lag(cluster: ClusterState, group: str, topic: str) -> tuple[int, int]:
+    async with Admin(cluster.namesrv) as admin:
+        lag = await admin.consumer_lag(group, topic)
+    return lag.total_lag, sum(q.broker_offset for q in lag.queues)
+
+
+async def test_shutdown_retries_a_failed_final_offset_write(cluster: ClusterState,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first UPDATE_CONSUMER_OFFSET of every queue at shutdown fails (a timeout, as on a loaded
+    broker): shutdown writes it again, and the broker ends with the final offsets."""
+    topic, group, consumer = await _consume_30(cluster, **SLOW_WRITES)
+    real = consumer.client.invoke
+    failed: set[tuple[str, str]] = set()
+
+    async def first_update_times_out(addr: str, code: int, fields: Mapping[str, str] | None = None,
+                                     body: bytes = b"", timeout: float | None = None) -> RemotingCommand:
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET and fields and fields["topic"] == topic:
+            key = (addr, fields["queueId"])
+            if key not in failed:
+                failed.add(key)
+                raise RemotingTimeoutError(f"injected: the first offset write of {key} timed out")
+        return await real(addr, code, fields, body, timeout)
+
+    monkeypatch.setattr(consumer.client, "invoke", first_update_times_out)
+    await consumer.shutdown()
+    assert len(failed) == 4, f"the injection should have hit the 4 queues once each: {failed}"
+    assert await _lag(cluster, group, topic) == (0, 30)
+
+
+async def test_shutdown_writes_final_offsets_the_broker_lost_after_the_last_write(cluster: ClusterState) -> None:
+    """The consumer's periodic write stored the final offsets; then an older offset lands on the broker
+    (as a pull's older ``commitOffset`` applied late does on a busy broker). Shutdown writes the
+    final offsets again although they did not change since the consumer's last write."""
+    topic, group, consumer = await _consume_30(cluster, **{**SLOW_WRITES, "persist_interval": 0.3})
+    try:
+        deadline = time.monotonic() + 10
+        while await _lag(cluster, group, topic) != (0, 30):
+            assert time.monotonic() < deadline, "the periodic write never stored the final offsets"
+            await asyncio.sleep(0.2)
+        remoting = RemotingClient()
+        try:
+            for mq in consumer.assigned_queues():
+                if mq.topic != topic:
+                    continue
+                addr = consumer.client.admin_addr(mq.broker_name)
+                assert addr is not None
+                stale = RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+                    "consumerGroup": group, "topic": topic, "queueId": str(mq.queue_id), "commitOffset": "1"})
+                assert (await remoting.invoke(addr, stale, 5.0)).code == ResponseCode.SUCCESS
+        finally:
+            await remoting.close()
+        assert (await _lag(cluster, group, topic))[0] > 0
+    finally:
+        await consumer.shutdown()
+    assert await _lag(cluster, group, topic) == (0, 30)
+
+
+async def _send_raw(addr: str, topic: str, body: bytes, sys_flag: int = 0) -> None:
+    """SEND_MESSAGE (10) to queue 0 of ``topic`` at broker ``addr``, body and sysFlag as given
+    (a peer that compresses, or claims to)."""
+    remoting = RemotingClient()
+    try:
+        request = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, ext_fields={
+            "producerGroup": "PID_RAW", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": "0", "sysFlag": str(sys_flag), "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": "0", "properties": "", "reconsumeTimes": "0"})
+        response = await remoting.invoke(addr, request, 10.0)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    finally:
+        await remoting.close()
+
+
+async def test_a_body_inflating_too_far_goes_to_the_dead_letter_queue(cluster: ClusterState) -> None:
+    """A peer's "zip bomb" (64 MiB of zeros, compressed to about 64 KiB, COMPRESSED sysFlag) between two
+    plain messages: the handler gets the plain ones only, the bomb is inflated no further than
+    max_body_size and goes to %DLQ%<group> as stored, and the group's offset moves past it."""
+    topic = await _topic(cluster.namesrv, queues=1)
+    group = unique("CID")
+    got = Collector()
+    consumer = PushConsumer(group, cluster.namesrv, got, consume_from=ConsumeFrom.FIRST_OFFSET,
+                            max_body_size=1 << 20, **FAST)
+    consumer.subscribe(topic)
+    await consumer.start()
+    bomb = zlib.compress(bytes(64 << 20), 9)
+    try:
+        addr = consumer.client.master_addr("broker-a")
+        assert addr is not None
+        for body, flag in ((b"before", 0), (bomb, SYSFLAG_COMPRESSED), (b"after", 0)):
+            await _send_raw(addr, topic, body, flag)
+        await eventually(lambda: consumer.stats["undecodable"] == 1, 20, what="the bomb sent to the DLQ")
+        await eventually(lambda: sorted(set(got.bodies)) == [b"after", b"before"], 20, what="the plain messages")
+        assert consumer.stats["consumed"] == len(got.bodies)
+    finally:
+        await consumer.shutdown()
+    assert (await _lag(cluster, group, topic)) == (0, 3)
+    async with PullConsumer(unique("CID_DLQ"), cluster.namesrv, max_body_size=1 << 20) as reader:
+        dlq = f"%DLQ%{group}"
+        await eventually(lambda: _has_route(reader, dlq), 20, what="the DLQ topic's route")
+        found = [r for mq in await reader.queues(dlq) for r in [await reader.pull(mq, 0)] if r.undecodable]
+    assert len(found) == 1 and not found[0].messages
+    (msg, reason), = found[0].undecodable
+    assert msg.body == bomb and msg.sys_flag & SYSFLAG_COMPRESSED and "inflates to more than 1048576" in reason
+
+
+async def _has_route(consumer: PullConsumer, topic: str) -> bool:
+    try:
+        await consumer.refresh_route(topic)
+    except TopicRouteError:
+        return False
+    return True
 
 
 async def test_start_from_timestamp(cluster: ClusterState) -> None:

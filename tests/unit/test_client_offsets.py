@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import tracemalloc
 import zlib
 from pathlib import Path
+
+import pytest
 
 from rocket.client.consumer import decode_pull_body
 from rocket.client.offsets import LocalOffsetStore
 from rocket.client.subscription import SubscriptionData
-from rocket.message import SYSFLAG_COMPRESSED, compress_body, decompress_body, encode_properties, encode_record
+from rocket.message import (
+    MAX_MESSAGE_SIZE,
+    SYSFLAG_COMPRESSED,
+    BodyTooLargeError,
+    MessageExt,
+    MessageFormatError,
+    compress_body,
+    decompress_body,
+    encode_properties,
+    encode_record,
+)
 from rocket.protocol import MessageQueue
 
 
@@ -73,6 +86,44 @@ def test_decode_pull_body_decompresses_and_filters() -> None:
     everything = decode_pull_body(body, SubscriptionData.of("T", "*"))
     assert [m.queue_offset for m in everything] == [0, 1, 2]
     assert everything[0].msg_id == "ID0"
+
+
+def test_decompress_body_is_bounded() -> None:
+    """A "zip bomb" (64 MiB of zeros in about 64 KiB) stops at max_size bytes, with a clear error
+    and memory near max_size; a body of exactly max_size inflates; a truncated stream is an error."""
+    bomb = zlib.compress(bytes(64 << 20), 9)
+    assert len(bomb) < 100_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(BodyTooLargeError, match=f"inflates to more than {MAX_MESSAGE_SIZE} bytes"):
+            decompress_body(bomb, SYSFLAG_COMPRESSED)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_MESSAGE_SIZE, f"inflating the bomb peaked at {peak} bytes"
+    exact = bytes(range(256)) * 4096  # 1 MiB
+    assert decompress_body(zlib.compress(exact), SYSFLAG_COMPRESSED, max_size=len(exact)) == exact
+    with pytest.raises(BodyTooLargeError):
+        decompress_body(zlib.compress(exact + b"!"), SYSFLAG_COMPRESSED, max_size=len(exact))
+    with pytest.raises(MessageFormatError, match="truncated"):
+        decompress_body(zlib.compress(exact)[:-10], SYSFLAG_COMPRESSED)
+    with pytest.raises(MessageFormatError, match="corrupt"):
+        decompress_body(b"not zlib at all", SYSFLAG_COMPRESSED)
+
+
+def test_decode_pull_body_sets_undecodable_bodies_aside() -> None:
+    bomb = zlib.compress(b"\0" * (8 << 20), 9)
+    body = _record(0, b"first", "TagA") + _record(1, bomb, "TagA", SYSFLAG_COMPRESSED) + _record(2, b"last", "TagA")
+    with pytest.raises(MessageFormatError, match="ID1 of T queue 0 at offset 1: compressed body of"):
+        decode_pull_body(body, SubscriptionData.of("T", "*"))
+    undecodable: list[tuple[MessageExt, str]] = []
+    msgs = decode_pull_body(body, SubscriptionData.of("T", "*"), undecodable=undecodable)
+    assert [m.body for m in msgs] == [b"first", b"last"]
+    assert [(m.queue_offset, m.body, m.sys_flag & SYSFLAG_COMPRESSED) for m, _ in undecodable] == [(1, bomb, 1)]
+    assert "inflates to more than 4194304 bytes" in undecodable[0][1]
+    # a larger limit lets it through
+    big = decode_pull_body(body, SubscriptionData.of("T", "*"), max_body_size=8 << 20)
+    assert len(big) == 3 and big[1].body == b"\0" * (8 << 20)
 
 
 def test_pull_address_follows_suggestion_and_falls_back_to_slaves() -> None:

@@ -216,13 +216,16 @@ class MQClient:
         self._tasks.clear()
         await self.remoting.close()
 
-    def spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run ``coro`` in a task that :meth:`close` cancels."""
-        self._tasks.append(asyncio.create_task(coro))
+    def spawn_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` in a task that :meth:`close` cancels (the caller may cancel it sooner)."""
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        return task
 
-    def spawn(self, interval: float, action: Callable[[], Awaitable[Any]]) -> None:
-        """Run ``action`` every ``interval`` seconds until :meth:`close` (errors are logged)."""
-        self._tasks.append(asyncio.create_task(self._every(interval, action)))
+    def spawn(self, interval: float, action: Callable[[], Awaitable[Any]]) -> asyncio.Task[None]:
+        """Run ``action`` every ``interval`` seconds until :meth:`close` (errors are logged);
+        returns the task (the caller may cancel it sooner)."""
+        return self.spawn_task(self._every(interval, action))
 
     async def _every(self, interval: float, action: Callable[[], Awaitable[Any]]) -> None:
         while True:

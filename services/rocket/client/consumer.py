@@ -72,6 +72,7 @@ from rocket.client.subscription import (
     allocate_averagely,
 )
 from rocket.message import (
+    MAX_MESSAGE_SIZE,
     PROPERTY_MAX_OFFSET,
     PROPERTY_MIN_OFFSET,
     PROPERTY_RETRY_TOPIC,
@@ -129,7 +130,10 @@ class PullResult:
 
     ``messages`` are decoded, decompressed and tag-filtered (empty unless FOUND).
     ``suggest_which_broker_id``: where the broker asks the next pull to go
-    (0 master, > 0 a slave).
+    (0 master, > 0 a slave). ``undecodable``: ``(message, reason)`` for the messages of this
+    pull whose body cannot be decompressed (corrupt, or inflating beyond the consumer's
+    ``max_body_size``); their ``body`` is left as stored, COMPRESSED bit set, and they are
+    not in ``messages``. ``next_begin_offset`` is past them too.
     """
 
     status: PullStatus
@@ -138,6 +142,7 @@ class PullResult:
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
     suggest_which_broker_id: int = MASTER_ID
+    undecodable: list[tuple[MessageExt, str]] = field(default_factory=list)
 
 
 class ConsumeStatus(enum.StrEnum):
@@ -163,19 +168,32 @@ def _timestamp_ms(value: int | float | datetime | None) -> int:
 
 
 def decode_pull_body(body: bytes, sub: SubscriptionData | None = None, *,
-                     min_offset: int | None = None, max_offset: int | None = None) -> list[MessageExt]:
+                     min_offset: int | None = None, max_offset: int | None = None,
+                     max_body_size: int = MAX_MESSAGE_SIZE,
+                     undecodable: list[tuple[MessageExt, str]] | None = None) -> list[MessageExt]:
     """Decode a pull body: stored records back to back (``MessageDecoder.decodes``).
 
-    Bodies are decompressed (and the COMPRESSED bit cleared); messages whose
+    Bodies are decompressed (and the COMPRESSED bit cleared), each to at most
+    ``max_body_size`` bytes (``decompress_body``); messages whose
     tags ``sub`` does not select are dropped; MIN_OFFSET/MAX_OFFSET
-    properties are added when given. Raises ``MessageFormatError`` for a corrupt body.
+    properties are added when given. Raises ``MessageFormatError`` for a corrupt record, and
+    for a body that cannot be decompressed unless ``undecodable`` is given: then such messages
+    are appended there as ``(message, reason)``, as stored, and left out of the result.
     """
     messages: list[MessageExt] = []
     for msg in decode_records(body):
         if sub is not None and not sub.matches(msg.tags):
             continue
         if msg.sys_flag & SYSFLAG_COMPRESSED:
-            msg.body = decompress_body(msg.body, msg.sys_flag)
+            try:
+                inflated = decompress_body(msg.body, msg.sys_flag, max_body_size)
+            except MessageFormatError as exc:
+                reason = f"message {msg.msg_id} of {msg.topic} queue {msg.queue_id} at offset {msg.queue_offset}: {exc}"
+                if undecodable is None:
+                    raise MessageFormatError(reason) from exc
+                undecodable.append((msg, reason))
+                continue
+            msg.body = inflated
             msg.sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE_MASK)
         if min_offset is not None:
             msg.properties[PROPERTY_MIN_OFFSET] = str(min_offset)
@@ -188,9 +206,11 @@ def decode_pull_body(body: bytes, sub: SubscriptionData | None = None, *,
 class _Puller:
     """The pull kernel shared by both consumers: address choice and PULL_MESSAGE (11)."""
 
-    def __init__(self, client: MQClient, group: str) -> None:
+    def __init__(self, client: MQClient, group: str, max_body_size: int = MAX_MESSAGE_SIZE) -> None:
         self.client = client
         self.group = group
+        #: Largest body a compressed one may inflate to (bytes).
+        self.max_body_size = max_body_size
         #: Per queue: the brokerId the last response suggested.
         self.suggested: dict[MessageQueue, int] = {}
         #: Broker address → monotonic time until which it is considered down.
@@ -266,9 +286,11 @@ class _Puller:
         max_offset = int(f.get("maxOffset", "0") or 0)
         next_begin = int(f.get("nextBeginOffset", str(offset)) or offset)
         messages: list[MessageExt] = []
+        undecodable: list[tuple[MessageExt, str]] = []
         if status is PullStatus.FOUND:
-            messages = decode_pull_body(response.body, sub, min_offset=min_offset, max_offset=max_offset)
-        return PullResult(status, next_begin, min_offset, max_offset, messages, suggest)
+            messages = decode_pull_body(response.body, sub, min_offset=min_offset, max_offset=max_offset,
+                                        max_body_size=self.max_body_size, undecodable=undecodable)
+        return PullResult(status, next_begin, min_offset, max_offset, messages, suggest, undecodable)
 
 
 def _consumer_client(namesrv_addr: str, heartbeat_body: Callable[[], dict[str, Any] | None], *,
@@ -323,6 +345,9 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
 
     ``group``: consumer group (offsets committed with :meth:`commit` are kept
     per group by the brokers). ``namesrv_addr``: ``"host:port;host:port"``.
+    ``max_body_size``: the most bytes a compressed body may inflate to (default 4 MiB,
+    RocketMQ's default ``maxMessageSize``); larger ones come back in
+    :attr:`PullResult.undecodable`, not in ``messages``.
     """
 
     def __init__(
@@ -336,6 +361,7 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
         heartbeat_interval: float = 30.0,
         credentials: SessionCredentials | None = None,
         tls: ClientTls | bool | None = None,
+        max_body_size: int = MAX_MESSAGE_SIZE,
     ) -> None:
         self.group = group
         self.timeout = timeout
@@ -343,7 +369,7 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
                                        timeout=timeout, poll_namesrv_interval=poll_namesrv_interval,
                                        heartbeat_interval=heartbeat_interval, credentials=credentials,
                                        tls=tls)
-        self._puller = _Puller(self.client, group)
+        self._puller = _Puller(self.client, group, max_body_size)
         self._subs: dict[str, SubscriptionData] = {}
         self._started = False
 
@@ -389,7 +415,8 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
         seconds the broker may hold the request when there is nothing new
         (long polling; 0 answers at once). ``timeout`` defaults to
         ``suspend + timeout``. Raises ``RemotingCommandError`` for error codes
-        (e.g. 17 topic not exist), remoting errors when the broker is unreachable.
+        (e.g. 17 topic not exist), remoting errors when the broker is unreachable. Messages whose
+        body cannot be decompressed are in ``undecodable`` (each logged as a warning).
         """
         self._check()
         if mq.broker_name not in self.client.brokers:
@@ -398,10 +425,13 @@ class PullConsumer(_OffsetAPI, ClientLifecycle):
         if sub is None:
             sub = SubscriptionData.of(mq.topic, expression)
             self._subs[f"{mq.topic}\x00{expression}"] = sub
-        return await self._puller.pull(
+        result = await self._puller.pull(
             mq, sub, offset, max_nums, suspend_ms=int(suspend * 1000),
             timeout=timeout if timeout is not None else suspend + self.timeout,
         )
+        for _, reason in result.undecodable:
+            log.warning("%s: %s (in PullResult.undecodable)", self.group, reason)
+        return result
 
     # -- choosing the broker a pull goes to ------------------------------------------------
 
@@ -506,6 +536,11 @@ class PushConsumer(_OffsetAPI):
     * ``offset_store_dir``: BROADCASTING offsets file folder (default
       ``~/.rocket/offsets/<instance_name or client id>``); set ``instance_name``
       to resume across restarts.
+    * ``max_body_size``: the most bytes a compressed body may inflate to (default 4 MiB,
+      RocketMQ's default ``maxMessageSize``). A message whose body is larger (a "zip bomb") or
+      cannot be decompressed never reaches the handler: it is logged as an error and sent to
+      the group's dead-letter queue ``%DLQ%<group>`` as stored (CONSUMER_SEND_MSG_BACK with
+      delay level -1; retried every 5 s while that fails, holding the queue's offset).
     """
 
     def __init__(
@@ -535,6 +570,7 @@ class PushConsumer(_OffsetAPI):
         instance_name: str | None = None,
         credentials: SessionCredentials | None = None,
         tls: ClientTls | bool | None = None,
+        max_body_size: int = MAX_MESSAGE_SIZE,
     ) -> None:
         self.group = group
         self.handler = handler
@@ -558,7 +594,7 @@ class PushConsumer(_OffsetAPI):
                                        heartbeat_interval=heartbeat_interval, credentials=credentials,
                                        tls=tls)
         self.client.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
-        self._puller = _Puller(self.client, group)
+        self._puller = _Puller(self.client, group, max_body_size)
         self._subs: dict[str, SubscriptionData] = {}
         self._pqs: dict[MessageQueue, _ProcessQueue] = {}
         self._offsets: OffsetStore
@@ -577,8 +613,11 @@ class PushConsumer(_OffsetAPI):
         self._iter_current: asyncio.Future[bool] | None = None
         self._started = False
         self._stopping = False
-        #: Counters for monitoring: messages handed to the handler, failed, sent back.
-        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0}
+        #: The periodic offset writes and the rebalance loop (stopped first at shutdown).
+        self._loops: list[asyncio.Task[None]] = []
+        #: Counters for monitoring: messages handed to the handler, failed, sent back, and sent to
+        #: the dead-letter queue because their body could not be decompressed.
+        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "undecodable": 0}
 
     # -- configuration -----------------------------------------------------------------
 
@@ -632,44 +671,83 @@ class PushConsumer(_OffsetAPI):
                 log.info("%s: %s (will retry at the next rebalance)", self.group, exc)
         await self.client.send_heartbeat()
         self.client.start()
-        self.client.spawn(self.persist_interval, self._persist_offsets)
-        self.client.spawn_task(self._rebalance_loop())
+        self._loops = [self.client.spawn(self.persist_interval, self._persist_offsets),
+                       self.client.spawn_task(self._rebalance_loop())]
         await self.rebalance()
         return self
 
-    async def shutdown(self, drain_timeout: float = 5.0) -> None:
-        """Stop pulling, let in-flight handler calls finish (up to ``drain_timeout``),
-        persist offsets, UNREGISTER_CLIENT, close connections."""
+    async def shutdown(self, drain_timeout: float = 5.0, persist_timeout: float = 5.0) -> None:
+        """Shut down in ``DefaultMQPushConsumerImpl.shutdown``'s order; times in seconds.
+
+        1. Stop rebalancing and the periodic offset writes (waiting for a rebalance under way),
+           and stop pulling.
+        2. Let in-flight handler calls finish, up to ``drain_timeout``
+           (``ConsumeMessageConcurrentlyService.shutdown(awaitTerminateMillis)``); those still
+           running are cancelled and their messages will be consumed again.
+        3. Write every queue's final offset, unconditionally (the broker's copy may be older
+           than our last write: a pull's ``commitOffset`` applied after it), retrying failed
+           writes until ``persist_timeout`` has passed; what still fails is logged as an error
+           (those messages will be consumed again, nothing is lost).
+        4. UNREGISTER_CLIENT, then close the connections.
+        """
         if not self._started:
             return
         self._stopping = True
-        pull_tasks = [pq.task for pq in self._pqs.values() if pq.task is not None]
-        for task in pull_tasks:
+        loops, self._loops = self._loops, []
+        for task in loops:
             task.cancel()
-        for task in pull_tasks:
+        for task in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._iter_current is not None and not self._iter_current.done():
-            self._iter_current.set_result(True)  # the iterator's last message was handed out: done
-        if self._inbox is not None:
-            while not self._inbox.empty():  # never handed out: cancel, they will be redelivered
-                _, fut = self._inbox.get_nowait()
-                fut.cancel()
-        if self._consume_tasks:
-            _, pending = await asyncio.wait(set(self._consume_tasks), timeout=drain_timeout)
-            for task in pending:
+        async with self._rebalance_lock:  # a rebalance() called by hand ends first
+            pull_tasks = [pq.task for pq in self._pqs.values() if pq.task is not None]
+            for task in pull_tasks:
                 task.cancel()
-            for task in pending:
+            for task in pull_tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        for pq in self._pqs.values():
-            self._offsets.update(pq.mq, pq.commit_offset(), increase_only=True)
-        await self._offsets.persist_all()
+            if self._iter_current is not None and not self._iter_current.done():
+                self._iter_current.set_result(True)  # the iterator's last message was handed out: done
+            if self._inbox is not None:
+                while not self._inbox.empty():  # never handed out: cancel, they will be redelivered
+                    _, fut = self._inbox.get_nowait()
+                    fut.cancel()
+            if self._consume_tasks:
+                _, pending = await asyncio.wait(set(self._consume_tasks), timeout=drain_timeout)
+                for task in pending:
+                    task.cancel()
+                for task in pending:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            for pq in self._pqs.values():
+                self._offsets.update(pq.mq, pq.commit_offset(), increase_only=True)
+            await self._persist_final(persist_timeout)
         self._started = False
         await self.client.unregister(consumer_group=self.group)
         await self._producer.shutdown()
         await self.client.close()
         self._pqs.clear()
+
+    async def _persist_final(self, timeout: float) -> None:
+        """Write every known offset, retrying the failed ones (backing off 0.1 s .. 1 s) until
+        ``timeout`` seconds have passed; logs an error naming what could not be written."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending: list[MessageQueue] | None = None  # None: every queue
+        delay = 0.1
+        while True:
+            each = max(0.5, min(self.timeout, deadline - loop.time()))
+            failed = await self._offsets.persist_all(pending, force=True, timeout=each)
+            if not failed:
+                return
+            pending = failed
+            if deadline - loop.time() <= delay:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        log.error("%s: the final offsets of %s could not be written within %.1f s; the messages after the "
+                  "offsets last stored will be consumed again", self.group,
+                  ", ".join(f"{mq} ({self._offsets.get(mq)})" for mq in pending), timeout)
 
     async def __aenter__(self) -> PushConsumer:
         if self._subs and (self.handler is not None):
@@ -828,7 +906,7 @@ class PushConsumer(_OffsetAPI):
                 await pq.task
         self._offsets.update(mq, pq.commit_offset(), increase_only=True)
         try:
-            await self._offsets.persist(mq)
+            await self._offsets.persist(mq, force=True)  # as RebalancePushImpl.removeUnnecessaryMessageQueue
         except Exception as exc:
             log.warning("%s: persisting the offset of dropped %s failed: %s", self.group, mq, exc)
         self._offsets.remove(mq)
@@ -891,6 +969,8 @@ class PushConsumer(_OffsetAPI):
             # FOUND, NO_NEW_MSG (19), NO_MATCHED_MSG (20): continue from nextBeginOffset, as the Java
             # client does; with nothing in flight it is also the group's offset (correctTagsOffset).
             pq.next_offset = result.next_begin_offset
+            if result.undecodable:
+                self._start_dead_letter(pq, result.undecodable)
             if not result.messages:
                 if not pq.inflight:
                     self._offsets.update(pq.mq, pq.next_offset, increase_only=True)
@@ -986,8 +1066,33 @@ class PushConsumer(_OffsetAPI):
         if not pq.dropped:
             self._finish(pq, msgs)
 
-    async def _send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int) -> bool:
-        """CONSUMER_SEND_MSG_BACK, or a re-send to the retry topic; False if both failed."""
+    def _start_dead_letter(self, pq: _ProcessQueue, undecodable: list[tuple[MessageExt, str]]) -> None:
+        for msg, reason in undecodable:
+            log.error("%s: %s; sending it to the dead-letter queue %%DLQ%%%s", self.group, reason, self.group)
+            pq.inflight[msg.queue_offset] = msg
+        coro = self._dead_letter(pq, [m for m, _ in undecodable])
+        task = asyncio.create_task(coro)
+        self._consume_tasks.add(task)
+        task.add_done_callback(self._consume_tasks.discard)
+
+    async def _dead_letter(self, pq: _ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Hand messages no handler can get (undecodable bodies) to ``%DLQ%<group>`` as stored:
+        CONSUMER_SEND_MSG_BACK with delay level -1 (the broker copies the stored record). No
+        re-send fallback (it would need the body decoded); until the broker takes them, they stay
+        in flight (the offset stays below them) and are tried again every 5 s."""
+        left = list(msgs)
+        while left and not pq.dropped and not self._stopping:
+            left = [m for m in left if not await self._send_back(pq.mq, m, -1, fallback=False)]
+            if left:
+                await asyncio.sleep(5.0)
+        done = [m for m in msgs if not any(m is x for x in left)]
+        self.stats["undecodable"] += len(done)
+        self._finish(pq, done)
+
+    async def _send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int, *,
+                         fallback: bool = True) -> bool:
+        """CONSUMER_SEND_MSG_BACK, or (``fallback``) a re-send to the retry topic; False if
+        both failed."""
         addr = self.client.master_addr(mq.broker_name) or msg.store_host
         fields = ext(
             offset=msg.physical_offset,
@@ -1004,6 +1109,9 @@ class PushConsumer(_OffsetAPI):
             self.stats["sent_back"] += 1
             return True
         except Exception as exc:
+            if not fallback:
+                log.warning("%s: send-back of %s failed (%s)", self.group, msg.msg_id, exc)
+                return False
             log.warning("%s: send-back of %s failed (%s); re-sending to the retry topic", self.group,
                         msg.msg_id, exc)
         props = dict(msg.properties)

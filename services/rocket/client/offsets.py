@@ -46,11 +46,14 @@ class OffsetStore(Protocol):
     async def read(self, mq: MessageQueue) -> int:
         """The stored offset of ``mq`` (from the broker or the file), -1 when none."""
 
-    async def persist(self, mq: MessageQueue) -> None:
-        """Write one queue's offset out now."""
+    async def persist(self, mq: MessageQueue, *, force: bool = False) -> None:
+        """Write one queue's offset out now (``force``: even if unchanged since the last write)."""
 
-    async def persist_all(self, mqs: Iterable[MessageQueue] | None = None) -> None:
-        """Write the offsets of ``mqs`` (default: every known queue) out now."""
+    async def persist_all(self, mqs: Iterable[MessageQueue] | None = None, *, force: bool = False,
+                          timeout: float | None = None) -> list[MessageQueue]:
+        """Write the offsets of ``mqs`` (default: every known queue) out now; ``force`` writes
+        even those unchanged since the last write, ``timeout`` (seconds) bounds each write.
+        Returns the queues whose write failed (logged; nothing raised)."""
 
     def remove(self, mq: MessageQueue) -> None:
         """Forget ``mq`` (after rebalancing it away)."""
@@ -110,29 +113,37 @@ class RemoteOffsetStore(_MemoryOffsets):
             self._persisted[mq] = offset
         return offset
 
-    async def persist(self, mq: MessageQueue) -> None:
-        """UPDATE_CONSUMER_OFFSET for ``mq`` if its offset changed since the last write."""
+    async def persist(self, mq: MessageQueue, *, force: bool = False, timeout: float | None = None) -> None:
+        """UPDATE_CONSUMER_OFFSET (two-way) for ``mq`` if its offset changed since the last write,
+        or whenever ``force`` (the broker's copy may have changed without us: a pull's older
+        ``commitOffset`` applied late, an admin reset). ``timeout`` in seconds (default the
+        client's). Raises the remoting errors and ``RemotingCommandError`` for a refusal."""
         offset = self.table.get(mq)
-        if offset is None or self._persisted.get(mq) == offset:
+        if offset is None or (not force and self._persisted.get(mq) == offset):
             return
         response = await self.client.invoke(
             self._addr(mq), RequestCode.UPDATE_CONSUMER_OFFSET,
             ext(consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id, commitOffset=offset),
+            timeout=timeout,
         )
         check_response(response, f"update offset of {mq}")
         self._persisted[mq] = offset
 
-    async def persist_all(self, mqs: Iterable[MessageQueue] | None = None) -> None:
-        """Persist in parallel; failures are logged and retried next time."""
+    async def persist_all(self, mqs: Iterable[MessageQueue] | None = None, *, force: bool = False,
+                          timeout: float | None = None) -> list[MessageQueue]:
+        """Persist in parallel (as ``RemoteBrokerOffsetStore.persistAll``). Failures are logged
+        and returned (the periodic caller retries them next time, a shutdown at once)."""
         targets = list(self.table if mqs is None else mqs)
 
-        async def one(mq: MessageQueue) -> None:
+        async def one(mq: MessageQueue) -> MessageQueue | None:
             try:
-                await self.persist(mq)
+                await self.persist(mq, force=force, timeout=timeout)
             except Exception as exc:
-                log.warning("persisting offset of %s for %s failed: %s", mq, self.group, exc)
+                log.warning("persisting offset %d of %s for %s failed: %s", self.get(mq), mq, self.group, exc)
+                return mq
+            return None
 
-        await asyncio.gather(*(one(mq) for mq in targets))
+        return [mq for mq in await asyncio.gather(*(one(mq) for mq in targets)) if mq is not None]
 
     def remove(self, mq: MessageQueue) -> None:
         super().remove(mq)
@@ -172,12 +183,26 @@ class LocalOffsetStore(_MemoryOffsets):
             self.update(mq, offset)
         return offset
 
-    async def persist(self, mq: MessageQueue) -> None:
-        await self.persist_all([mq])
+    async def persist(self, mq: MessageQueue, *, force: bool = False) -> None:
+        """Merge ``mq``'s offset into the file now (always written, ``force`` changes nothing).
+        Raises ``OSError`` when it cannot be written."""
+        await self._write([mq])
 
-    async def persist_all(self, mqs: Iterable[MessageQueue] | None = None) -> None:
-        """Merge the in-memory offsets into the file (atomic replace)."""
-        for mq in self.table if mqs is None else mqs:
+    async def persist_all(self, mqs: Iterable[MessageQueue] | None = None, *, force: bool = False,
+                          timeout: float | None = None) -> list[MessageQueue]:
+        """Merge the in-memory offsets into the file (atomic replace; the file is always
+        rewritten, ``force`` and ``timeout`` change nothing). Returns the queues not written
+        (all of them when the file could not be written: the ``OSError`` is logged)."""
+        targets = [mq for mq in (self.table if mqs is None else mqs) if mq in self.table]
+        try:
+            await self._write(targets)
+        except OSError as exc:
+            log.warning("writing offset file %s for %s failed: %s", self.path, self.group, exc)
+            return targets
+        return []
+
+    async def _write(self, mqs: Iterable[MessageQueue]) -> None:
+        for mq in mqs:
             if mq in self.table:
                 self._stored[mq] = self.table[mq]
         payload = {

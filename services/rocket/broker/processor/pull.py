@@ -45,6 +45,7 @@ without suspension, when woken.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -111,26 +112,51 @@ class PullMessageProcessor:
         #: Pull requests being handled (parked ones included).
         self.active = 0
 
-    async def process_request(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
-        """Answer a pull, waiting (without blocking the connection) when it may be suspended."""
+    def process_request(self, request: RemotingCommand, conn: RemotingConnection
+                        ) -> RemotingCommand | asyncio.Task[RemotingCommand]:
+        """Answer a pull: the response, or (parked) a task that answers when the pull wakes.
+
+        The first pass runs inline, not in a task of its own, so its side effects (the
+        COMMIT_OFFSET commit above all) happen in the order requests arrive on the connection:
+        a client's UPDATE_CONSUMER_OFFSET sent after a pull carrying an older ``commitOffset``
+        must win, even when both frames arrive in one read (a consumer's last pull followed by
+        its final offsets at shutdown). Only the wait of a parked pull runs in a task (the
+        connection answers it when done, see ``Processors``).
+        """
         broker = self.broker
         self.active += 1
         try:
             started = time.perf_counter()
             response, parked = self.process(request, conn, allow_suspend=True)
             broker.metrics.pull_latency.observe(time.perf_counter() - started)
-            if parked is None:
-                return response
-            try:
-                await parked.future
-            finally:
-                broker.hold_service.remove(parked)
-            started = time.perf_counter()
-            response, _ = self.process(request, conn, allow_suspend=False)
-            broker.metrics.pull_latency.observe(time.perf_counter() - started)
-            return response
-        finally:
+        except BaseException:
             self.active -= 1
+            raise
+        if parked is None:
+            self.active -= 1
+            return response
+        task = asyncio.get_running_loop().create_task(self._answer_parked(request, conn, parked))
+
+        def done(_: asyncio.Task[RemotingCommand]) -> None:
+            # also when the task is cancelled (connection closed) before it ever ran
+            broker.hold_service.remove(parked)
+            self.active -= 1
+
+        task.add_done_callback(done)
+        return task
+
+    async def _answer_parked(self, request: RemotingCommand, conn: RemotingConnection,
+                             parked: PullRequest) -> RemotingCommand:
+        """Wait for ``parked`` to wake (a message arrived, or its time is up), then pull again
+        without suspending (and without committing: the first pass did)."""
+        try:
+            await parked.future
+        finally:
+            self.broker.hold_service.remove(parked)
+        started = time.perf_counter()
+        response, _ = self.process(request, conn, allow_suspend=False)
+        self.broker.metrics.pull_latency.observe(time.perf_counter() - started)
+        return response
 
     def _subscription(
         self, request: RemotingCommand, header: PullMessageRequestHeader
