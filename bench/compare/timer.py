@@ -117,7 +117,7 @@ def run_cell(system: str, rnd: int, lib: Path, classes: Path, record: Record,
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             r = {"errors": 1, "failed": str(exc)}
         finally:
-            cluster.stop()
+            cluster.stop(discard=True)
         r["settings"] = asdict(s)
         load = (load0, os.getloadavg()[0])
         record(system, s.config, rnd, TIMER, r, load)
@@ -145,7 +145,7 @@ def one(system: str, lib: Path, classes: Path, s: TimerSettings) -> dict[str, An
     try:
         return drive(system, cluster, root, lib, classes, s)
     finally:
-        cluster.stop()
+        cluster.stop(discard=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
