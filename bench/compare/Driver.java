@@ -593,6 +593,7 @@ public final class Driver {
         final AtomicLong sent = new AtomicLong();     // sends intended in the window
         final AtomicLong acked = new AtomicLong();    // of those, acknowledged (SEND_OK)
         final AtomicLong received = new AtomicLong(); // of those, received (first delivery)
+        final AtomicLong receivedDuring = new AtomicLong(); // any message received while now is in [from, to)
         final Errors errors = new Errors();
 
         OmbPhase(String name, double rate, long from, long to) {
@@ -615,6 +616,7 @@ public final class Driver {
             m.put("acked", acked.get());
             m.put("received", received.get());
             m.put("achieved_rate", acked.get() / seconds);
+            m.put("consume_rate", receivedDuring.get() / seconds);
             synchronized (this) {
                 m.put("publish_from_intended", pcts(List.of(pubCo)));
                 m.put("publish", pcts(List.of(pub)));
@@ -661,6 +663,7 @@ public final class Driver {
                 receivedAll.incrementAndGet();
                 long intended = ByteBuffer.wrap(m.getBody()).getLong();
                 for (OmbPhase ph : phases) {
+                    if (ph.holds(now)) ph.receivedDuring.incrementAndGet();
                     if (ph.holds(intended)) {
                         ph.received.incrementAndGet();
                         synchronized (ph) {

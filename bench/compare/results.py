@@ -576,12 +576,18 @@ def omb_max_lines(measurements: list[dict[str, Any]]) -> list[str]:
     for mode in dict.fromkeys(m["config"] for m in measurements if m["cell"] == OMB):
         parts = []
         for system in SYSTEMS:
-            vals = [key_metric(OMB, m["result"]) for m in _rounds(measurements, OMB)
-                    if m["config"] == mode and m["system"] == system]
+            vals = []
+            for m in _rounds(measurements, OMB):
+                if m["config"] != mode or m["system"] != system:
+                    continue
+                r = m["result"]
+                text = _values_text([key_metric(OMB, r)])
+                consumed = (r.get("max") or {}).get("consume_rate")
+                vals.append(text + ("" if consumed is None or "failed" in r else f" (consumer {consumed:,.0f})"))
             if vals:
-                parts.append(f"{system} {_values_text(vals)} msgs/s")
-        out.append(f"- {mode}: maximum per round (one producer, async sends, at most 1,000 unanswered, the "
-                   f"consumer reading): {'; '.join(parts)}.")
+                parts.append(f"{system} {', '.join(vals)} msgs/s")
+        out.append(f"- {mode}: maximum per round (one producer, async sends, at most 1,000 unanswered; in brackets "
+                   f"what the consumer received meanwhile): {'; '.join(parts)}.")
     return out
 
 
@@ -786,6 +792,17 @@ def _error_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
+    """One sentence on the CPU the other system's idle cluster used during each cell (``peer_cpu_s``,
+    recorded since the clusters of a mode stay up for all its rounds); empty when none was recorded."""
+    cpu = [float(m["result"]["peer_cpu_s"]) for m in measurements if "peer_cpu_s" in m.get("result", {})]
+    if not cpu:
+        return ""
+    return (f"The clusters of a mode stay up for all its rounds; while one system ran a cell, the other's idle "
+            f"cluster used {statistics.median(cpu):.2f} CPU s per cell (median over {len(cpu)} cells, at most "
+            f"{max(cpu):.2f} s).")
+
+
 def _elapsed_text(data: dict[str, Any]) -> str:
     """`` Took 27.5 min in all.`` (`` So far 3.0 min.`` for a partial page); empty for runs saved
     without ``elapsed_s``."""
@@ -825,6 +842,9 @@ def render_page(data: dict[str, Any]) -> str:
     if rows:
         md += ["## Throughput and latency", "", render_table(rows, m["apache_rocketmq"]), "",
                "### Every round", "", *per_round_lines(cells), ""]
+        peer = peer_cpu_text(data["measurements"])
+        if peer:
+            md += [peer, ""]
     q = quorum_lines(cells)
     if q:
         md += ["## Quorum acks (ours): allAckInSyncStateSet in controller mode vs SYNC_MASTER", "",

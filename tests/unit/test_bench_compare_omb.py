@@ -101,7 +101,10 @@ def test_the_omb_section_shows_medians_ours_beside_apache_every_round_and_the_he
     page = results.Page(run_data(), tmp_path, began=0.0)
     # ours: rounds with scales 1, 3, 2 (median 2); Apache 2, 2, 4 (median 2... of each percentile)
     for rnd, (so, sa) in enumerate([(1.0, 2.0), (3.0, 2.0), (2.0, 4.0)]):
-        page.add("ours", "ASYNC_FLUSH", rnd, OMB, omb_result(8000.0 + rnd, so), (4.0, 5.0))
+        ours = omb_result(8000.0 + rnd, so)
+        if rnd == 1:
+            ours["max"] = {"consume_rate": 7000.0}
+        page.add("ours", "ASYNC_FLUSH", rnd, OMB, ours, (4.0, 5.0))
         page.add("apache", "ASYNC_FLUSH", rnd, OMB, omb_result(5000.0 + rnd, sa, "given"), (5.0, 6.0))
     page.save(complete=True)
     md = (tmp_path / "compare-2026-11-25-2105.md").read_text()
@@ -111,7 +114,7 @@ def test_the_omb_section_shows_medians_ours_beside_apache_every_round_and_the_he
     assert ("| ASYNC_FLUSH | 80% | 6,400 | 6.00 / 30.00 / 54.00 | 6.00 / 30.00 / 54.00 | 1.00 / 1.00 / 1.00 | "
             "12.00 / 36.00 / 60.00 | 12.00 / 36.00 / 60.00 | 1.00 / 1.00 / 1.00 | 6,400 / 6,400 |") in md
     assert "| ASYNC_FLUSH | 25% | 2,000 | 2.00 / 10.00 / 18.00 |" in md
-    assert "ours 8,000, 8,001, 8,002 msgs/s; apache 5,000, 5,001, 5,002 msgs/s" in md
+    assert "ours 8,000, 8,001 (consumer 7,000), 8,002 msgs/s; apache 5,000, 5,001, 5,002 msgs/s" in md
     # every round of every rate, with the send delay, the counts and the load
     assert ("| ASYNC_FLUSH | ours | 2 | 8,001 | own maximum | 4,000 | 6.00 / 30.00 / 54.00 / 108.00 | 0.50 | "
             "12.00 / 36.00 / 60.00 / 120.00 | 20,000 / 20,000 / 20,000 | 0 | 4.0→5.0 |") in md
@@ -147,3 +150,14 @@ def test_an_omb_phase_with_errors_counts_them() -> None:
     assert ("| 6,400 | 1.00 / 2.00 / 3.00 / 6.00 | 0.50 | 1.00 / 2.00 / 3.00 / 6.00 | 32,000 / 32,000 / 32,000 "
             "| 3 |") in md
     assert "missing: 3 acknowledged messages not received (x3)" in md
+
+
+def test_the_idle_peer_clusters_cpu_is_summarised_under_the_matrix() -> None:
+    page = results.Page(run_data(), None)
+    for rnd, cpu in enumerate([0.1, 0.4, 0.2]):
+        r = {"cell": "produce:64", "tps": 1000.0, "sent_ok": 5000, "broker_cpu_s": 1.0, "errors": 0,
+             "latency": {"p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}, "peer_cpu_s": cpu}
+        page.add("ours", "ASYNC_FLUSH", rnd, "produce:64", r, (1.0, 1.0))
+    md = results.render_page(page.data)
+    assert "the other's idle cluster used 0.20 CPU s per cell (median over 3 cells, at most 0.40 s)" in md
+    assert results.peer_cpu_text([]) == ""
