@@ -20,8 +20,8 @@ comma-separated; default all):
 * ``failover``: kill -9 of a controller-mode master, RTO and acknowledged messages lost, ours and
   Apache's controller (:mod:`bench.compare.controller`);
 * ``timer``: timer messages (``setDeliverTimeMs``) on one ASYNC_FLUSH master with ``timerPrecisionMs``
-  1000: delivery error p50/p99/max of 2,000 timers over 60 s, then enqueue throughput of 10,000 timer
-  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 1.5 minutes per system
+  1000: delivery error p50/p99/max of 2,000 timers over 30 s, then enqueue throughput of 10,000 timer
+  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 1 minute per system
   and round).
 
 Modes (``--mode``, repeatable or comma-separated; default all) of the throughput cells:
@@ -32,8 +32,8 @@ controller-mode cell and no timer cell; giving only ``--cell failover`` runs onl
 Each mode starts a NameServer and broker(s) per system once and keeps them for all its rounds
 (``--rounds``, default 3; the systems take turns, the first alternating between rounds); each round
 runs every cell of that mode in one driver process on topics of its own (first topics, then
-unmeasured load, then the cells), while the other system's cluster idles (its CPU meanwhile is
-recorded as ``peer_cpu_s``). Then the quorum cell's clusters the same way, then the timer cell per
+unmeasured load, then the cells), while the other system's cluster is frozen (SIGSTOP; the CPU
+it used meanwhile is recorded as ``peer_cpu_s``). Then the quorum cell's clusters the same way, then the timer cell per
 round; the failover cell runs its rounds on one cluster per system (first in the run, so a cut run
 has it). Clusters are killed at once when done (their stores are thrown away).
 
@@ -193,8 +193,10 @@ def run_targets(targets: list[Target], cells: tuple[str, ...], rounds: int, sett
                 problem: Callable[[str, str, int, str], None], omb: OmbRates | None = None) -> None:
     """Start every target's cluster once, then per round run ``cells`` on each in turn (the order
     alternating between rounds, one driver process per target and round, topics of that round),
-    then stop them all. A cluster that did not start or died is started afresh for the next round;
-    ``problem`` gets each round it missed."""
+    then stop them all. While one target runs, the others' clusters are frozen
+    (:meth:`servers.Cluster.pause`; controller-mode ones keep running idle). A cluster that did not
+    start, did not come back or died is started afresh for the next round; ``problem`` gets each
+    round it missed."""
     try:
         for rnd in range(rounds):
             for t in (targets if rnd % 2 == 0 else targets[::-1]):
@@ -206,6 +208,9 @@ def run_targets(targets: list[Target], cells: tuple[str, ...], rounds: int, sett
                         continue
                 peers = [x.cluster for x in targets if x is not t and x.cluster is not None]
                 try:
+                    for peer in peers:
+                        peer.pause()
+                    t.cluster.resume()
                     measure(t, rnd, cells, settings, record, peers, omb)
                 except servers.ClusterStartError as exc:
                     print(f"{label} stopped early: {exc}", flush=True)

@@ -798,9 +798,9 @@ def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
     cpu = [float(m["result"]["peer_cpu_s"]) for m in measurements if "peer_cpu_s" in m.get("result", {})]
     if not cpu:
         return ""
-    return (f"The clusters of a mode stay up for all its rounds; while one system ran a cell, the other's idle "
-            f"cluster used {statistics.median(cpu):.2f} CPU s per cell (median over {len(cpu)} cells, at most "
-            f"{max(cpu):.2f} s).")
+    return (f"The clusters of a mode stay up for all its rounds; while one system runs, the other's is frozen "
+            f"(SIGSTOP; controller-mode clusters idle instead). It used {statistics.median(cpu):.2f} CPU s per "
+            f"cell meanwhile (median over {len(cpu)} cells, at most {max(cpu):.2f} s).")
 
 
 def _elapsed_text(data: dict[str, Any]) -> str:

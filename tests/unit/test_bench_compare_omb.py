@@ -159,5 +159,44 @@ def test_the_idle_peer_clusters_cpu_is_summarised_under_the_matrix() -> None:
              "latency": {"p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}, "peer_cpu_s": cpu}
         page.add("ours", "ASYNC_FLUSH", rnd, "produce:64", r, (1.0, 1.0))
     md = results.render_page(page.data)
-    assert "the other's idle cluster used 0.20 CPU s per cell (median over 3 cells, at most 0.40 s)" in md
+    assert "It used 0.20 CPU s per cell meanwhile (median over 3 cells, at most 0.40 s)" in md
     assert results.peer_cpu_text([]) == ""
+
+
+# -- clusters kept between rounds ----------------------------------------------------------------------
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_kept_cluster_is_frozen_and_a_discarded_one_killed_at_once(tmp_path: Path) -> None:
+    import time
+
+    from bench.compare import servers
+
+    procs = [servers.Proc(name, role, ["sleep", "60"], tmp_path / f"{name}.log", 1)
+             for name, role in (("namesrv", "nameserver"), ("broker-master", "master"))]
+    cluster = servers.Cluster("ours", tmp_path, "127.0.0.1:1", procs)
+    for p in procs:
+        p.start()
+    try:
+        assert cluster.pause() and cluster.paused
+        deadline = time.monotonic() + 5
+        while {_state(p.pid) for p in procs} != {"T"} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {_state(p.pid) for p in procs} == {"T"}  # stopped: no CPU while the other system runs
+        started = time.monotonic()
+        cluster.stop(discard=True)
+        assert time.monotonic() - started < 5 and not any(p.alive() for p in procs)
+    finally:
+        for p in procs:
+            if p.alive() and p.popen is not None:
+                p.popen.kill()
+
+
+def test_a_controller_mode_cluster_is_not_frozen(tmp_path: Path) -> None:
+    from bench.compare import servers
+
+    ctl = servers.Proc("controller-n0", "controller", ["true"], tmp_path / "c.log", 1)
+    assert servers.Cluster("ours", tmp_path, "127.0.0.1:1", [ctl]).pause() is False
