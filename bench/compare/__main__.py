@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
                  "source": f"commit {commit}" + (" plus uncommitted changes under services/" if dirty else "")},
         "settings": {"seconds": seconds, "warmup": warmup, "server_warmup": server_warmup, "body": BODY,
                      "batch": BATCH, "queues": QUEUES, "e2e_rate": E2E_RATE,
-                     "consume_seconds": settings.consume_seconds,
+                     "consume_seconds": settings.consume_seconds, "kept_clusters": True,
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
                      "failover": controller.failover_settings(),
                      **({"timer": dataclasses.asdict(timer.CELL)} if args.timer else {}),

@@ -832,7 +832,9 @@ def render_page(data: dict[str, Any]) -> str:
         "each cell's load average (start → end) is listed with its figures below.",
         "",
         f"Settings: {s['seconds']} s per throughput cell after {s['warmup']} s of warm-up; "
-        f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) on each fresh cluster first; "
+        f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) "
+        + ("at the start of each round's driver (one cluster per mode and system, kept for all rounds, the other "
+           "system's frozen meanwhile); " if s.get("kept_clusters") else "on each fresh cluster first; ") +
         f"consume at most {s['consume_seconds']} s; {s['body']}-byte messages, topics of {s['queues']} queues, "
         f"sync sends, no client retries; Apache's broker {' '.join(s['apache_broker_jvm'][:2])}. Per cell the "
         "round with the median figure is shown (msgs/s; end-to-end p99); errors are summed over the rounds. "
