@@ -11,8 +11,9 @@ comma-separated; default all):
 * ``consume``: a push consumer of a new group reads what the produce cells stored, from offset 0;
 * ``e2e``: a push consumer, then 4 paced producer threads at 1,000 msgs/s; receive - send time;
 * ``omb`` (ASYNC_FLUSH only): the OpenMessaging Benchmark's ``1-topic-16-partitions-1kb`` at fixed
-  rates: 1 topic of 16 queues, one async producer, one push consumer; our maximum first, then
-  open-loop at 25/50/80 % of it (Apache at the same absolute rates, :class:`OmbRates`); publish and
+  rates: 1 topic of 16 queues, one async producer, one push consumer; its maximum first, then
+  open-loop at 25/50/80 % of our maximum of the mode's first round (both systems, every round:
+  :class:`OmbRates`); publish and
   end-to-end latency p50/p99/p99.9 from the intended send time (coordinated-omission safe);
 * ``quorum``: ours only, a master + slave acknowledging with ``allAckInSyncStateSet`` in controller
   mode vs as SYNC_MASTER (:mod:`bench.compare.controller`; SYNC_MASTER's figures are those of the
@@ -117,34 +118,27 @@ Record = Callable[[str, str, int, str, dict[str, Any], tuple[float, float]], Non
 
 
 class OmbRates:
-    """The absolute rates (msgs/s) of the ``omb`` cell: the same on both systems in a round.
+    """The absolute rates (msgs/s) of the ``omb`` cell, per mode: the same for both systems and every
+    round, so that the medians over the rounds compare like with like.
 
-    Our driver measures our maximum and runs at :data:`OMB_FRACTIONS` of it when it goes first in a
-    round; Apache then gets those rates. In a round where Apache goes first, both get the rates of
-    our latest earlier round (none yet: Apache runs at the fractions of its own maximum, which the
-    page says in "rates from")."""
+    They are :data:`OMB_FRACTIONS` of our maximum in the mode's first round (ours goes first there):
+    our driver measures it and picks them; every later run of either system gets them. Every run
+    still measures its own maximum (on the page). Before any result of ours (ours failed), Apache
+    runs at the fractions of its own maximum ("rates from" on the page says which)."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, list[float]] = {}  # mode -> our latest rates
-        self.of_round: dict[tuple[str, int], list[float]] = {}  # (mode, round) -> the rates used first
+        self.rates: dict[str, list[float]] = {}  # mode -> our first rates
 
     def given(self, system: str, mode: str, rnd: int) -> list[float] | None:
         """The rates to pass to ``system``'s driver in ``mode`` and round ``rnd`` (0-based), or None:
         the driver takes the fractions of its own maximum."""
-        if (mode, rnd) in self.of_round:
-            return self.of_round[(mode, rnd)]
-        if system == "ours":
-            return None
-        return self.latest.get(mode)
+        return self.rates.get(mode)
 
     def record(self, system: str, mode: str, rnd: int, result: dict[str, Any]) -> None:
-        """Note the rates a driver ran at (its ``omb`` result's ``rates``)."""
+        """Note the rates our driver ran at (its ``omb`` result's ``rates``), the first time."""
         rates = [float(x) for x in result.get("rates") or []]
-        if not rates or "failed" in result:
-            return
-        self.of_round.setdefault((mode, rnd), rates)
-        if system == "ours":
-            self.latest[mode] = rates
+        if system == "ours" and rates and "failed" not in result:
+            self.rates.setdefault(mode, rates)
 
 
 @dataclass

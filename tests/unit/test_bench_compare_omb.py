@@ -36,24 +36,23 @@ def test_a_selection_that_runs_nothing_is_refused() -> None:
 # -- the same absolute rates on both systems ----------------------------------------------------------
 
 
-def test_apache_runs_at_the_rates_our_driver_chose_in_the_same_round() -> None:
+def test_every_run_of_a_mode_uses_the_rates_of_our_first_maximum() -> None:
     rates = OmbRates()
     assert rates.given("ours", "ASYNC_FLUSH", 0) is None  # ours first: fractions of its own maximum
     rates.record("ours", "ASYNC_FLUSH", 0, {"rates": [2500.0, 5000.0, 8000.0]})
-    assert rates.given("apache", "ASYNC_FLUSH", 0) == [2500.0, 5000.0, 8000.0]
-    rates.record("apache", "ASYNC_FLUSH", 0, {"rates": [2500.0, 5000.0, 8000.0]})
-    # round 2, Apache first: our rates of round 1, and ours then runs at the same
-    assert rates.given("apache", "ASYNC_FLUSH", 1) == [2500.0, 5000.0, 8000.0]
-    rates.record("apache", "ASYNC_FLUSH", 1, {"rates": [2500.0, 5000.0, 8000.0]})
-    assert rates.given("ours", "ASYNC_FLUSH", 1) == [2500.0, 5000.0, 8000.0]
-    # round 3, ours first again: a fresh maximum of its own
-    assert rates.given("ours", "ASYNC_FLUSH", 2) is None
+    for system, rnd in (("apache", 0), ("apache", 1), ("ours", 1), ("ours", 2), ("apache", 2)):
+        assert rates.given(system, "ASYNC_FLUSH", rnd) == [2500.0, 5000.0, 8000.0]
+        rates.record(system, "ASYNC_FLUSH", rnd, {"rates": [2500.0, 5000.0, 8000.0]})
+    rates.record("ours", "ASYNC_FLUSH", 2, {"rates": [1.0, 2.0, 3.0]})  # later maxima do not move them
+    assert rates.given("apache", "ASYNC_FLUSH", 2) == [2500.0, 5000.0, 8000.0]
+    assert rates.given("apache", "SYNC_FLUSH", 0) is None  # per mode
 
 
 def test_without_any_rates_of_ours_apache_uses_its_own_maximum() -> None:
     rates = OmbRates()
     assert rates.given("apache", "ASYNC_FLUSH", 1) is None
     rates.record("ours", "ASYNC_FLUSH", 0, {"cell": OMB, "failed": "driver exited 1", "rates": [1.0]})
+    rates.record("apache", "ASYNC_FLUSH", 0, {"rates": [9.0]})
     assert rates.given("apache", "ASYNC_FLUSH", 0) is None
 
 
