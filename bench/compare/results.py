@@ -798,8 +798,8 @@ def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
     cpu = [float(m["result"]["peer_cpu_s"]) for m in measurements if "peer_cpu_s" in m.get("result", {})]
     if not cpu:
         return ""
-    return (f"The clusters of a mode stay up for all its rounds; while one system runs, the other's is frozen "
-            f"(SIGSTOP; controller-mode clusters idle instead). It used {statistics.median(cpu):.2f} CPU s per "
+    return (f"Apache's cluster of a mode stays up for all its rounds, frozen (SIGSTOP) while ours runs "
+            f"(controller-mode clusters idle instead). It used {statistics.median(cpu):.2f} CPU s per "
             f"cell meanwhile (median over {len(cpu)} cells, at most {max(cpu):.2f} s).")
 
 
@@ -833,8 +833,9 @@ def render_page(data: dict[str, Any]) -> str:
         "",
         f"Settings: {s['seconds']} s per throughput cell after {s['warmup']} s of warm-up; "
         f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) "
-        + ("at the start of each round's driver (one cluster per mode and system, kept for all rounds, the other "
-           "system's frozen meanwhile); " if s.get("kept_clusters") else "on each fresh cluster first; ") +
+        + ("at the start of each round's driver (Apache's cluster of a mode is kept for all its rounds, frozen "
+           "while ours runs; ours is fresh each round); " if s.get("kept_clusters") else
+           "on each fresh cluster first; ") +
         f"consume at most {s['consume_seconds']} s; {s['body']}-byte messages, topics of {s['queues']} queues, "
         f"sync sends, no client retries; Apache's broker {' '.join(s['apache_broker_jvm'][:2])}. Per cell the "
         "round with the median figure is shown (msgs/s; end-to-end p99); errors are summed over the rounds. "

@@ -161,7 +161,7 @@ def test_the_idle_peer_clusters_cpu_is_summarised_under_the_matrix() -> None:
     assert "It used 0.20 CPU s per cell meanwhile (median over 3 cells, at most 0.40 s)" in md
     assert "on each fresh cluster first" in md  # a run without kept clusters
     page.data["settings"]["kept_clusters"] = True
-    assert "at the start of each round's driver (one cluster per mode and system" in results.render_page(page.data)
+    assert "at the start of each round's driver (Apache's cluster of a mode is kept" in results.render_page(page.data)
     assert results.peer_cpu_text([]) == ""
 
 
