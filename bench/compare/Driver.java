@@ -188,7 +188,8 @@ public final class Driver {
                 if (cut > 0) m = m.substring(0, cut).trim();
             }
             // variable parts ("cost [214]ms") would make every occurrence a kind of its own
-            return m.replaceAll("cost \\[\\d+\\]ms", "cost [..]ms");
+            return m.replaceAll("cost \\[\\d+\\]ms", "cost [..]ms")
+                .replaceAll("period in queue: \\d+ms, size of queue: \\d+", "period in queue: [..]ms, size of queue: [..]");
         }
 
         Map<String, Object> asMap() {

@@ -786,6 +786,8 @@ def _error_lines(data: dict[str, Any]) -> list[str]:
             for kind, v in r["error_kinds"].items():
                 kind = re.sub(r"\s*See https?://\S+ for further details\.", "", kind)
                 kind = re.sub(r"cost \[\d+\]ms", "cost [..]ms", kind)
+                kind = re.sub(r"period in queue: \d+ms, size of queue: \d+",
+                              "period in queue: [..]ms, size of queue: [..]", kind)
                 merged[kind] = merged.get(kind, 0) + int(v)
             note = " (failed sends of the round, most while no master answered)" if m["cell"] == FAILOVER else ""
             lines.append(f"- {where}{note}: " + "; ".join(f"{k} (x{v})" for k, v in merged.items()))

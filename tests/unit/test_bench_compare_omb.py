@@ -202,3 +202,13 @@ def test_a_controller_mode_cluster_is_not_frozen(tmp_path: Path) -> None:
 
     ctl = servers.Proc("controller-n0", "controller", ["true"], tmp_path / "c.log", 1)
     assert servers.Cluster("ours", tmp_path, "127.0.0.1:1", [ctl]).pause() is False
+
+
+def test_broker_busy_errors_differing_only_in_queue_figures_are_one_kind() -> None:
+    r = omb_result(8000.0, 1.0)
+    busy = "MQBrokerException: [TIMEOUT_CLEAN_QUEUE]broker busy, period in queue: {}ms, size of queue: {}"
+    r["errors"], r["error_kinds"] = 3, {busy.format(210, 1625): 1, busy.format(214, 1067): 2}
+    page = results.Page(run_data(), None)
+    page.add("apache", "ASYNC_FLUSH", 0, OMB, r, (1.0, 1.0))
+    md = results.render_page(page.data)
+    assert "period in queue: [..]ms, size of queue: [..] (x3)" in md
