@@ -13,6 +13,8 @@
 //             createTopics=a,b (created first) serverWarmup=0 (s of unmeasured 64-producer, then batch load on
 //             warmupTopic) fill=0 (s of unmeasured batches into `topic`, a backlog for "consume")
 //             prints "CELL <name>" on stdout as each cell (and the warm-up / fill) starts
+//             omb: ombTopic= ombQueues=16 ombMaxSeconds=<seconds> ombWindow=1000 ombRates= (msgs/s; empty: ombFractions
+//             =0.25,0.5,0.8 of the maximum it measures first): fixed-rate publish and end-to-end latency (see omb())
 //   failover  namesrv= topic= killPid= oldMaster=host:port threads=8 before=5 after=3 maxWait=60 pollNameServerMs=200
 //             sendTimeoutMs=3000 pauseAfterErrorMs=20 verifySeconds=60 brokerName=broker-a
 //             sync sends of unique bodies; after `before` s kill -9 `killPid` (the group's master); the time until
@@ -186,7 +188,8 @@ public final class Driver {
                 if (cut > 0) m = m.substring(0, cut).trim();
             }
             // variable parts ("cost [214]ms") would make every occurrence a kind of its own
-            return m.replaceAll("cost \\[\\d+\\]ms", "cost [..]ms");
+            return m.replaceAll("cost \\[\\d+\\]ms", "cost [..]ms")
+                .replaceAll("period in queue: \\d+ms, size of queue: \\d+", "period in queue: [..]ms, size of queue: [..]");
         }
 
         Map<String, Object> asMap() {
@@ -576,6 +579,241 @@ public final class Driver {
         }
     }
 
+    // -- omb: fixed-rate latency (OpenMessaging Benchmark style) ---------------------------------
+
+    /** One fixed-rate phase of the omb cell: its measured window [from, to) of intended send times
+     *  and what was recorded for messages intended in it. */
+    static final class OmbPhase {
+        final String name;
+        final double rate;
+        final long from, to;
+        final Samples pubCo = new Samples();      // ack - intended send time (coordinated-omission safe)
+        final Samples pub = new Samples();        // ack - actual send time (OMB's publishLatency)
+        final Samples delay = new Samples();      // actual - intended send time (OMB's publishDelayLatency)
+        final Samples e2e = new Samples();        // receive - intended send time
+        final AtomicLong sent = new AtomicLong();     // sends intended in the window
+        final AtomicLong acked = new AtomicLong();    // of those, acknowledged (SEND_OK)
+        final AtomicLong received = new AtomicLong(); // of those, received (first delivery)
+        final AtomicLong receivedDuring = new AtomicLong(); // any message received while now is in [from, to)
+        final Errors errors = new Errors();
+
+        OmbPhase(String name, double rate, long from, long to) {
+            this.name = name;
+            this.rate = rate;
+            this.from = from;
+            this.to = to;
+        }
+
+        boolean holds(long intended) {
+            return intended >= from && intended < to;
+        }
+
+        Map<String, Object> asMap(double seconds) {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("phase", name);
+            m.put("rate", rate);
+            m.put("seconds", seconds);
+            m.put("sent", sent.get());
+            m.put("acked", acked.get());
+            m.put("received", received.get());
+            m.put("achieved_rate", acked.get() / seconds);
+            m.put("consume_rate", receivedDuring.get() / seconds);
+            synchronized (this) {
+                m.put("publish_from_intended", pcts(List.of(pubCo)));
+                m.put("publish", pcts(List.of(pub)));
+                m.put("publish_delay", pcts(List.of(delay)));
+                m.put("e2e", pcts(List.of(e2e)));
+            }
+            m.put("errors", errors.count.get());
+            m.put("error_kinds", errors.asMap());
+            return m;
+        }
+    }
+
+    /**
+     * The omb cell, after the OpenMessaging Benchmark's workloads/1-topic-16-partitions-1kb.yaml: one
+     * topic of `queues` (16) queues, `size`-byte bodies, one producer (async sends, as OMB's RocketMQ
+     * driver: DefaultMQProducer.send(msg, SendCallback)) and one push consumer. First the maximum:
+     * unpaced async sends with at most `window` unanswered for `warmup` + `maxSeconds` s (acknowledged
+     * msgs/s over the last `maxSeconds`). Then one phase per rate (`rates`, msgs/s; when empty:
+     * `fractions` of that maximum): a single thread paces sends open-loop at fixed intended times
+     * (start + i / rate, OMB's UniformRateLimiter), `warmup` s unmeasured then `seconds` s measured.
+     * Latencies of messages intended in the measured window: publish from the intended send time
+     * (coordinated-omission safe), publish from the actual send (OMB's publishLatency), the send delay
+     * (OMB's publishDelayLatency) and end to end, receive - intended send time (the body carries it).
+     * Between phases the consumer drains (every acknowledged message must arrive within 15 s).
+     */
+    static Map<String, Object> omb(String ns, String topic, int queues, int size, double seconds, double warmup,
+                                   double maxSeconds, List<Double> rates, List<Double> fractions, int window,
+                                   int timeoutMs) throws Exception {
+        createTopics(ns, List.of(topic), queues, 60);
+        List<OmbPhase> phases = new java.util.concurrent.CopyOnWriteArrayList<>();
+        Seen seen = new Seen();
+        Errors consumeErrors = new Errors();
+        AtomicLong receivedAll = new AtomicLong();
+        DefaultMQPushConsumer c = pushConsumer(ns, unique("bench-omb"), topic, 1);
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.nanoTime();
+            for (MessageExt m : msgs) {
+                if ("prime".equals(m.getTags())) continue;
+                if (!bodyOk(m.getBody(), size)) {
+                    consumeErrors.add("wrong body");
+                    continue;
+                }
+                if (!seen.mark(m)) continue;
+                receivedAll.incrementAndGet();
+                long intended = ByteBuffer.wrap(m.getBody()).getLong();
+                for (OmbPhase ph : phases) {
+                    if (ph.holds(now)) ph.receivedDuring.incrementAndGet();
+                    if (ph.holds(intended)) {
+                        ph.received.incrementAndGet();
+                        synchronized (ph) {
+                            ph.e2e.add(now - intended);
+                        }
+                    }
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        DefaultMQProducer p = producer(ns, unique("bench-omb-producer"), timeoutMs);
+        AtomicLong ackedAll = new AtomicLong();
+        AtomicLong pending = new AtomicLong();
+        Map<String, Object> r = new LinkedHashMap<>();
+        r.put("cell", "omb");
+        r.put("queues", queues);
+        r.put("size", size);
+        r.put("window", window);
+        try {
+            prime(p, topic, size, 30);
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().size() < queues
+                   && System.nanoTime() < deadline) {
+                Thread.sleep(50);
+            }
+            Thread.sleep(500);  // every queue's first (long) pull reaches the broker
+
+            // 1. the maximum: unpaced, at most `window` unanswered
+            long start = System.nanoTime();
+            OmbPhase max = new OmbPhase("max", 0, start + (long) (warmup * 1e9), start + (long) ((warmup + maxSeconds) * 1e9));
+            phases.add(max);
+            java.util.concurrent.Semaphore inFlight = new java.util.concurrent.Semaphore(window);
+            while (true) {
+                inFlight.acquire();
+                long now = System.nanoTime();
+                if (now >= max.to) {
+                    inFlight.release();
+                    break;
+                }
+                sendOne(p, topic, size, now, now, max, inFlight, ackedAll, pending);
+            }
+            inFlight.acquire(window);
+            inFlight.release(window);
+            double maxRate = max.acked.get() / maxSeconds;
+            r.put("max_rate", maxRate);
+            r.put("max", max.asMap(maxSeconds));
+            drain(seen, ackedAll, 30, consumeErrors, "after the maximum");
+
+            // 2. the fixed rates
+            List<Double> use = new ArrayList<>(rates);
+            r.put("rates_from", rates.isEmpty() ? "own maximum" : "given");
+            if (use.isEmpty()) for (double f : fractions) use.add((double) Math.max(1, Math.round(f * maxRate)));
+            r.put("fractions", fractions);
+            r.put("rates", use);
+            List<Object> out = new ArrayList<>();
+            for (double rate : use) {
+                long interval = Math.max(1, Math.round(1e9 / rate));
+                long t0 = System.nanoTime() + 20_000_000L;
+                OmbPhase ph = new OmbPhase("rate", rate, t0 + (long) (warmup * 1e9), t0 + (long) ((warmup + seconds) * 1e9));
+                phases.add(ph);
+                for (long i = 0; ; i++) {
+                    long intended = t0 + i * interval;
+                    if (intended >= ph.to) break;
+                    long now;
+                    while ((now = System.nanoTime()) < intended) LockSupportPark.parkNanos(intended - now);
+                    sendOne(p, topic, size, intended, now, ph, null, ackedAll, pending);
+                }
+                long wait = System.nanoTime() + 15_000_000_000L;
+                while (pending.get() > 0 && System.nanoTime() < wait) Thread.sleep(5);
+                drain(seen, ackedAll, 15, ph.errors, "after the rate " + rate);
+                long missing = Math.max(0, ph.acked.get() - ph.received.get());
+                if (missing > 0) ph.errors.add("missing: " + missing + " acknowledged messages not received");
+                out.add(ph.asMap(seconds));
+                log("omb at " + rate + " msgs/s: " + ph.acked.get() + " acked, " + ph.received.get() + " received");
+            }
+            r.put("phases", out);
+        } finally {
+            p.shutdown();
+            c.shutdown();
+        }
+        long errors = consumeErrors.count.get();
+        Map<String, Object> kinds = new LinkedHashMap<>(consumeErrors.asMap());
+        for (OmbPhase ph : phases) {
+            errors += ph.errors.count.get();
+            ph.errors.asMap().forEach((k, v) -> kinds.merge(k, v, (x, y) -> (Long) x + (Long) y));
+        }
+        r.put("duplicates", seen.duplicates.get());
+        r.put("errors", errors);
+        r.put("error_kinds", kinds);
+        return r;
+    }
+
+    /** One async send of a body stamped with `intended` (System.nanoTime()); the callback records
+     *  its latencies into `ph` when `intended` is in its window and releases `permits` (if any). */
+    static void sendOne(DefaultMQProducer p, String topic, int size, long intended, long sendTime, OmbPhase ph,
+                        java.util.concurrent.Semaphore permits, AtomicLong ackedAll, AtomicLong pending) {
+        boolean counted = ph.holds(intended);
+        if (counted) ph.sent.incrementAndGet();
+        pending.incrementAndGet();
+        try {
+            p.send(new Message(topic, "omb", body(size, intended)), new SendCallback() {
+                public void onSuccess(SendResult s) {
+                    long now = System.nanoTime();
+                    if (s.getSendStatus() == SendStatus.SEND_OK) {
+                        ackedAll.incrementAndGet();
+                        if (counted) {
+                            ph.acked.incrementAndGet();
+                            synchronized (ph) {
+                                ph.pubCo.add(now - intended);
+                                ph.pub.add(now - sendTime);
+                                ph.delay.add(sendTime - intended);
+                            }
+                        }
+                    } else {
+                        ph.errors.add("SendStatus " + s.getSendStatus());
+                    }
+                    pending.decrementAndGet();
+                    if (permits != null) permits.release();
+                }
+
+                public void onException(Throwable e) {
+                    ph.errors.add(e);
+                    pending.decrementAndGet();
+                    if (permits != null) permits.release();
+                }
+            });
+        } catch (Throwable e) {
+            ph.errors.add(e);
+            pending.decrementAndGet();
+            if (permits != null) permits.release();
+        }
+    }
+
+    /** Waits up to `seconds` until the consumer has every acknowledged message; else an error. */
+    static void drain(Seen seen, AtomicLong acked, double seconds, Errors errors, String when) throws InterruptedException {
+        long wait = System.nanoTime() + (long) (seconds * 1e9);
+        while (seen.unique.get() < acked.get() && System.nanoTime() < wait) Thread.sleep(10);
+        if (seen.unique.get() < acked.get()) {
+            errors.add("consumer " + (acked.get() - seen.unique.get()) + " behind " + when + " (" + seconds + " s)");
+        }
+    }
+
+    static List<Double> doubles(String csv) {
+        List<Double> out = new ArrayList<>();
+        for (String x : csv.split(",")) if (!x.isBlank()) out.add(Double.parseDouble(x.trim()));
+        return out;
+    }
+
     // -- failover ---------------------------------------------------------------------------------
 
     /** A body of `size` bytes: the id, '|', then padding. */
@@ -860,6 +1098,12 @@ public final class Driver {
                         break;
                     case "e2e":
                         r = e2e(ns, e2eTopic, queues, e2eRate, seconds, warmup, size, timeoutMs);
+                        break;
+                    case "omb":
+                        r = omb(ns, opt(o, "ombTopic", topic + "-omb"), intOpt(o, "ombQueues", 16), size, seconds,
+                                warmup, dblOpt(o, "ombMaxSeconds", seconds), doubles(opt(o, "ombRates", "")),
+                                doubles(opt(o, "ombFractions", "0.25,0.5,0.8")), intOpt(o, "ombWindow", 1000),
+                                timeoutMs);
                         break;
                     default:
                         throw new IllegalArgumentException("unknown cell " + cell);

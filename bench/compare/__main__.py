@@ -10,14 +10,19 @@ comma-separated; default all):
   send latency p50/p99/p99.9; ``batch:16``: 16 threads sending batches of 32;
 * ``consume``: a push consumer of a new group reads what the produce cells stored, from offset 0;
 * ``e2e``: a push consumer, then 4 paced producer threads at 1,000 msgs/s; receive - send time;
+* ``omb`` (ASYNC_FLUSH only): the OpenMessaging Benchmark's ``1-topic-16-partitions-1kb`` at fixed
+  rates: 1 topic of 16 queues, one async producer, one push consumer; its maximum first, then
+  open-loop at 25/50/80 % of our maximum of the mode's first round (both systems, every round:
+  :class:`OmbRates`); publish and
+  end-to-end latency p50/p99/p99.9 from the intended send time (coordinated-omission safe);
 * ``quorum``: ours only, a master + slave acknowledging with ``allAckInSyncStateSet`` in controller
   mode vs as SYNC_MASTER (:mod:`bench.compare.controller`; SYNC_MASTER's figures are those of the
   ``SYNC_MASTER`` mode when that runs too, the same setup);
 * ``failover``: kill -9 of a controller-mode master, RTO and acknowledged messages lost, ours and
   Apache's controller (:mod:`bench.compare.controller`);
 * ``timer``: timer messages (``setDeliverTimeMs``) on one ASYNC_FLUSH master with ``timerPrecisionMs``
-  1000: delivery error p50/p99/max of 2,000 timers over 60 s, then enqueue throughput of 10,000 timer
-  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 1.5 minutes per system
+  1000: delivery error p50/p99/max of 2,000 timers over 30 s, then enqueue throughput of 10,000 timer
+  vs 10,000 plain sync sends from 64 threads (:mod:`bench.compare.timer`; about 1 minute per system
   and round).
 
 Modes (``--mode``, repeatable or comma-separated; default all) of the throughput cells:
@@ -25,11 +30,14 @@ Modes (``--mode``, repeatable or comma-separated; default all) of the throughput
 (a master + slave, ASYNC_FLUSH, produce:64 and batch:16). Giving only ``--mode`` runs no
 controller-mode cell and no timer cell; giving only ``--cell failover`` runs only that.
 
-For each round (``--rounds``, default 3; the order of the systems alternates between rounds), each
-mode starts a fresh NameServer and broker(s) of one system, runs every cell of that mode in one
-driver process (first topics, then unmeasured load, then the cells), stops them, and does the same
-with the other system. Then the quorum cell and the timer cell; the failover cell runs its rounds on one cluster per
-system (first in the run, so a cut run has it).
+Each mode runs its rounds (``--rounds``, default 3; the systems take turns, the first alternating
+between rounds) one after the other; each round runs every cell of that mode in one driver process
+on topics of its own (first topics, then unmeasured load, then the cells). Apache's NameServer and
+broker(s) of a mode start once and are kept for all its rounds, frozen (SIGSTOP) while ours runs;
+ours start afresh each round (:data:`KEEP_SYSTEMS`; the CPU a kept cluster used meanwhile is
+recorded as ``peer_cpu_s``). Then the quorum cell's clusters the same way, then the timer cell per
+round; the failover cell runs its rounds on one cluster per system (first in the run, so a cut run
+has it). Clusters are killed at once when done (their stores are thrown away).
 
 The driver counts every error (exceptions, a send status other than SEND_OK, wrong bodies, missing
 or duplicate messages; the client retries nothing); the page shows them.
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import platform
 import shutil
@@ -57,7 +66,20 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import controller, java, results, servers, timer
-from bench.compare.results import CELLS, FAILOVER, MODES, QUORUM, QUORUM_ALLACK, QUORUM_BASE, REPLICATION_CELLS, TIMER
+from bench.compare.results import (
+    CELLS,
+    FAILOVER,
+    MODES,
+    OMB,
+    OMB_FRACTIONS,
+    OMB_MODES,
+    OMB_QUEUES,
+    QUORUM,
+    QUORUM_ALLACK,
+    QUORUM_BASE,
+    REPLICATION_CELLS,
+    TIMER,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -66,10 +88,17 @@ QUEUES = 8
 BODY = 1024
 BATCH = results.BATCH
 E2E_RATE = results.E2E_RATE
-ALL_CELLS = (*CELLS, QUORUM, FAILOVER, TIMER)
-#: Default durations (s), chosen so that the default run (3 rounds of everything) takes about 30
-#: minutes on a 2-core machine: throughput cells, their warm-up, the unmeasured load on a fresh
-#: cluster, the longest consume.
+ALL_CELLS = (*CELLS, OMB, QUORUM, FAILOVER, TIMER)
+#: The omb cell's bound on unanswered async sends while it measures the maximum.
+OMB_WINDOW = 1000
+#: The systems whose cluster of a mode is kept (frozen) for all its rounds: Apache's JVMs take 7-30 s
+#: to start and register again at once on SIGCONT. Ours starts in 2-5 s, and once frozen longer than
+#: its NameServer's broker expiry (120 s) it is evicted and registers again only at its next 30-s
+#: registration: it gets a fresh cluster per round, as before.
+KEEP_SYSTEMS = ("apache",)
+#: Default durations (s), chosen so that the default run (3 rounds of everything) takes at most 30
+#: minutes on a 2-core machine: throughput cells (and each omb phase), their warm-up, the unmeasured
+#: load at the start of each round's driver, the longest consume.
 SECONDS, WARMUP, SERVER_WARMUP, CONSUME_SECONDS = 5.0, 1.0, 6.0, 20.0
 
 
@@ -94,79 +123,178 @@ Record = Callable[[str, str, int, str, dict[str, Any], tuple[float, float]], Non
 # -- one system in one mode ---------------------------------------------------------------------------
 
 
-def measure(system: str, config: str, rnd: int, cells: tuple[str, ...], settings: Settings,
-            start: Callable[[Path], servers.Cluster], record: Record,
-            problem: Callable[[str, str, int, str], None]) -> None:
-    """Start ``system`` with ``start(root)``, run ``cells`` in one driver process, stop it.
+class OmbRates:
+    """The absolute rates (msgs/s) of the ``omb`` cell, per mode: the same for both systems and every
+    round, so that the medians over the rounds compare like with like.
 
-    Each cell's result goes to ``record`` as it arrives, with the broker CPU it used and the
-    1-minute load average at its start and end; a cluster that does not start or dies to ``problem``.
-    """
-    label = f"[round {rnd + 1} {config} {system}]"
+    They are :data:`OMB_FRACTIONS` of our maximum in the mode's first round (ours goes first there):
+    our driver measures it and picks them; every later run of either system gets them. Every run
+    still measures its own maximum (on the page). Before any result of ours (ours failed), Apache
+    runs at the fractions of its own maximum ("rates from" on the page says which)."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, list[float]] = {}  # mode -> our first rates
+
+    def given(self, system: str, mode: str, rnd: int) -> list[float] | None:
+        """The rates to pass to ``system``'s driver in ``mode`` and round ``rnd`` (0-based), or None:
+        the driver takes the fractions of its own maximum."""
+        return self.rates.get(mode)
+
+    def record(self, system: str, mode: str, rnd: int, result: dict[str, Any]) -> None:
+        """Note the rates our driver ran at (its ``omb`` result's ``rates``), the first time."""
+        rates = [float(x) for x in result.get("rates") or []]
+        if system == "ours" and rates and "failed" not in result:
+            self.rates.setdefault(mode, rates)
+
+
+@dataclass
+class Target:
+    """One cluster of the run: ``system`` in ``config`` (a mode, or a quorum configuration),
+    started with ``start(root)``; ``cluster``/``root`` while it runs."""
+
+    system: str
+    config: str
+    start: Callable[[Path], servers.Cluster]
+    #: Kept (frozen) between its rounds; else stopped after each round and started afresh.
+    keep: bool = True
+    cluster: servers.Cluster | None = None
+    root: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.config} {self.system}"
+
+
+def start_target(t: Target, settings: Settings, label: str) -> str | None:
+    """Start ``t``'s cluster in a new temporary folder; None, or why it did not start."""
     wait_for_quiet(settings, label)
-    root = Path(tempfile.mkdtemp(prefix=f"rocket-compare-{system}-"))
-    print(f"{label} starting {'Apache RocketMQ ' + java.version() if system == 'apache' else 'RocketCluster'} "
-          f"in {root} ...", flush=True)
+    t.root = Path(tempfile.mkdtemp(prefix=f"rocket-compare-{t.system}-"))
+    print(f"{label} starting {'Apache RocketMQ ' + java.version() if t.system == 'apache' else 'RocketCluster'} "
+          f"in {t.root} ...", flush=True)
     started = time.monotonic()
     try:
-        cluster = start(root)
+        t.cluster = t.start(t.root)
     except servers.ClusterStartError as exc:
         print(f"{label} did not start: {exc}", flush=True)
-        problem(system, config, rnd, f"did not start: {exc}")
-        if not settings.keep:
-            shutil.rmtree(root, ignore_errors=True)
-        return
-    print(f"{label} ready in {time.monotonic() - started:.1f} s (NameServer {cluster.namesrv})", flush=True)
+        stop_target(t, settings)
+        return f"did not start: {exc}"
+    print(f"{label} ready in {time.monotonic() - started:.1f} s (NameServer {t.cluster.namesrv})", flush=True)
+    return None
+
+
+def stop_target(t: Target, settings: Settings) -> None:
+    """Stop ``t``'s cluster at once (its store is thrown away) and remove its folder (unless ``--keep``)."""
+    if t.cluster is not None:
+        t.cluster.stop(discard=True)
+    if t.root is not None and not settings.keep:
+        shutil.rmtree(t.root, ignore_errors=True)
+    t.cluster, t.root = None, None
+
+
+def run_targets(targets: list[Target], cells: tuple[str, ...], rounds: int, settings: Settings, record: Record,
+                problem: Callable[[str, str, int, str], None], omb: OmbRates | None = None) -> None:
+    """Per round run ``cells`` on each target in turn (the order alternating between rounds, one
+    driver process per target and round, topics of that round). A target with ``keep`` starts its
+    cluster once and keeps it for all rounds, the others get a fresh one per round; all are stopped
+    at the end. While one target runs, the others' kept clusters are frozen
+    (:meth:`servers.Cluster.pause`; controller-mode ones keep running idle). A cluster that did not
+    start, did not come back or died is started afresh for the next round; ``problem`` gets each
+    round it missed."""
+    try:
+        for rnd in range(rounds):
+            for t in (targets if rnd % 2 == 0 else targets[::-1]):
+                label = f"[round {rnd + 1} {t.label}]"
+                if t.cluster is None:
+                    why = start_target(t, settings, label)
+                    if why is not None:
+                        problem(t.system, t.config, rnd, why)
+                        continue
+                peers = [x.cluster for x in targets if x is not t and x.cluster is not None]
+                try:
+                    for peer in peers:
+                        peer.pause()
+                    t.cluster.resume()
+                    measure(t, rnd, cells, settings, record, peers, omb)
+                    if not t.keep:
+                        stop_target(t, settings)
+                except servers.ClusterStartError as exc:
+                    print(f"{label} stopped early: {exc}", flush=True)
+                    problem(t.system, t.config, rnd, f"stopped early: {exc}")
+                    stop_target(t, settings)
+    finally:
+        for t in targets:
+            stop_target(t, settings)
+
+
+def measure(t: Target, rnd: int, cells: tuple[str, ...], settings: Settings, record: Record,
+            peers: list[servers.Cluster], omb: OmbRates | None = None) -> None:
+    """Run ``cells`` of round ``rnd`` on ``t``'s running cluster in one driver process, on topics of
+    their own (``bench-r<N>``...).
+
+    Each cell's result goes to ``record`` as it arrives, with the broker CPU it used, the CPU the
+    other (idle) clusters of ``peers`` used meanwhile (``peer_cpu_s``) and the 1-minute load average
+    at its start and end. Raises :class:`servers.ClusterStartError` when the cluster died.
+    """
+    cluster = t.cluster
+    assert cluster is not None and t.root is not None
+    system, config = t.system, t.config
+    label = f"[round {rnd + 1} {t.label}]"
+    wait_for_quiet(settings, label)
     # consume reads what the produce cells before it stored; without any, an unmeasured backlog first
     before_consume = cells[:cells.index("consume")] if "consume" in cells else cells
     fill = settings.seconds if "consume" in cells and not any(c.startswith(("produce", "batch"))
                                                               for c in before_consume) else 0
-    args = [f"namesrv={cluster.namesrv}", "topic=bench", "e2eTopic=bench-e2e", f"cells={','.join(cells)}",
-            "createTopics=bench,bench-e2e,bench-warmup", "warmupTopic=bench-warmup",
+    suffix = f"-r{rnd + 1}"
+    topic, e2e_topic, omb_topic = f"bench{suffix}", f"bench-e2e{suffix}", f"bench-omb{suffix}"
+    args = [f"namesrv={cluster.namesrv}", f"topic={topic}", f"e2eTopic={e2e_topic}", f"cells={','.join(cells)}",
+            f"createTopics={topic},{e2e_topic},bench-warmup", "warmupTopic=bench-warmup",
             f"serverWarmup={settings.server_warmup}", f"fill={fill}",
             f"seconds={settings.seconds}", f"warmup={settings.warmup}", f"size={BODY}", f"batchSize={BATCH}",
             f"queues={QUEUES}", f"e2eRate={E2E_RATE}", f"consumeSeconds={settings.consume_seconds}"]
+    if OMB in cells:
+        given = omb.given(system, config, rnd) if omb is not None else None
+        args += [f"ombTopic={omb_topic}", f"ombQueues={OMB_QUEUES}", f"ombMaxSeconds={settings.seconds}",
+                 f"ombWindow={OMB_WINDOW}", f"ombFractions={','.join(str(f) for f in OMB_FRACTIONS)}",
+                 f"ombRates={','.join(f'{x:g}' for x in given or [])}"]
     limit = (180 + settings.server_warmup + fill + settings.consume_seconds
-             + len(cells) * (settings.warmup + settings.seconds + 45))
+             + len(cells) * (settings.warmup + settings.seconds + 45)
+             + (len(OMB_FRACTIONS) + 1) * (settings.warmup + settings.seconds + 35) * (OMB in cells))
     current: dict[str, Any] = {}
 
     def on_start(cell: str) -> None:
         current.update(cell=cell, cpu=cluster.broker_cpu_seconds(), ctl=cluster.controller_cpu_seconds(),
-                       load=os.getloadavg()[0])
+                       peer=sum(p.cpu_seconds() for p in peers), load=os.getloadavg()[0])
 
     def on_result(r: dict[str, Any]) -> None:
         cell = str(r.get("cell"))
         r["broker_cpu_s"] = round(cluster.broker_cpu_seconds() - current.get("cpu", 0.0), 3)
         if cluster.controllers():
             r["controller_cpu_s"] = round(cluster.controller_cpu_seconds() - current.get("ctl", 0.0), 3)
+        if peers:
+            r["peer_cpu_s"] = round(sum(p.cpu_seconds() for p in peers) - current.get("peer", 0.0), 3)
         load = (float(current.get("load", 0.0)), os.getloadavg()[0])
         current.clear()
         if cell in ("server-warmup", "fill"):
             print(f"{label} {cell} (unmeasured): {r.get('tps')} msgs/s, errors {r.get('errors', 0)}", flush=True)
             return
+        if cell == OMB and omb is not None:
+            omb.record(system, config, rnd, r)
         record(system, config, rnd, cell, r, load)
         print(f"{label} {describe(cell, r)} (load {load[0]:.1f}→{load[1]:.1f})", flush=True)
         cluster.check_alive()
 
-    try:
-        run = java.stream_driver(java.driver_argv(settings.lib, settings.classes, root / "driver", "suite", *args),
-                                 timeout=limit, stderr_path=root / "logs" / "driver.log", on_start=on_start,
-                                 on_result=on_result)
-        if current.get("cell") and current["cell"] not in ("server-warmup", "fill"):
-            # a cell started and never reported: the driver died or ran over its time
-            tail = (root / "logs" / "driver.log").read_text(errors="replace").splitlines()[-15:]
-            r = {"cell": current["cell"], "errors": 1,
-                 "failed": f"driver exited {run.returncode} (timed out: {run.timed_out}) during the cell: "
-                           + " | ".join(tail)}
-            record(system, config, rnd, current["cell"], r, (float(current["load"]), os.getloadavg()[0]))
-        cluster.check_alive()
-    except servers.ClusterStartError as exc:
-        print(f"{label} stopped early: {exc}", flush=True)
-        problem(system, config, rnd, f"stopped early: {exc}")
-    finally:
-        cluster.stop()
-        if not settings.keep:
-            shutil.rmtree(root, ignore_errors=True)
+    run = java.stream_driver(java.driver_argv(settings.lib, settings.classes, t.root / f"driver{suffix}", "suite",
+                                              *args),
+                             timeout=limit, stderr_path=t.root / "logs" / f"driver{suffix}.log", on_start=on_start,
+                             on_result=on_result)
+    if current.get("cell") and current["cell"] not in ("server-warmup", "fill"):
+        # a cell started and never reported: the driver died or ran over its time
+        tail = (t.root / "logs" / f"driver{suffix}.log").read_text(errors="replace").splitlines()[-15:]
+        r = {"cell": current["cell"], "errors": 1,
+             "failed": f"driver exited {run.returncode} (timed out: {run.timed_out}) during the cell: "
+                       + " | ".join(tail)}
+        record(system, config, rnd, current["cell"], r, (float(current["load"]), os.getloadavg()[0]))
+    cluster.check_alive()
 
 
 def wait_for_quiet(settings: Settings, label: str) -> None:
@@ -191,12 +319,21 @@ def describe(cell: str, r: dict[str, Any]) -> str:
     if cell == "consume":
         return (f"consume: {r['messages']:,}/{r['expected']:,} msgs at {r['tps']:,.0f} msgs/s, "
                 f"duplicates {r['duplicates']}, {errs}")
+    if cell == OMB:
+        phases = "; ".join(
+            f"{ph['rate']:,.0f} msgs/s: publish p50/p99/p99.9 {_pcts(ph['publish_from_intended'])}, "
+            f"e2e {_pcts(ph['e2e'])} ms" for ph in r.get("phases") or [])
+        return f"omb: max {r['max_rate']:,.0f} msgs/s ({r.get('rates_from')}); {phases}; {errs}"
     lat = r["latency"]
     if cell == "e2e":
         return (f"e2e at {r['rate']:,.0f} msgs/s: {r['received']:,}/{r['sent_ok']:,} received, latency p50/p99/p99.9 "
                 f"{lat['p50_ms']:.2f}/{lat['p99_ms']:.2f}/{lat['p999_ms']:.2f} ms, {errs}")
     return (f"{cell}: {r['tps']:,.0f} msgs/s, latency p50/p99/p99.9 {lat['p50_ms']:.2f}/{lat['p99_ms']:.2f}/"
             f"{lat['p999_ms']:.2f} ms, broker CPU {r['broker_cpu_s']:.1f} s, {errs}")
+
+
+def _pcts(lat: dict[str, Any]) -> str:
+    return f"{lat['p50_ms']:.2f}/{lat['p99_ms']:.2f}/{lat['p999_ms']:.2f}"
 
 
 # -- machine and selection ---------------------------------------------------------------------------
@@ -255,7 +392,7 @@ def select(cells_arg: list[str] | None, modes_arg: list[str] | None) -> tuple[di
     chosen_modes = modes or list(MODES)
     matrix: dict[str, tuple[str, ...]] = {}
     for mode in chosen_modes:
-        allowed = REPLICATION_CELLS if MODES[mode][2] else CELLS
+        allowed = REPLICATION_CELLS if MODES[mode][2] else CELLS + ((OMB,) if mode in OMB_MODES else ())
         wanted = tuple(c for c in allowed if (not cells or c in cells))
         if cells and not modes and not wanted:
             continue
@@ -312,6 +449,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(str(exc))
     args.timer = select_timer(args.cell, args.mode)
+    if not any(args.selection) and not args.timer and not (args.index or args.render):
+        parser.error("nothing to run: no mode has these cells (omb runs in " + ", ".join(OMB_MODES) + " only)")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be at least 1")
     return args
@@ -319,38 +458,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str, ...]], quorum: bool, failover: bool,
             rounds: int, began: float, timer_cell: bool = False) -> None:
-    """The failover cell (its rounds on one cluster per system), then per round every mode of the
-    throughput matrix (both systems, the first alternating), the quorum cell and the timer cell."""
-    lib, classes, ours_path = settings.lib, settings.classes, settings.ours_path
+    """The failover cell (its rounds on one cluster per system); then per mode of the throughput
+    matrix one cluster per system for all its rounds (:func:`run_targets`: the systems take turns,
+    the first alternating between rounds); then the quorum cell's clusters the same way; then per
+    round the timer cell (a fresh cluster per system)."""
+    lib, ours_path = settings.lib, settings.ours_path
     if failover:
         for system in SYSTEMS:
-            controller.run_failover(system, rounds, lib, classes, ours_path, settings.keep, page.add, page.problem)
-    for rnd in range(rounds):
-        order = SYSTEMS if rnd % 2 == 0 else SYSTEMS[::-1]
-        print(f"--- round {rnd + 1} of {rounds} ({' then '.join(order)} first) --- "
-              f"{(time.monotonic() - began) / 60:.1f} min so far", flush=True)
-        for mode, cells in matrix.items():
-            flush, role, slave = MODES[mode]
-            for system in order:
-                def start(root: Path, system: str = system, flush: str = flush, role: str = role,
-                          slave: bool = slave) -> servers.Cluster:
-                    return servers.start(system, root, flush=flush, role=role, slave=slave, lib=lib,
-                                         ours_path=ours_path)
-                measure(system, mode, rnd, cells, settings, start, page.add, page.problem)
-        if quorum:
-            # SYNC_MASTER's figures: the SYNC_MASTER+slave mode's of this round when it ran (the same setup)
-            kinds = [("SYNC_MASTER", QUORUM_BASE)] if "SYNC_MASTER+slave" not in matrix else []
-            kinds.append(("allAck", QUORUM_ALLACK))
-            for kind, config in (kinds if rnd % 2 == 0 else kinds[::-1]):
-                def start_q(root: Path, kind: str = kind) -> servers.Cluster:
-                    return controller.start_quorum(kind, root, ours_path)
-                measure("ours", config, rnd, REPLICATION_CELLS, settings, start_q, page.add, page.problem)
-        if timer_cell and settings.timer_classes is not None:
-            for system in order:
+            controller.run_failover(system, rounds, lib, settings.classes, ours_path, settings.keep, page.add,
+                                    page.problem)
+    omb = OmbRates()
+    for mode, cells in matrix.items():
+        print(f"--- {mode}: {rounds} round(s) --- {(time.monotonic() - began) / 60:.1f} min so far", flush=True)
+        flush, role, slave = MODES[mode]
+        targets = [Target(system, mode, functools.partial(_start_system, system, flush=flush, role=role, slave=slave,
+                                                          lib=lib, ours_path=ours_path), keep=system in KEEP_SYSTEMS)
+                   for system in SYSTEMS]
+        run_targets(targets, cells, rounds, settings, page.add, page.problem, omb)
+    if quorum:
+        print(f"--- quorum: {rounds} round(s) --- {(time.monotonic() - began) / 60:.1f} min so far", flush=True)
+        # SYNC_MASTER's figures: the SYNC_MASTER+slave mode's of the same round when it ran (the same setup)
+        kinds = [("SYNC_MASTER", QUORUM_BASE)] if "SYNC_MASTER+slave" not in matrix else []
+        kinds.append(("allAck", QUORUM_ALLACK))
+        targets = [Target("ours", config, functools.partial(_start_quorum, kind, ours_path=ours_path))
+                   for kind, config in kinds]
+        run_targets(targets, REPLICATION_CELLS, rounds, settings, page.add, page.problem)
+    if timer_cell and settings.timer_classes is not None:
+        for rnd in range(rounds):
+            print(f"--- timer: round {rnd + 1} of {rounds} --- {(time.monotonic() - began) / 60:.1f} min so far",
+                  flush=True)
+            for system in (SYSTEMS if rnd % 2 == 0 else SYSTEMS[::-1]):
                 wait_for_quiet(settings, f"[round {rnd + 1} timer {system}]")
                 timer.run_cell(system, rnd, lib, settings.timer_classes, page.add, page.problem,
                                ours_path=ours_path, keep=settings.keep)
 
+
+def _start_system(system: str, root: Path, *, flush: str, role: str, slave: bool, lib: Path,
+                  ours_path: Path | None) -> servers.Cluster:
+    return servers.start(system, root, flush=flush, role=role, slave=slave, lib=lib, ours_path=ours_path)
+
+
+def _start_quorum(kind: str, root: Path, *, ours_path: Path | None) -> servers.Cluster:
+    return controller.start_quorum(kind, root, ours_path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,10 +546,13 @@ def main(argv: list[str] | None = None) -> int:
                  "source": f"commit {commit}" + (" plus uncommitted changes under services/" if dirty else "")},
         "settings": {"seconds": seconds, "warmup": warmup, "server_warmup": server_warmup, "body": BODY,
                      "batch": BATCH, "queues": QUEUES, "e2e_rate": E2E_RATE,
-                     "consume_seconds": settings.consume_seconds,
+                     "consume_seconds": settings.consume_seconds, "kept_clusters": True,
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
                      "failover": controller.failover_settings(),
-                     **({"timer": dataclasses.asdict(timer.CELL)} if args.timer else {})},
+                     **({"timer": dataclasses.asdict(timer.CELL)} if args.timer else {}),
+                     **({"omb": {"queues": OMB_QUEUES, "window": OMB_WINDOW, "max_seconds": seconds,
+                                 "fractions": list(OMB_FRACTIONS), "modes": list(OMB_MODES)}}
+                        if any(OMB in cs for cs in matrix.values()) else {})},
         "selection": {"modes": list(matrix), "rounds": rounds,
                       "cells": [*sorted({c for cs in matrix.values() for c in cs}, key=ALL_CELLS.index),
                                 *([QUORUM] if quorum else []), *([FAILOVER] if failover else []),
@@ -408,10 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         "measurements": [],
         "problems": [],
     }
-    page = results.Page(data, args.out if save_files else None)
+    began = time.monotonic()
+    page = results.Page(data, args.out if save_files else None, began)
     print(f"machine: {info}\nours: {data['ours']['source']}; modes {list(matrix)}; quorum {quorum}; "
           f"failover {failover}; timer {args.timer}; {rounds} round(s)", flush=True)
-    began = time.monotonic()
     try:
         run_all(page, settings, matrix, quorum, failover, rounds, began, args.timer)
     finally:
@@ -423,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print("\n" + results.render_table(rows, java.version()) + "\n")
     for section in (results.quorum_lines(cells_now), results.failover_lines(data["measurements"]),
-                    results.timer_lines(data["measurements"])):
+                    results.timer_lines(data["measurements"]), results.omb_lines(data["measurements"])):
         if section:
             print("\n".join(section) + "\n")
     print(f"\nheadline: {data['headline']}\ntook {(time.monotonic() - began) / 60:.1f} min")

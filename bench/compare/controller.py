@@ -140,7 +140,7 @@ def run_failover(system: str, rounds: int, lib: Path, classes: Path, ours_path: 
         print(f"{label} stopped early: {exc}", flush=True)
         problem(system, FAILOVER_CONFIG, 0, f"stopped early: {exc}")
     finally:
-        cluster.stop()
+        cluster.stop(discard=True)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
 

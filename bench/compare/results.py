@@ -24,6 +24,7 @@ import json
 import os
 import re
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ REPLICATION_CELLS = ("produce:64", "batch:16")
 FAILOVER, QUORUM = "failover", "quorum"
 #: The timer-message cell (:mod:`bench.compare.timer`).
 TIMER = "timer"
+#: The fixed-rate latency cell after the OpenMessaging Benchmark's ``1-topic-16-partitions-1kb``
+#: workload (``Driver.java omb``): the modes it runs in, its queues, and the shares of our maximum
+#: produce rate it runs at (the same absolute rates on both systems).
+OMB = "omb"
+OMB_MODES = ("ASYNC_FLUSH",)
+OMB_QUEUES = 16
+OMB_FRACTIONS = (0.25, 0.5, 0.8)
 #: ``--mode`` name -> (flush type, master's brokerRole, with a slave).
 MODES = {
     "ASYNC_FLUSH": ("ASYNC_FLUSH", "ASYNC_MASTER", False),
@@ -101,6 +109,8 @@ def key_metric(cell: str, r: dict[str, Any]) -> float | None:
         return float(r["latency"]["p99_ms"])
     if cell == TIMER:
         return float(r["timer_msgs_s"])
+    if cell == OMB:
+        return float(r["max_rate"])
     if cell in CELLS or cell in REPLICATION_CELLS:
         return float(r["tps"])
     return None
@@ -465,6 +475,142 @@ def timer_headline(measurements: list[dict[str, Any]]) -> str | None:
     return ", ".join(parts)
 
 
+# -- fixed-rate latency (omb) ----------------------------------------------------------------------
+
+#: The latencies of an omb phase the page shows: result key, label.
+OMB_LATENCIES = (("publish_from_intended", "publish"), ("e2e", "end-to-end"))
+_PCTS = ("p50_ms", "p99_ms", "p999_ms")
+
+
+def omb_points(measurements: list[dict[str, Any]]) -> dict[str, dict[str, dict[int, list[dict[str, Any]]]]]:
+    """mode -> system -> phase index (0: the lowest rate) -> that phase's results over the rounds
+    (round order; failed omb cells and rounds without phases are left out)."""
+    out: dict[str, dict[str, dict[int, list[dict[str, Any]]]]] = {}
+    for m in sorted(measurements, key=lambda m: int(m.get("round", 0))):
+        if m["cell"] != OMB or "failed" in m["result"]:
+            continue
+        for i, ph in enumerate(m["result"].get("phases") or []):
+            out.setdefault(m["config"], {}).setdefault(m["system"], {}).setdefault(i, []).append(ph)
+    return out
+
+
+def omb_median(phases: list[dict[str, Any]], key: str) -> dict[str, float] | None:
+    """Per percentile (``p50_ms``, ``p99_ms``, ``p999_ms``) the median over ``phases`` of ``phase[key]``;
+    None without phases."""
+    if not phases:
+        return None
+    return {p: float(statistics.median(float(ph[key][p]) for ph in phases)) for p in _PCTS}
+
+
+def _pct_text(v: dict[str, float] | None) -> str:
+    return "-" if v is None else " / ".join(f"{v[p]:.2f}" for p in _PCTS)
+
+
+def _pct_ratio(a: dict[str, float] | None, b: dict[str, float] | None) -> str:
+    if a is None or b is None:
+        return "-"
+    return " / ".join(_fmt_ratio(ratio(a[p], b[p])) for p in _PCTS)
+
+
+def omb_lines(measurements: list[dict[str, Any]]) -> list[str]:
+    """The omb section's tables: per mode and rate the medians over the rounds of publish and
+    end-to-end p50 / p99 / p99.9 (ms, from the intended send time), ours beside Apache; the maximum
+    produce rates; then every round (empty when the cell did not run)."""
+    points = omb_points(measurements)
+    ms = _rounds(measurements, OMB)
+    if not ms:
+        return []
+    lines = ["| mode | share of our max | msgs/s | publish p50 / p99 / p99.9 ms ours | Apache | ours / Apache | "
+             "end-to-end p50 / p99 / p99.9 ms ours | Apache | ours / Apache | achieved msgs/s ours / Apache |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for mode, systems in points.items():
+        o, a = systems.get("ours", {}), systems.get("apache", {})
+        for i in sorted(set(o) | set(a)):
+            po, pa = o.get(i, []), a.get(i, [])
+            share = _omb_fraction(measurements, mode, i)
+            rates = sorted({float(ph["rate"]) for ph in po + pa})
+            rate = " / ".join(_num(x) for x in rates)
+            ach = " / ".join("-" if not ps else _num(statistics.median(float(ph["achieved_rate"]) for ph in ps))
+                             for ps in (po, pa))
+            cols = []
+            for key, _label in OMB_LATENCIES:
+                mo, ma = omb_median(po, key), omb_median(pa, key)
+                cols += [_pct_text(mo), _pct_text(ma), _pct_ratio(mo, ma)]
+            lines.append(f"| {mode} | {share} | {rate} | {' | '.join(cols)} | {ach} |")
+    lines += ["", "| mode | system | round | max msgs/s | rates from | msgs/s | publish p50 / p99 / p99.9 / max ms | "
+              "send delay p99 ms | end-to-end p50 / p99 / p99.9 / max ms | sent / acknowledged / received | "
+              "errors | load 1m |", "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for m in sorted(ms, key=lambda m: (m["config"], SYSTEMS.index(m["system"]) if m["system"] in SYSTEMS else 9,
+                                       m["round"])):
+        r = m["result"]
+        if "failed" in r:
+            lines.append(f"| {m['config']} |{_failed_row(m)[1:]}")
+            continue
+        for ph in r.get("phases") or []:
+            pub, e2e = ph["publish_from_intended"], ph["e2e"]
+            lines.append(
+                f"| {m['config']} | {m['system']} | {m['round'] + 1} | {_num(float(r['max_rate']))} | "
+                f"{r.get('rates_from', '?')} | {_num(float(ph['rate']))} | "
+                f"{pub['p50_ms']:.2f} / {pub['p99_ms']:.2f} / {pub['p999_ms']:.2f} / {pub['max_ms']:.2f} | "
+                f"{ph['publish_delay']['p99_ms']:.2f} | "
+                f"{e2e['p50_ms']:.2f} / {e2e['p99_ms']:.2f} / {e2e['p999_ms']:.2f} / {e2e['max_ms']:.2f} | "
+                f"{ph['sent']:,} / {ph['acked']:,} / {ph['received']:,} | {ph.get('errors', 0)} | "
+                f"{_load_text([m.get('load') or []])} |")
+    return lines
+
+
+def _omb_fraction(measurements: list[dict[str, Any]], mode: str, index: int) -> str:
+    """The share of our maximum the ``index``-th phase of ``mode`` ran at (from the results' ``fractions``)."""
+    for m in measurements:
+        if m["cell"] == OMB and m["config"] == mode and "failed" not in m["result"]:
+            fr = m["result"].get("fractions") or []
+            if index < len(fr):
+                return f"{float(fr[index]):.0%}"
+    return "?"
+
+
+def omb_max_lines(measurements: list[dict[str, Any]]) -> list[str]:
+    """One line per mode: the maximum produce rate of the omb workload (one producer, async sends)
+    per round, ours and Apache."""
+    out = []
+    for mode in dict.fromkeys(m["config"] for m in measurements if m["cell"] == OMB):
+        parts = []
+        for system in SYSTEMS:
+            vals = []
+            for m in _rounds(measurements, OMB):
+                if m["config"] != mode or m["system"] != system:
+                    continue
+                r = m["result"]
+                text = _values_text([key_metric(OMB, r)])
+                consumed = (r.get("max") or {}).get("consume_rate")
+                vals.append(text + ("" if consumed is None or "failed" in r else f" (consumer {consumed:,.0f})"))
+            if vals:
+                parts.append(f"{system} {', '.join(vals)} msgs/s")
+        out.append(f"- {mode}: maximum per round (one producer, async sends, at most 1,000 unanswered; in brackets "
+                   f"what the consumer received meanwhile): {'; '.join(parts)}.")
+    return out
+
+
+def omb_headline(measurements: list[dict[str, Any]]) -> str | None:
+    """``omb <mode> at <rate> msgs/s (80 %): publish p99 ours X / Apache Y ms, end-to-end p99 ...`` for
+    the highest rate of the first mode, or None when the cell did not run."""
+    points = omb_points(measurements)
+    for mode, systems in points.items():
+        o, a = systems.get("ours", {}), systems.get("apache", {})
+        if not o and not a:
+            continue
+        i = max(set(o) | set(a))
+        po, pa = o.get(i, []), a.get(i, [])
+        rate = statistics.median(float(ph["rate"]) for ph in po + pa)
+        parts = []
+        for key, label in OMB_LATENCIES:
+            mo, ma = omb_median(po, key), omb_median(pa, key)
+            parts.append(f"{label} p99 " + " / ".join(f"{name} {v['p99_ms']:.1f}"
+                                                      for name, v in (("ours", mo), ("Apache", ma)) if v) + " ms")
+        return f"omb {mode} at {rate:,.0f} msgs/s ({_omb_fraction(measurements, mode, i)}): {', '.join(parts)}"
+    return None
+
+
 # -- headline ---------------------------------------------------------------------------------------
 
 
@@ -514,6 +660,9 @@ def headline(data: dict[str, Any]) -> str:
     t = timer_headline(ms)
     if t:
         extra.append(t)
+    o = omb_headline(ms)
+    if o:
+        extra.append(o)
     return headline_text(matrix_ratios(cells), extra)
 
 
@@ -579,6 +728,8 @@ class Page:
 
     data: dict[str, Any]
     out: Path | None
+    #: ``time.monotonic()`` when the run began: each save stores the elapsed seconds (``elapsed_s``).
+    began: float | None = None
 
     @property
     def stem(self) -> str:
@@ -601,6 +752,8 @@ class Page:
         """Write the ``.json`` and ``.md`` and update the index; ``complete`` marks the end of the run."""
         self.data["updated"] = utc_now()
         self.data["complete"] = complete
+        if self.began is not None:
+            self.data["elapsed_s"] = round(time.monotonic() - self.began, 1)
         self.data["headline"] = headline(self.data)
         self.data["rows"] = build_rows(combine(self.data["measurements"]))
         if self.out is None:
@@ -633,10 +786,32 @@ def _error_lines(data: dict[str, Any]) -> list[str]:
             for kind, v in r["error_kinds"].items():
                 kind = re.sub(r"\s*See https?://\S+ for further details\.", "", kind)
                 kind = re.sub(r"cost \[\d+\]ms", "cost [..]ms", kind)
+                kind = re.sub(r"period in queue: \d+ms, size of queue: \d+",
+                              "period in queue: [..]ms, size of queue: [..]", kind)
                 merged[kind] = merged.get(kind, 0) + int(v)
             note = " (failed sends of the round, most while no master answered)" if m["cell"] == FAILOVER else ""
             lines.append(f"- {where}{note}: " + "; ".join(f"{k} (x{v})" for k, v in merged.items()))
     return lines
+
+
+def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
+    """One sentence on the CPU the other system's idle cluster used during each cell (``peer_cpu_s``,
+    recorded since the clusters of a mode stay up for all its rounds); empty when none was recorded."""
+    cpu = [float(m["result"]["peer_cpu_s"]) for m in measurements if "peer_cpu_s" in m.get("result", {})]
+    if not cpu:
+        return ""
+    return (f"Apache's cluster of a mode stays up for all its rounds, frozen (SIGSTOP) while ours runs "
+            f"(controller-mode clusters idle instead). It used {statistics.median(cpu):.2f} CPU s per "
+            f"cell meanwhile (median over {len(cpu)} cells, at most {max(cpu):.2f} s).")
+
+
+def _elapsed_text(data: dict[str, Any]) -> str:
+    """`` Took 27.5 min in all.`` (`` So far 3.0 min.`` for a partial page); empty for runs saved
+    without ``elapsed_s``."""
+    if data.get("elapsed_s") is None:
+        return ""
+    minutes = float(data["elapsed_s"]) / 60
+    return f" Took {minutes:.1f} min in all." if data.get("complete") else f" So far {minutes:.1f} min."
 
 
 def render_page(data: dict[str, Any]) -> str:
@@ -651,7 +826,7 @@ def render_page(data: dict[str, Any]) -> str:
         "",
         f"`make bench-compare` (`python -m bench.compare {' '.join(data.get('argv') or [])}`), {state}. "
         f"Ours: {data['ours']['source']}. Modes {', '.join(sel['modes']) or '-'}; cells "
-        f"{', '.join(sel['cells']) or '-'}; {sel['rounds']} round(s).",
+        f"{', '.join(sel['cells']) or '-'}; {sel['rounds']} round(s)." + _elapsed_text(data),
         "",
         f"Machine: {m['nproc']} cores ({m['cpu_model']}), {m['memory_gib']} GiB RAM, Linux {m['kernel']}; "
         f"Python {m['python']}; {m['java']}. 1-minute load average at start {m['loadavg_at_start']} — the machine "
@@ -659,7 +834,10 @@ def render_page(data: dict[str, Any]) -> str:
         "each cell's load average (start → end) is listed with its figures below.",
         "",
         f"Settings: {s['seconds']} s per throughput cell after {s['warmup']} s of warm-up; "
-        f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) on each fresh cluster first; "
+        f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) "
+        + ("at the start of each round's driver (Apache's cluster of a mode is kept for all its rounds, frozen "
+           "while ours runs; ours is fresh each round); " if s.get("kept_clusters") else
+           "on each fresh cluster first; ") +
         f"consume at most {s['consume_seconds']} s; {s['body']}-byte messages, topics of {s['queues']} queues, "
         f"sync sends, no client retries; Apache's broker {' '.join(s['apache_broker_jvm'][:2])}. Per cell the "
         "round with the median figure is shown (msgs/s; end-to-end p99); errors are summed over the rounds. "
@@ -669,6 +847,9 @@ def render_page(data: dict[str, Any]) -> str:
     if rows:
         md += ["## Throughput and latency", "", render_table(rows, m["apache_rocketmq"]), "",
                "### Every round", "", *per_round_lines(cells), ""]
+        peer = peer_cpu_text(data["measurements"])
+        if peer:
+            md += [peer, ""]
     q = quorum_lines(cells)
     if q:
         md += ["## Quorum acks (ours): allAckInSyncStateSet in controller mode vs SYNC_MASTER", "",
@@ -695,6 +876,25 @@ def render_page(data: dict[str, Any]) -> str:
                "plain, timer, timer, plain (the topics are created before the consumer starts). "
                "Medians over the rounds; errors: failed sends, timers never delivered or delivered early.",
                "", *t, ""]
+    o = omb_lines(data["measurements"])
+    if o:
+        om = s.get("omb") or {}
+        md += ["## Fixed-rate latency (OpenMessaging Benchmark style, `1-topic-16-partitions-1kb`)", "",
+               f"Same harness on both sides (`Driver.java`, Apache's Java client), after the OpenMessaging Benchmark's "
+               f"workload: 1 topic of {om.get('queues', OMB_QUEUES)} queues, {s['body']}-byte messages, one producer "
+               "(async sends, `DefaultMQProducer.send(msg, SendCallback)` as OMB's RocketMQ driver) and one push "
+               "consumer. First the maximum: unpaced async sends (at most "
+               f"{om.get('window', 1000):,} unanswered) for {om.get('max_seconds', s['seconds'])} s after "
+               f"{s['warmup']} s, the consumer reading. Then one phase per rate: "
+               f"{', '.join(f'{f:.0%}' for f in om.get('fractions', OMB_FRACTIONS))} of our maximum in the mode's "
+               "first round (both systems and every round run at those absolute rates; each run still measures "
+               "its own maximum), one thread sending open-loop at fixed intended times (OMB's "
+               f"`UniformRateLimiter`), {s['warmup']} s unmeasured then {s['seconds']} s measured. Latencies are "
+               "from the intended send time (coordinated-omission safe): publish = acknowledgement - intended, "
+               "end-to-end = receipt - intended (the body carries it); 'send delay' is OMB's "
+               "publishDelayLatency (actual - intended send). Medians over the rounds of each percentile; "
+               "every acknowledged message must arrive within 15 s after its phase.", "",
+               *omb_max_lines(data["measurements"]), "", *o, ""]
     errors = _error_lines(data)
     md += ["## Errors", "", *(errors or ["None: every send succeeded and every message came back, on both systems."]),
            ""]

@@ -9,9 +9,11 @@ early; then enqueue throughput: ``throughput`` plain sync sends and as many time
 (``setDeliverTimeMs``, due in an hour), in halves (plain, timer, timer, plain), msgs/s of each and
 their failed sends. The driver creates its topics before the consumer starts.
 
-The cell (:data:`CELL`): 2,000 timers over 60 s at ``timerPrecisionMs`` 1000, then 10,000 plain and
-10,000 timer sends of 1 KiB from 64 threads (as the ``produce:64`` cell), about 1.5 minutes per
-system. The standalone command: 20,000 timers over 60 s (``--short``: 2,000 over 15 s) at 1000 and
+The cell (:data:`CELL`): 2,000 timers over 30 s at ``timerPrecisionMs`` 1000, then 10,000 plain and
+10,000 timer sends of 1 KiB from 64 threads (as the ``produce:64`` cell), about 1 minute per
+system (the window was 60 s until the run had to fit in 30 minutes: the same 2,000 samples, each
+timer's error does not depend on how far ahead it is due within the wheel's first roll).
+The standalone command: 20,000 timers over 60 s (``--short``: 2,000 over 15 s) at 1000 and
 100 ms, 16 threads, 128-byte bodies; prints a Markdown table.
 """
 
@@ -54,7 +56,7 @@ class TimerSettings:
 
 
 #: The ``timer`` cell of ``make bench-compare``.
-CELL = TimerSettings()
+CELL = TimerSettings(window=30.0)
 
 
 def drive(system: str, cluster: servers.Cluster, root: Path, lib: Path, classes: Path,
@@ -117,7 +119,7 @@ def run_cell(system: str, rnd: int, lib: Path, classes: Path, record: Record,
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             r = {"errors": 1, "failed": str(exc)}
         finally:
-            cluster.stop()
+            cluster.stop(discard=True)
         r["settings"] = asdict(s)
         load = (load0, os.getloadavg()[0])
         record(system, s.config, rnd, TIMER, r, load)
@@ -145,7 +147,7 @@ def one(system: str, lib: Path, classes: Path, s: TimerSettings) -> dict[str, An
     try:
         return drive(system, cluster, root, lib, classes, s)
     finally:
-        cluster.stop()
+        cluster.stop(discard=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
