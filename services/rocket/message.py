@@ -583,6 +583,9 @@ def decode_batch(data: bytes) -> list[BatchItem]:
     run past the body, or the body is empty.
     """
     items: list[BatchItem] = []
+    add = items.append
+    head = _BATCH_ITEM_HEAD.unpack_from
+    short = _SHORT.unpack_from
     pos = 0
     end = len(data)
     if end == 0:
@@ -590,22 +593,20 @@ def decode_batch(data: bytes) -> list[BatchItem]:
     while pos < end:
         if end - pos < 22:
             raise MessageFormatError(f"batch item at {pos}: truncated header")
-        total, _magic, _crc, flag, body_len = _BATCH_ITEM_HEAD.unpack_from(data, pos)
-        if total < 22 or pos + total > end:
+        total, _magic, _crc, flag, body_len = head(data, pos)
+        item_end = pos + total
+        if total < 22 or item_end > end:
             raise MessageFormatError(f"batch item at {pos}: total size {total} out of range")
-        p = pos + 20
-        if body_len < 0 or p + body_len + 2 > pos + total:
+        p = pos + 20 + body_len
+        if body_len < 0 or p + 2 > item_end:
             raise MessageFormatError(f"batch item at {pos}: body length {body_len} out of range")
-        body = data[p : p + body_len]
-        p += body_len
-        (props_len,) = _SHORT.unpack_from(data, p)
-        p += 2
-        if props_len < 0 or p + props_len != pos + total:
+        (props_len,) = short(data, p)
+        if props_len < 0 or p + 2 + props_len != item_end:
             raise MessageFormatError(f"batch item at {pos}: properties length {props_len} out of range")
         try:
-            props = data[p : p + props_len].decode()
+            props = data[p + 2 : item_end].decode()
         except UnicodeDecodeError:
             raise MessageFormatError(f"batch item at {pos}: properties are not UTF-8") from None
-        items.append(BatchItem(flag=flag, body=body, properties=props))
-        pos += total
+        add(BatchItem(flag, data[pos + 20 : p], props))
+        pos = item_end
     return items

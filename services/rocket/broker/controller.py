@@ -87,7 +87,7 @@ from rocket.remoting import (
 )
 from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
-from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
+from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
 from rocket.store.timer import TimerMessageStore
 
 log = logging.getLogger("rocket.broker")
@@ -638,9 +638,9 @@ class BrokerController:
             return await self.ha.wait_replicated(result)
         return result
 
-    async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
-        """Store a batch to one queue (no delays); SYNC_MASTER waits as :meth:`put_message`."""
-        reqs = [i.to_request() for i in inners]
+    async def put_messages(self, reqs: list[PutMessageRequest]) -> PutMessageResult:
+        """Store a batch (store requests, as the send path builds them, all to one queue; no
+        delays); SYNC_MASTER waits as :meth:`put_message`."""
         result = await self.store.put_messages(reqs)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs)
                 and result.status is PutMessageStatus.PUT_OK):
@@ -659,6 +659,13 @@ class BrokerController:
             reqs = [rewritten.to_request()]
         else:
             reqs = [i.to_request() for i in inners]
+        return self.put_batch_nowait(reqs)
+
+    def put_batch_nowait(self, reqs: list[PutMessageRequest]
+                         ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """:meth:`put_messages` without a coroutine (the send path's batches, already store
+        requests: no delay or timer rewrite applies to them): the store's refusal, or a future
+        of the result (on a SYNC_MASTER, once a slave has them, as :meth:`put_nowait`)."""
         put = self.store.put_messages_nowait(reqs)
         if self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs):
             return self.ha.replicate_nowait(put)
