@@ -26,7 +26,7 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 # -- constants ----------------------------------------------------------------------
@@ -127,9 +127,27 @@ def tags_hash_code(tags: str | None) -> int:
     return java_string_hash(tags)
 
 
+#: ``crc32(data) -> int``: CRC-32 (unsigned) of a bytes-like ``data`` with zlib's polynomial
+#: (``java.util.zip.CRC32``, which RocketMQ's ``UtilAll.crc32`` masks with 0x7FFFFFFF for BODYCRC).
+#: ISA-L's (the ``isal`` package: carry-less multiplication, about 5 times zlib's speed on a 1 KiB
+#: body on x86-64) when it is installed, else :func:`zlib.crc32`; both give the same value. The
+#: broker computes one per stored message: on the send path it was a large share of the CPU.
+crc32: Callable[[bytes | bytearray | memoryview], int]
+#: Which implementation :data:`crc32` is: ``"isal"`` or ``"zlib"``.
+CRC32_IMPLEMENTATION: str
+try:
+    from isal import isal_zlib
+except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback without a wheel
+    crc32 = zlib.crc32
+    CRC32_IMPLEMENTATION = "zlib"
+else:
+    crc32 = isal_zlib.crc32
+    CRC32_IMPLEMENTATION = "isal"
+
+
 def body_crc(body: bytes) -> int:
     """CRC32 of ``body`` masked with 0x7FFFFFFF, as stored in BODYCRC (RocketMQ's ``UtilAll.crc32``)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def encode_properties(properties: Mapping[str, str]) -> str:
