@@ -539,7 +539,7 @@ class SendMessageProcessor:
 
     # -- batch -------------------------------------------------------------------------------
 
-    def _prepare_batch(
+    def _prepare_batch(  # noqa: C901 - hot: per batch, bench_broker
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
         topic_config: TopicConfig,
     ) -> RemotingCommand | list[PutMessageRequest]:
@@ -573,16 +573,29 @@ class SendMessageProcessor:
         topic, sys_flag, born, peer, reconsume = (
             header.topic, header.sys_flag, header.born_timestamp, conn.peer, header.reconsume_times
         )
+        # When no name is both the batch's and an item's (our client: WAIT on the batch, UNIQ_KEY on
+        # each item), the stored string is the batch's pieces, the item's, then CLUSTER: what encoding
+        # the merged dict gives, made by joining (with_cluster declines odd item strings).
+        disjoint_ok = PROPERTY_CLUSTER not in batch_props and _BATCH_CHECKED_NAMES.isdisjoint(batch_props)
+        prefix = encode_properties(batch_props) + PROPERTY_SEPARATOR if batch_props else ""
+        batch_get = batch_props.get
         for index, item in enumerate(items):
-            props = decode_properties(item.properties)
-            if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
-                props = {**batch_props, **props}
-            props[PROPERTY_CLUSTER] = cluster
+            text = item.properties
+            props = decode_properties(text)
+            encoded = None
+            if disjoint_ok and PROPERTY_CLUSTER not in props and batch_props.keys().isdisjoint(props):
+                joined = with_cluster(text, len(props), cluster)
+                if joined is not None:
+                    encoded = prefix + joined  # (props stays the item's own: look-ups fall back below)
+            if encoded is None:
+                if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
+                    props = {**batch_props, **props}
+                props[PROPERTY_CLUSTER] = cluster
+                encoded = encode_properties(props)  # measured here, stored as is
             if not _BATCH_CHECKED_NAMES.isdisjoint(props):
                 refusal = _batch_item_refusal(props, index)
                 if refusal is not None:
                     return request.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
-            encoded = encode_properties(props)  # measured here, stored as is
             if len(encoded) > MAX_PROPERTIES_SIZE or (
                 not encoded.isascii() and len(encoded.encode()) > MAX_PROPERTIES_SIZE
             ):
@@ -590,15 +603,25 @@ class SendMessageProcessor:
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"the properties of batch message {index} exceed the max value, MAX: {MAX_PROPERTIES_SIZE}",
                 )
+            # The merged properties' values: the item's, else the batch's (props may be the item's own).
             get = props.get
             keys = get(PROPERTY_KEYS)
+            if keys is None:
+                keys = batch_get(PROPERTY_KEYS)
             tags = get(PROPERTY_TAGS)
+            if tags is None:
+                tags = batch_get(PROPERTY_TAGS)
+            uniq = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if uniq is None:
+                uniq = batch_get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             wait = get(PROPERTY_WAIT_STORE_MSG_OK)
+            if wait is None:
+                wait = batch_get(PROPERTY_WAIT_STORE_MSG_OK)
             add(PutMessageRequest(  # positional, as MessageInner.to_request builds one
                 topic, queue_id, item.body, encoded, item.flag, sys_flag, born, peer, reconsume, 0,
                 cached_tags_code(tags) if tags else 0,
                 [k for k in keys.split(" ") if k] if keys else [],
-                get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
+                uniq or None,
                 wait is None or wait.lower() != "false",
             ))
         return reqs
