@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import random
 import re
+import struct
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from rocket.broker.headers import SendMessageRequestHeader
+from rocket.broker.inner import cached_tags_code
 from rocket.broker.metrics import FastCounter, FastHistogram
 from rocket.broker.processor.send import SendMessageProcessor, send_ok_frame, with_cluster
 from rocket.client.producer import Producer
 from rocket.message import Message, decode_properties, encode_properties
+from rocket.protocol import TopicConfig
 from rocket.remoting import RemotingCommand
 from rocket.remoting.command import FrameDecoder, FrameError, encode
 
@@ -113,3 +117,53 @@ def test_producer_properties_string(props: dict[str, str]) -> None:
     expected.setdefault("WAIT", "true")
     assert text == encode_properties(expected)
     assert msg.properties == props
+
+
+def _batch_reference(batch_text: str, item_text: str) -> tuple[str, list[str], int, str | None, bool]:
+    """What a batch item is stored with, the plain way: merged dict (item wins) plus CLUSTER, encoded."""
+    props = {**decode_properties(batch_text), **decode_properties(item_text)}
+    props["CLUSTER"] = "DefaultCluster"
+    keys = props.get("KEYS")
+    wait = props.get("WAIT")
+    return (encode_properties(props), [k for k in keys.split(" ") if k] if keys else [],
+            cached_tags_code(props.get("TAGS")), props.get("UNIQ_KEY") or None, wait is None or wait.lower() != "false")
+
+
+def test_batch_items_are_stored_with_the_merged_properties() -> None:
+    """The batch path joins strings when batch and item properties are disjoint; whatever the
+    strings, each store request carries what merging the dicts and encoding them gives."""
+    rng = random.Random(7)
+    names = ["WAIT", "UNIQ_KEY", "KEYS", "TAGS", "CLUSTER", "X", "", "DELAY"]
+    values = ["", "true", "false", "a b", "0", "v"]
+
+    def text() -> str:
+        pieces = [f"{rng.choice(names)}\x01{rng.choice(values)}" for _ in range(rng.randrange(0, 4))]
+        if rng.random() < 0.1:
+            pieces.append(rng.choice(["odd", ""]))
+        return "\x02".join(pieces) + ("\x02" if rng.random() < 0.3 else "")
+
+    broker = SimpleNamespace(config=SimpleNamespace(broker_cluster_name="DefaultCluster", max_message_size=1 << 22))
+    processor = SendMessageProcessor(broker)  # type: ignore[arg-type]
+    conn = SimpleNamespace(peer="127.0.0.1:5555")
+    topic_config = TopicConfig("T", read_queue_nums=4, write_queue_nums=4)
+    checked = 0
+    for _ in range(3000):
+        batch_text = rng.choice(["", "WAIT\x01true", "WAIT\x01true\x02UNIQ_KEY\x01B", text()])
+        if decode_properties(batch_text).get("DELAY", "0") not in ("", "0"):
+            continue
+        item_texts = [rng.choice(["UNIQ_KEY\x01I1", "", text()]) for _ in range(3)]
+        # Items as MessageDecoder.encodeMessages lays them out, with these raw properties strings.
+        body = b"".join(struct.pack(">iiiii", 23 + len(t), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(t)) + t.encode()
+                        for t in item_texts)
+        ext = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "1", "h": "0",
+               "i": batch_text, "j": "0", "m": "true"}
+        request = RemotingCommand(code=320, ext_fields=ext, body=body)
+        header = SendMessageRequestHeader.parse(request)
+        got = processor._prepare_batch(request, conn, header, topic_config)  # type: ignore[arg-type]
+        refs = [_batch_reference(batch_text, t) for t in item_texts]
+        if isinstance(got, RemotingCommand):
+            assert any(decode_properties(r[0]).get("DELAY", "0") not in ("", "0") for r in refs), got.remark
+            continue
+        assert [(r.properties, r.keys, r.tags_code, r.uniq_key, r.wait_store_msg_ok) for r in got] == refs
+        checked += 1
+    assert checked > 2000

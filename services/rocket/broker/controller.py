@@ -58,7 +58,7 @@ from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
-from rocket.broker.timer import TimerCollector, transform_timer_message
+from rocket.broker.timer import TIMER_PROPERTY_KEYS, TimerCollector, transform_timer_message
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
 from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
@@ -87,10 +87,12 @@ from rocket.remoting import (
 )
 from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
-from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
-from rocket.store.timer import TimerMessageStore
+from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
+from rocket.store.timer import TIMER_TOPIC, TimerMessageStore
 
 log = logging.getLogger("rocket.broker")
+#: The properties that make a send a timer message (``rocket.broker.timer``).
+_TIMER_NAMES = frozenset(TIMER_PROPERTY_KEYS)
 
 #: Consumer groups RocketMQ treats as its own (subscription groups auto-created for them).
 SYSTEM_CONSUMER_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP"})
@@ -594,7 +596,8 @@ class BrokerController:
     def _timer_hook(self, inner: MessageInner) -> MessageInner | PutMessageResult:
         """The timer rewrite (``rocket.broker.timer``) for messages that are not half messages:
         a timer message goes to rmq_sys_wheel_timer, or is refused (the result to answer)."""
-        if inner.sys_flag & 0xC not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+        if inner.sys_flag & 0xC not in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT) or (
+                _TIMER_NAMES.isdisjoint(inner.properties)):  # every plain send: no clock, no call
             return inner
         return transform_timer_message(inner, self.store.config, self.timer.now_ms(), self.timer)
 
@@ -638,9 +641,9 @@ class BrokerController:
             return await self.ha.wait_replicated(result)
         return result
 
-    async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
-        """Store a batch to one queue (no delays); SYNC_MASTER waits as :meth:`put_message`."""
-        reqs = [i.to_request() for i in inners]
+    async def put_messages(self, reqs: list[PutMessageRequest]) -> PutMessageResult:
+        """Store a batch (store requests, as the send path builds them, all to one queue; no
+        delays); SYNC_MASTER waits as :meth:`put_message`."""
         result = await self.store.put_messages(reqs)
         if (self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs)
                 and result.status is PutMessageStatus.PUT_OK):
@@ -659,6 +662,13 @@ class BrokerController:
             reqs = [rewritten.to_request()]
         else:
             reqs = [i.to_request() for i in inners]
+        return self.put_batch_nowait(reqs)
+
+    def put_batch_nowait(self, reqs: list[PutMessageRequest]
+                         ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """:meth:`put_messages` without a coroutine (the send path's batches, already store
+        requests: no delay or timer rewrite applies to them): the store's refusal, or a future
+        of the result (on a SYNC_MASTER, once a slave has them, as :meth:`put_nowait`)."""
         put = self.store.put_messages_nowait(reqs)
         if self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs):
             return self.ha.replicate_nowait(put)
@@ -677,8 +687,10 @@ class BrokerController:
     def _on_dispatch(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
         try:
             self.hold_service.notify_message_arriving(topic, queue_id, queue_offset, tags_code)
-            self.schedule.on_dispatch(topic, queue_id, queue_offset, tags_code)
-            self.timer.on_dispatch(topic, queue_id, queue_offset, tags_code)
+            if topic == SCHEDULE_TOPIC:  # (the two services' own filters, without a call per message)
+                self.schedule.on_dispatch(topic, queue_id, queue_offset, tags_code)
+            elif topic == TIMER_TOPIC:
+                self.timer.on_dispatch(topic, queue_id, queue_offset, tags_code)
         except Exception:
             log.exception("dispatch listener failed for %s/%d", topic, queue_id)
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rocket.broker.topics import TopicManager
     from rocket.protocol import SubscriptionGroupConfig, TopicConfig
     from rocket.store import DefaultMessageStore
-    from rocket.store.api import BrokerRole, PutMessageResult
+    from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult
 
 
 class MessageQueryStore(Protocol):
@@ -261,8 +261,12 @@ class SendBroker(BrokerCore, HasReplication, Puts, Protocol):
         """Transactional half messages."""
         ...
 
-    async def put_messages(self, inners: list[MessageInner]) -> PutMessageResult:
-        """Store a batch."""
+    async def put_messages(self, reqs: list[PutMessageRequest]) -> PutMessageResult:
+        """Store a batch (store requests to one queue)."""
+        ...
+
+    def put_batch_nowait(self, reqs: list[PutMessageRequest]) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """The batch fast path: the store's refusal now, or a future of the result."""
         ...
 
     def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:

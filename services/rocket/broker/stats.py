@@ -24,10 +24,13 @@ class RateMeter:
     def add(self, count: int = 1, now: float | None = None) -> None:
         """Count ``count`` events at ``now`` (``time.monotonic()`` seconds)."""
         second = int(time.monotonic() if now is None else now)
-        if self._buckets and self._buckets[-1][0] == second:
-            self._buckets[-1][1] += count
-        else:
-            self._buckets.append([second, count])
+        buckets = self._buckets
+        if buckets:
+            last = buckets[-1]
+            if last[0] == second:  # the usual case: nothing can have left the window since the last add
+                last[1] += count
+                return
+        buckets.append([second, count])
         self._trim(second)
 
     def _trim(self, second: int) -> None:
@@ -65,12 +68,15 @@ class MinuteCounter:
         at = time.monotonic() if now is None else now
         self._recent.add(count, at)
         minute = int(at // 60)
-        if self._buckets and self._buckets[-1][0] == minute:
-            self._buckets[-1][1] += count
-        else:
-            self._buckets.append([minute, count])
-        while self._buckets and self._buckets[0][0] <= minute - self.DAY:
-            self._buckets.popleft()
+        buckets = self._buckets
+        if buckets:
+            last = buckets[-1]
+            if last[0] == minute:  # the usual case: nothing can have left the day since the last add
+                last[1] += count
+                return
+        buckets.append([minute, count])
+        while buckets and buckets[0][0] <= minute - self.DAY:
+            buckets.popleft()
 
     def sum(self, minutes: int, now: float | None = None) -> int:
         """Events within the last ``minutes`` minutes: the last 60 s for 1, else whole minute
@@ -111,26 +117,29 @@ class BrokerStats:
         """Messages stored (to ``topic``, when given)."""
         self.put_total += count
         self.put_bytes += nbytes
-        self.put_rate.add(count)
+        now = time.monotonic()
+        self.put_rate.add(count, now)
         if topic is not None:
             counter = self.topic_put_minutes.get(topic)
             if counter is None:
-                counter = self.topic_put_minutes[topic] = MinuteCounter()
-            counter.add(count)
+                counter = self.topic_put_minutes[topic] = MinuteCounter(now)
+            counter.add(count, now)
 
     def on_get(self, group: str, topic: str, count: int, nbytes: int) -> None:
         """Messages returned by a pull of ``group`` on ``topic``."""
         self.get_total += count
         self.get_bytes += nbytes
-        self.get_rate.add(count)
-        meter = self.group_get.get((group, topic))
+        now = time.monotonic()
+        self.get_rate.add(count, now)
+        key = (group, topic)
+        meter = self.group_get.get(key)
         if meter is None:
-            meter = self.group_get[(group, topic)] = RateMeter()
-        meter.add(count)
-        counter = self.group_get_minutes.get((group, topic))
+            meter = self.group_get[key] = RateMeter()
+        meter.add(count, now)
+        counter = self.group_get_minutes.get(key)
         if counter is None:
-            counter = self.group_get_minutes[(group, topic)] = MinuteCounter()
-        counter.add(count)
+            counter = self.group_get_minutes[key] = MinuteCounter(now)
+        counter.add(count, now)
 
     def stats_data(self, name: str, key: str) -> dict[str, dict[str, float]] | None:
         """VIEW_BROKER_STATS_DATA's BrokerStatsData (``statsMinute``, ``statsHour``, ``statsDay``) of

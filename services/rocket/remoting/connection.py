@@ -205,6 +205,8 @@ class RemotingConnection(asyncio.Protocol):
         self._timer_at = 0.0
         # Backpressure (server side): None = never stop reading.
         self._flow = flow_control
+        #: ``flow_control.high``, read once (a property, and asked once per request).
+        self._high = flow_control.high if flow_control is not None else 0
         self._out_bytes = 0
         #: Requests dispatched and not yet answered.
         self.pending_requests = 0
@@ -261,7 +263,7 @@ class RemotingConnection(asyncio.Protocol):
 
     def _must_hold(self, flow: FlowControl) -> bool:
         """Should requests wait (unsent replies above the mark, or too many being handled)?"""
-        return (self._write_paused or self._out_bytes >= flow.high
+        return (self._write_paused or self._out_bytes >= self._high
                 or self.pending_requests >= flow.max_pending_requests)
 
     def _pause_reading(self) -> None:

@@ -42,7 +42,9 @@ import contextlib
 import errno
 import logging
 import os
+import queue
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -189,6 +191,56 @@ class RecoveryResult:
     remark: str = ""
 
 
+class _WriterThread:
+    """One thread that runs the submitted calls in order: the CommitLog writer.
+
+    ``ThreadPoolExecutor(1)`` without its per-call ``Future``, work item, locks and
+    thread-count check: under SYNC_FLUSH a job (one group commit) is handed over per
+    fdatasync, and the caller never looked at the future (the job answers with
+    ``call_soon_threadsafe``). The thread starts at the first call; it is a daemon, so a
+    process that exits without :meth:`shutdown` is not held up (what it had not written
+    was not acknowledged either).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, fn: Callable[..., None], *args: object) -> None:
+        """Run ``fn(*args)`` on the thread after the calls submitted before it.
+
+        Raises ``RuntimeError`` after :meth:`shutdown`."""
+        if self._closed:
+            raise RuntimeError(f"{self._name}: cannot run a job after shutdown")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._queue.put((fn, args))
+
+    def _run(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException:  # the CommitLog's jobs catch their own errors; be safe
+                log.exception("%s: job failed", self._name)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Run what was submitted, then stop the thread (``wait``: and wait for it)."""
+        self._closed = True
+        thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            if wait:
+                thread.join()
+
+
 class CommitLog:
     """The log of all records; see the module docstring for the write path.
 
@@ -230,7 +282,7 @@ class CommitLog:
         self._start_scheduled = False
         self._flush_lock: asyncio.Lock | None = None
         self._unsynced: list[Segment] = []  # writer thread only
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-writer")
+        self._writer = _WriterThread("rocket-commitlog-writer")
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-flusher")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: asyncio.Event | None = None

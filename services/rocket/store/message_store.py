@@ -35,6 +35,7 @@ import contextlib
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -372,7 +373,7 @@ class DefaultMessageStore:
             return old
         return new
 
-    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int, *,
+    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int, *,  # noqa: C901 - hot: per pull
                     max_total_bytes: int = 256 * 1024, tags_codes: set[int] | None = None) -> GetMessageResult:
         """Read up to ``max_msg_nums`` messages of a queue from ``offset`` (``getMessage``).
 
@@ -410,6 +411,10 @@ class DefaultMessageStore:
         i = 0
         max_phy_pulling = 0
         committed = cl.committed
+        # The file of the last record read, with its bounds and mapping: consecutive records
+        # are mostly in one file, so CommitLog.read's look-up runs once per file, not per record.
+        seg_start = seg_end = 0
+        view: mmap.mmap | None = None
         for phys, size, tags in ENTRY.iter_unpack(data):
             if records and (len(records) >= max_count or total + size > max_total_bytes):
                 break
@@ -425,7 +430,13 @@ class DefaultMessageStore:
                 continue
             if tags_codes is not None and tags not in tags_codes:
                 continue
-            rec = cl.read(phys, size)
+            if view is not None and seg_start <= phys and phys + size <= seg_end:
+                rec: bytes | None = view[phys - seg_start : phys - seg_start + size]
+            else:
+                rec = cl.read(phys, size)  # (the same bounds checks, and None past them)
+                seg = cl.segment_at(phys) if rec is not None else None
+                if seg is not None:
+                    seg_start, seg_end, view = seg.start, seg.start + seg.size, seg.view()
             if rec is None:
                 if not records:
                     result.status = GetMessageStatus.MESSAGE_WAS_REMOVING

@@ -24,7 +24,6 @@ from __future__ import annotations
 import operator
 import struct
 import sys
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from rocket.message import (
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
+    crc32,
     encode_host,
 )
 from rocket.store.api import AppendedMessage, PutMessageRequest
@@ -253,7 +253,7 @@ class RecordEncoder:
             bl = len(born)
             size = sizes[0]
             buf += self.record_struct(bl, len(body), len(topic_tail), len(p)).pack(
-                size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, r.flag, queue_offset,
+                size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag, queue_offset,
                 physical_offset,
                 (r.sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0),
                 r.born_timestamp, born, store_timestamp, self._store, r.reconsume_times, r.prepared_transaction_offset,
@@ -263,7 +263,6 @@ class RecordEncoder:
         store = self._store
         store_bits = self._store_bits
         id_format = self._id_format
-        crc32 = zlib.crc32
         record_struct = self.record_struct
         last_n = last_pl = last_bl = -1
         rs = self.heads[8]  # replaced at the first record
@@ -390,7 +389,7 @@ def check_record(data: bytes | memoryview, pos: int, check_crc: bool, phys: int)
     p += 4
     if body_len < 0 or p + body_len + 3 > rec_end:
         return CORRUPT
-    if check_crc and zlib.crc32(data[p : p + body_len]) & 0x7FFFFFFF != crc:
+    if check_crc and crc32(data[p : p + body_len]) & 0x7FFFFFFF != crc:
         return CORRUPT
     p += body_len
     p += 1 + data[p]
@@ -446,7 +445,7 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
         rec_end = pos + total
         if body_len < 0 or p + body_len + 3 > rec_end:
             return CORRUPT
-        if check_crc and zlib.crc32(data[p : p + body_len]) & 0x7FFFFFFF != crc:
+        if check_crc and crc32(data[p : p + body_len]) & 0x7FFFFFFF != crc:
             return CORRUPT
         p += body_len
         topic_len = data[p]
@@ -507,7 +506,6 @@ def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: boo
     """
     unpack = _HEAD4.unpack_from
     short = _SHORT.unpack_from
-    crc32 = zlib.crc32
     topics = _topics
     add = out.append if out is not None else None
     count = 0

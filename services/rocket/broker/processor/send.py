@@ -40,8 +40,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
-from rocket.broker.inner import MessageInner
-from rocket.broker.timer import batch_timer_refusal
+from rocket.broker.inner import MessageInner, cached_tags_code
+from rocket.broker.timer import TIMER_PROPERTY_KEYS, batch_timer_refusal
 from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
 from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
 from rocket.message import (
@@ -49,11 +49,15 @@ from rocket.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
     MessageFormatError,
     decode_batch,
     decode_properties,
@@ -63,7 +67,7 @@ from rocket.protocol import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.remoting.connection import ANSWER_LATER
-from rocket.store.api import PutMessageResult, PutMessageStatus
+from rocket.store.api import PutMessageRequest, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from rocket.broker.interfaces import SendBroker
@@ -142,14 +146,36 @@ _SEND_OK_HEADER = (
 _FRAME_PREFIX = struct.Struct(">iI")
 
 
-def _reply_queue_id(inner: MessageInner) -> int:
+#: What a send stores once its checks passed: one message, or a batch's store requests (to one queue).
+Prepared = MessageInner | list[PutMessageRequest]
+
+
+def _reply_queue_id(prepared: Prepared) -> int:
     """The queueId a send answer names: the producer's queue, also for a half message (stored
     to the half topic's queue 0 with the real queue in REAL_QID), as Apache's SendMessageProcessor."""
+    if isinstance(prepared, list):
+        return prepared[0].queue_id
+    inner = prepared
     if inner.topic == HALF_TOPIC:
         real = inner.properties.get(PROPERTY_REAL_QUEUE_ID, "")
         if real.isdigit():
             return int(real)
     return inner.queue_id
+
+
+#: Properties whose presence in a batch item needs a closer look (:func:`_batch_item_refusal`).
+_BATCH_CHECKED_NAMES = frozenset((PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTY_KEYS))
+
+
+def _batch_item_refusal(props: dict[str, str], index: int) -> str | None:
+    """Why batch item ``index`` (its merged properties ``props``) cannot be stored: a transactional
+    (``TRAN_MSG``), delayed (``DELAY``) or timer message; None when it can."""
+    if PROPERTY_TRANSACTION_PREPARED in props and is_half_message(props, 0):
+        return f"batch message {index} cannot be transactional (TRAN_MSG)"
+    delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
+    if delay is not None and delay not in ("", "0"):
+        return f"batch message {index} cannot be delayed (DELAY is set)"
+    return batch_timer_refusal(props, index)
 
 
 def put_result_response(request: RemotingCommand, result: PutMessageResult) -> tuple[int, str | None]:
@@ -218,7 +244,7 @@ class SendMessageProcessor:
             if isinstance(prepared, RemotingCommand):
                 self._done(size, started)
                 return prepared
-            put = broker.put_nowait(prepared)
+            put = broker.put_batch_nowait(prepared) if isinstance(prepared, list) else broker.put_nowait([prepared])
         except BaseException:
             self._done(size, started)
             raise
@@ -228,13 +254,13 @@ class SendMessageProcessor:
             )
         if isinstance(put, PutMessageResult):  # refused by the store
             self._done(size, started)
-            return self._answer(request, header.batch, prepared, put)
-        put.add_done_callback(partial(self._put_done, conn, request, header.batch, prepared, size, started))
+            return self._answer(request, prepared, put)
+        put.add_done_callback(partial(self._put_done, conn, request, prepared, size, started))
         return ANSWER_LATER
 
     async def _send_task(
         self, request: RemotingCommand, conn: RemotingConnection, size: int, started: float,
-        prepared: tuple[SendMessageRequestHeader, list[MessageInner]] | None,
+        prepared: tuple[SendMessageRequestHeader, Prepared] | None,
     ) -> RemotingCommand:
         """The send as a coroutine: after the role settled (or when ``put_nowait`` declines)."""
         broker = self.broker
@@ -246,14 +272,14 @@ class SendMessageProcessor:
                 checked = self._prepare(request, conn, header)
                 if isinstance(checked, RemotingCommand):
                     return checked
-                inners = checked
+                ready = checked
             else:
-                header, inners = prepared
-            if header.batch:
-                result = await broker.put_messages(inners)
+                header, ready = prepared
+            if isinstance(ready, list):
+                result = await broker.put_messages(ready)
             else:
-                result = await broker.put_message(inners[0])
-            return self._answer(request, header.batch, inners, result)
+                result = await broker.put_message(ready)
+            return self._answer(request, ready, result)
         finally:
             self._done(size, started)
 
@@ -264,8 +290,8 @@ class SendMessageProcessor:
         broker.metrics.send_latency.observe(time.perf_counter() - started)
 
     def _put_done(
-        self, conn: RemotingConnection, request: RemotingCommand, batch: bool,
-        inners: list[MessageInner], size: int, started: float, put: asyncio.Future[PutMessageResult],
+        self, conn: RemotingConnection, request: RemotingCommand, prepared: Prepared, size: int, started: float,
+        put: asyncio.Future[PutMessageResult],
     ) -> None:
         """The store confirmed (or failed) the append: answer the send."""
         self._done(size, started)
@@ -278,24 +304,22 @@ class SendMessageProcessor:
             if (result.status is PutMessageStatus.PUT_OK and messages and request.serialize_type == SerializeType.JSON
                     and not request.flag & FLAG_ONEWAY):
                 # The usual answer, written straight into its frame (no RemotingCommand, no dict).
-                first = inners[0]
-                msg_id = self._record_stored(batch, inners, result)
-                frame = send_ok_frame(request.opaque, msg_id, _reply_queue_id(first), messages[0].queue_offset)
+                msg_id = self._record_stored(prepared, result)
+                queue_id = _reply_queue_id(prepared)
+                frame = send_ok_frame(request.opaque, msg_id, queue_id, messages[0].queue_offset)
                 if frame is not None:
                     conn.answer_frame(request, ResponseCode.SUCCESS, frame, started)
                     return
-                response = self._response(request, ResponseCode.SUCCESS, None, msg_id, _reply_queue_id(first),
+                response = self._response(request, ResponseCode.SUCCESS, None, msg_id, queue_id,
                                           messages[0].queue_offset)
             else:
-                response = self._answer(request, batch, inners, result)
+                response = self._answer(request, prepared, result)
         except Exception as exc:
             log.exception("send %d from %s failed", request.code, conn.peer)
             response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         conn.answer(request, response, started)
 
-    def _answer(
-        self, request: RemotingCommand, batch: bool, inners: list[MessageInner], result: PutMessageResult
-    ) -> RemotingCommand:
+    def _answer(self, request: RemotingCommand, prepared: Prepared, result: PutMessageResult) -> RemotingCommand:
         """The response to a send whose store outcome is ``result``."""
         broker = self.broker
         code, remark = put_result_response(request, result)
@@ -303,22 +327,20 @@ class SendMessageProcessor:
             broker.metrics.send_rejected.labels("store_busy").inc()
         messages = result.messages
         if not messages:
-            what = "the batch" if batch else "the message"
+            what = "the batch" if isinstance(prepared, list) else "the message"
             return request.response(code, remark or f"{what} was not stored")
-        first = inners[0]
-        msg_id = self._record_stored(batch, inners, result)
-        return self._response(request, code, remark, msg_id, _reply_queue_id(first), messages[0].queue_offset)
+        msg_id = self._record_stored(prepared, result)
+        return self._response(request, code, remark, msg_id, _reply_queue_id(prepared), messages[0].queue_offset)
 
-    def _record_stored(self, batch: bool, inners: list[MessageInner], result: PutMessageResult) -> str:
-        """Count the stored ``inners`` in the broker's put statistics; the answer's msgId
+    def _record_stored(self, prepared: Prepared, result: PutMessageResult) -> str:
+        """Count the stored messages in the broker's put statistics; the answer's msgId
         (the stored messages' ids, comma-separated for a batch). ``result.messages`` is not empty."""
-        first = inners[0]
-        if batch:
-            self.broker.record_put(first.topic, len(inners), sum(len(i.body) for i in inners))
-            return ",".join(m.msg_id for m in result.messages)
-        self.broker.record_put(first.topic, 1, len(first.body))
-        if first.topic == HALF_TOPIC:
-            self.broker.transaction.on_half_stored(first)
+        if isinstance(prepared, list):
+            self.broker.record_put(prepared[0].topic, len(prepared), sum([len(r.body) for r in prepared]))
+            return ",".join([m.msg_id for m in result.messages])
+        self.broker.record_put(prepared.topic, 1, len(prepared.body))
+        if prepared.topic == HALF_TOPIC:
+            self.broker.transaction.on_half_stored(prepared)
         return result.messages[0].msg_id
 
     @staticmethod
@@ -450,8 +472,8 @@ class SendMessageProcessor:
 
     def _prepare(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader
-    ) -> RemotingCommand | list[MessageInner]:
-        """Check a send, single or batch: the refusal, or the messages to store."""
+    ) -> RemotingCommand | Prepared:
+        """Check a send, single or batch: the refusal, or the message(s) to store."""
         checked = self._check(request, conn, header)
         if isinstance(checked, RemotingCommand):
             return checked
@@ -462,9 +484,9 @@ class SendMessageProcessor:
     def _prepare_single(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
         topic_config: TopicConfig,
-    ) -> RemotingCommand | list[MessageInner]:
+    ) -> RemotingCommand | MessageInner:
         """Check a single send to ``topic_config`` (which passed :meth:`_check`): the refusal, or the
-        message to store (in a list of one)."""
+        message to store."""
         broker = self.broker
         too_large = self._body_too_large(request, "got")
         if too_large is not None:
@@ -513,16 +535,17 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message properties size over max value, MAX: {MAX_PROPERTIES_SIZE}",
             )
-        return [inner]
+        return inner
 
     # -- batch -------------------------------------------------------------------------------
 
-    def _prepare_batch(
+    def _prepare_batch(  # noqa: C901 - hot: per batch, bench_broker
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
         topic_config: TopicConfig,
-    ) -> RemotingCommand | list[MessageInner]:
+    ) -> RemotingCommand | list[PutMessageRequest]:
         """Check a batch send to ``topic_config`` (which passed :meth:`_check`): the refusal, or the
-        messages to store."""
+        store requests of its messages (built here, without a :class:`MessageInner` each: no delay,
+        timer or transaction rewrite applies to a batch, whose items carrying those are refused)."""
         broker = self.broker
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return request.response(
@@ -544,29 +567,35 @@ class SendMessageProcessor:
         if timer_refusal is not None:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, timer_refusal)
         queue_id = self._pick_queue(header, topic_config)
-        inners: list[MessageInner] = []
+        reqs: list[PutMessageRequest] = []
+        add = reqs.append
         cluster = broker.config.broker_cluster_name
         topic, sys_flag, born, peer, reconsume = (
             header.topic, header.sys_flag, header.born_timestamp, conn.peer, header.reconsume_times
         )
+        # When no name is both the batch's and an item's (our client: WAIT on the batch, UNIQ_KEY on
+        # each item), the stored string is the batch's pieces, the item's, then CLUSTER: what encoding
+        # the merged dict gives, made by joining (with_cluster declines odd item strings).
+        disjoint_ok = PROPERTY_CLUSTER not in batch_props and _BATCH_CHECKED_NAMES.isdisjoint(batch_props)
+        prefix = encode_properties(batch_props) + PROPERTY_SEPARATOR if batch_props else ""
+        batch_get = batch_props.get
         for index, item in enumerate(items):
-            props = decode_properties(item.properties)
-            if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
-                props = {**batch_props, **props}
-            props[PROPERTY_CLUSTER] = cluster
-            if PROPERTY_TRANSACTION_PREPARED in props and is_half_message(props, 0):
-                return request.response(
-                    ResponseCode.MESSAGE_ILLEGAL, f"batch message {index} cannot be transactional (TRAN_MSG)"
-                )
-            delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
-            if delay is not None and delay not in ("", "0"):
-                return request.response(
-                    ResponseCode.MESSAGE_ILLEGAL, f"batch message {index} cannot be delayed (DELAY is set)"
-                )
-            timer_refusal = batch_timer_refusal(props, index)
-            if timer_refusal is not None:
-                return request.response(ResponseCode.MESSAGE_ILLEGAL, timer_refusal)
-            encoded = encode_properties(props)  # measured here, stored as is
+            text = item.properties
+            props = decode_properties(text)
+            encoded = None
+            if disjoint_ok and PROPERTY_CLUSTER not in props and batch_props.keys().isdisjoint(props):
+                joined = with_cluster(text, len(props), cluster)
+                if joined is not None:
+                    encoded = prefix + joined  # (props stays the item's own: look-ups fall back below)
+            if encoded is None:
+                if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
+                    props = {**batch_props, **props}
+                props[PROPERTY_CLUSTER] = cluster
+                encoded = encode_properties(props)  # measured here, stored as is
+            if not _BATCH_CHECKED_NAMES.isdisjoint(props):
+                refusal = _batch_item_refusal(props, index)
+                if refusal is not None:
+                    return request.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
             if len(encoded) > MAX_PROPERTIES_SIZE or (
                 not encoded.isascii() and len(encoded.encode()) > MAX_PROPERTIES_SIZE
             ):
@@ -574,9 +603,28 @@ class SendMessageProcessor:
                     ResponseCode.MESSAGE_ILLEGAL,
                     f"the properties of batch message {index} exceed the max value, MAX: {MAX_PROPERTIES_SIZE}",
                 )
-            inners.append(MessageInner(topic, queue_id, item.body, props, item.flag, sys_flag, born, peer, reconsume,
-                                       None, encoded))
-        return inners
+            # The merged properties' values: the item's, else the batch's (props may be the item's own).
+            get = props.get
+            keys = get(PROPERTY_KEYS)
+            if keys is None:
+                keys = batch_get(PROPERTY_KEYS)
+            tags = get(PROPERTY_TAGS)
+            if tags is None:
+                tags = batch_get(PROPERTY_TAGS)
+            uniq = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if uniq is None:
+                uniq = batch_get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            wait = get(PROPERTY_WAIT_STORE_MSG_OK)
+            if wait is None:
+                wait = batch_get(PROPERTY_WAIT_STORE_MSG_OK)
+            add(PutMessageRequest(  # positional, as MessageInner.to_request builds one
+                topic, queue_id, item.body, encoded, item.flag, sys_flag, born, peer, reconsume, 0,
+                cached_tags_code(tags) if tags else 0,
+                [k for k in keys.split(" ") if k] if keys else [],
+                uniq or None,
+                wait is None or wait.lower() != "false",
+            ))
+        return reqs
 
     # -- send back -----------------------------------------------------------------------------
 
