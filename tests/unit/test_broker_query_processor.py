@@ -23,7 +23,8 @@ class FakeQueryBroker:
 
 
 def _query(topic: str, key: str, max_num: int, *, unique: bool = False) -> RemotingCommand:
-    ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": 0, "endTimestamp": 2**62}
+    # as read from a frame: every ext field a string (the compiled RemotingCommand checks the type)
+    ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": "0", "endTimestamp": str(2**62)}
     if unique:
         ext["_UNIQUE_KEY_QUERY"] = "true"
     return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=ext)

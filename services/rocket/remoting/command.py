@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from rocket.protocol.codes import (
     FLAG_ONEWAY,
@@ -42,10 +43,12 @@ _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _LANGUAGE_NAMES = {lc.value: lc.name for lc in LanguageCode}
 
 
+@mypyc_attr(native_class=False)
 class RemotingError(Exception):
     """Base class of every remoting failure."""
 
 
+@mypyc_attr(native_class=False)
 class FrameError(RemotingError, ValueError):
     """A frame that cannot be decoded: bad length, bad header, too large.
 
@@ -53,14 +56,17 @@ class FrameError(RemotingError, ValueError):
     """
 
 
+@mypyc_attr(native_class=False)
 class RemotingTimeoutError(RemotingError, TimeoutError):
     """No response arrived within the request's timeout."""
 
 
+@mypyc_attr(native_class=False)
 class RemotingConnectError(RemotingError, ConnectionError):
     """The peer could not be reached, or the connection closed under a request."""
 
 
+@mypyc_attr(native_class=False)
 class HeaderFieldError(RemotingError, ValueError):
     """A required ext field is missing or not of its type.
 
@@ -69,6 +75,7 @@ class HeaderFieldError(RemotingError, ValueError):
     """
 
 
+@mypyc_attr(native_class=False)
 class RemotingCommandError(RemotingError):
     """A response arrived with a code the caller did not accept.
 
