@@ -57,8 +57,8 @@ async def test_query_message_by_key_and_view_by_offset(tmp_path: Path) -> None:
         assert missing.code == ResponseCode.QUERY_NOT_FOUND and missing.body == b""
 
         third = appended[3]
-        view = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": third.physical_offset})
+        view = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(third.physical_offset)})
         record = processor.view_message_by_id(view, None)
         assert record.code == ResponseCode.SUCCESS and decode_record(record.body).body == b"m3"
-        past = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": store.max_phy_offset})
+        past = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(store.max_phy_offset)})
         assert processor.view_message_by_id(past, None).code == ResponseCode.SYSTEM_ERROR
