@@ -182,8 +182,8 @@ def clean() -> None:
 
 def _compiler_problem() -> str | None:
     """Why no extension can be built here, or None."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(os.environ.get("CC", "").split()[0] if os.environ.get("CC") else cc) is None:
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
         return f"no C compiler ({cc}) found"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
         return "no Python headers (Python.h) found"
