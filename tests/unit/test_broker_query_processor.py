@@ -23,7 +23,8 @@ class FakeQueryBroker:
 
 
 def _query(topic: str, key: str, max_num: int, *, unique: bool = False) -> RemotingCommand:
-    ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": 0, "endTimestamp": 2**62}
+    # as read from a frame: every ext field a string (the compiled RemotingCommand checks the type)
+    ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": "0", "endTimestamp": str(2**62)}
     if unique:
         ext["_UNIQUE_KEY_QUERY"] = "true"
     return RemotingCommand(code=RequestCode.QUERY_MESSAGE, ext_fields=ext)
@@ -56,8 +57,8 @@ async def test_query_message_by_key_and_view_by_offset(tmp_path: Path) -> None:
         assert missing.code == ResponseCode.QUERY_NOT_FOUND and missing.body == b""
 
         third = appended[3]
-        view = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": third.physical_offset})
+        view = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(third.physical_offset)})
         record = processor.view_message_by_id(view, None)
         assert record.code == ResponseCode.SUCCESS and decode_record(record.body).body == b"m3"
-        past = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": store.max_phy_offset})
+        past = RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(store.max_phy_offset)})
         assert processor.view_message_by_id(past, None).code == ResponseCode.SYSTEM_ERROR

@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from rocket.protocol.codes import (
     FLAG_ONEWAY,
@@ -35,17 +36,19 @@ from rocket.protocol.validation import JAVA_INT_RANGE, JAVA_LONG_RANGE
 #: Largest frame accepted by default: 16 MiB, as Java's ``frameMaxLength``.
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
-_INT = struct.Struct(">i")
-_PREFIX = struct.Struct(">iI")
-_TAG = struct.Struct(">I")
-_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_INT: Final = struct.Struct(">i")
+_PREFIX: Final = struct.Struct(">iI")
+_TAG: Final = struct.Struct(">I")
+_BIN_FIXED: Final = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _LANGUAGE_NAMES = {lc.value: lc.name for lc in LanguageCode}
 
 
+@mypyc_attr(native_class=False)
 class RemotingError(Exception):
     """Base class of every remoting failure."""
 
 
+@mypyc_attr(native_class=False)
 class FrameError(RemotingError, ValueError):
     """A frame that cannot be decoded: bad length, bad header, too large.
 
@@ -53,14 +56,17 @@ class FrameError(RemotingError, ValueError):
     """
 
 
+@mypyc_attr(native_class=False)
 class RemotingTimeoutError(RemotingError, TimeoutError):
     """No response arrived within the request's timeout."""
 
 
+@mypyc_attr(native_class=False)
 class RemotingConnectError(RemotingError, ConnectionError):
     """The peer could not be reached, or the connection closed under a request."""
 
 
+@mypyc_attr(native_class=False)
 class HeaderFieldError(RemotingError, ValueError):
     """A required ext field is missing or not of its type.
 
@@ -69,6 +75,7 @@ class HeaderFieldError(RemotingError, ValueError):
     """
 
 
+@mypyc_attr(native_class=False)
 class RemotingCommandError(RemotingError):
     """A response arrived with a code the caller did not accept.
 
@@ -307,8 +314,8 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 # -- decoding -------------------------------------------------------------------
 
-_I32_MIN = -0x80000000
-_I32_MAX = 0x7FFFFFFF
+_I32_MIN: Final = -0x80000000
+_I32_MAX: Final = 0x7FFFFFFF
 _JSON = SerializeType.JSON
 
 
@@ -454,6 +461,7 @@ def decode_frame_payload(payload: bytes) -> RemotingCommand:
 def _decode_at(buf: bytes | bytearray, start: int, length: int) -> RemotingCommand:
     """Decode the frame payload ``buf[start:start + length]`` (at least 4 bytes), copying
     header and body out of ``buf`` once each."""
+    tag: int
     (tag,) = _TAG.unpack_from(buf, start)
     serialize_type = tag >> 24
     header_len = tag & 0xFFFFFF
@@ -512,6 +520,7 @@ class FrameDecoder:
         """
         commands: list[RemotingCommand] = []
         buffer = self._buffer
+        length: int
         pos = 0
         end = len(data)
         if buffer:

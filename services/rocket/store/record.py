@@ -26,6 +26,7 @@ import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from rocket.message import (
     BLANK_MAGIC_CODE,
@@ -40,17 +41,17 @@ from rocket.message import (
 from rocket.store.api import AppendedMessage, PutMessageRequest
 
 #: Smallest possible record (IPv4 hosts, empty body, 1-byte topic would be 92).
-MIN_RECORD_SIZE = 91
-_HOST_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_TRAN_MASK = 0xC
+MIN_RECORD_SIZE: Final = 91
+_HOST_BITS: Final = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_TRAN_MASK: Final = 0xC
 #: Transaction types whose records take no queue offset (and never reach a ConsumeQueue).
 _NO_QUEUE_OFFSET = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
-_SHORT = struct.Struct(">h")
-_INT = struct.Struct(">i")
-_LONG = struct.Struct(">q")
-_SIZE_MAGIC = struct.Struct(">ii")
+_SHORT: Final = struct.Struct(">h")
+_INT: Final = struct.Struct(">i")
+_LONG: Final = struct.Struct(">q")
+_SIZE_MAGIC: Final = struct.Struct(">ii")
 #: totalsize, magic, crc, queueid, flag, queueoffset, physicaloffset, sysflag, borntimestamp
-_HEAD = struct.Struct(">iiiiiqqiq")
+_HEAD: Final = struct.Struct(">iiiiiqqiq")
 BLANK_MARKER = struct.Struct(">ii")
 
 _U32 = 0xFFFFFFFF
@@ -322,10 +323,10 @@ def topic_tail(topic: str) -> bytes:
 # -- parsing for dispatch ------------------------------------------------------------
 
 #: :func:`parse_dispatch` / :func:`check_record` outcomes other than a record.
-END_OF_DATA = 0  # zeros / not enough bytes yet: the log ends here (or the record is incomplete)
-BLANK = -1  # end-of-segment blank marker
-CORRUPT = -2  # bad magic, sizes or CRC
-_CHECK = struct.Struct(">iiiiiqqi")  # totalsize .. sysflag
+END_OF_DATA: Final = 0  # zeros / not enough bytes yet: the log ends here (or the record is incomplete)
+BLANK: Final = -1  # end-of-segment blank marker
+CORRUPT: Final = -2  # bad magic, sizes or CRC
+_CHECK: Final = struct.Struct(">iiiiiqqi")  # totalsize .. sysflag
 
 
 @dataclass(slots=True)
@@ -426,6 +427,15 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
     end = len(data)
     if end - pos < 8:
         return END_OF_DATA
+    total: int
+    magic: int
+    queue_id: int
+    queue_offset: int
+    phys: int
+    sys_flag: int
+    store_ts: int
+    body_len: int
+    props_len: int
     total, magic = _SIZE_MAGIC.unpack_from(data, pos)
     if magic == BLANK_MAGIC_CODE:
         return BLANK
@@ -481,8 +491,8 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
 #: The fixed part of a record with IPv4 born and store hosts, hosts skipped: totalsize, magic,
 #: body CRC, queueId, flag, queue offset, physical offset, sysFlag, born time, store time,
 #: reconsume times, prepared transaction offset, body length (the body starts at byte 88).
-_HEAD4 = struct.Struct(">iiiiiqqiq8xq8xiqi")
-_HEAD4_SIZE = _HEAD4.size
+_HEAD4: Final = struct.Struct(">iiiiiqqiq8xq8xiqi")
+_HEAD4_SIZE: Final = _HEAD4.size
 
 #: One record as :func:`walk_records` reports it: (topic, queueId, queue offset, physical offset,
 #: size, sysFlag, store timestamp, tag hash code, KEYS, UNIQ_KEY or None, DELAY level), the
