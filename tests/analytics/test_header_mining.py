@@ -4,6 +4,8 @@ the Loghub-2.0 metrics (PA, FGA, FTA) on tiny hand-made cases; bad bodies. No Sp
 from __future__ import annotations
 
 import random
+import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +13,16 @@ import pytest
 from rocket.analytics import header
 from rocket.analytics.accuracy import normalize_template, parsing_accuracy, template_f1
 from rocket.analytics.jobs.logs import MAX_LINE_BYTES, decode_body, mine_topic_rows
-from rocket.analytics.mining import WILDCARD, merge_templates, mine, template_id
+from rocket.analytics.mining import (
+    DEFAULT_SETTINGS,
+    VARIABLE_TOKEN_RULES,
+    WILDCARD,
+    merge_templates,
+    mine,
+    template_id,
+    template_normal_form,
+    tokenize,
+)
 
 from .nginx_like import TEMPLATES, nginx_lines
 
@@ -144,3 +155,56 @@ def test_an_absurd_header_year_keeps_the_store_time() -> None:
     rows = mine_topic_rows([{"topic": "t", "line": f"9127-03-05 10:00:0{i},000 INFO a.B: tick {i}".encode(),
                              "store_ms": 1_700_000_000_000} for i in range(5)])
     assert all(r["parsed"] and r["event_ms"] == 1_700_000_000_000 for r in rows)
+
+
+def test_template_normal_form_after_khan_et_al() -> None:
+    # a token of parameters and punctuation only is one parameter; a run of parameters is one
+    assert template_normal_form("<*> close, <*> (<*>) sent, <*> <*> received") == "<*> close, <*> sent, <*> received"
+    assert template_normal_form("open <*>:<*> via [<*>] <*>") == "open <*> via <*>"
+    # a token with a word in it stays as it is
+    assert template_normal_form("blk_<*> id=<*> (<*> KB)") == "blk_<*> id=<*> <*> KB)"
+    assert template_normal_form("a <*> <*> b") == template_normal_form(template_normal_form("a <*> <*> b"))
+
+
+def test_a_parameter_of_varying_token_count_mines_as_one_template() -> None:
+    # "Released N locks" where N is written as one token "[1]" or as three "[1, 2, 3]"
+    settings = replace(DEFAULT_SETTINGS, normalize_templates=True)
+    lines = [f"Released [{i}] locks of session s" for i in range(20)]
+    lines += [f"Released [{i}, {i + 1}, {i + 2}] locks of session s" for i in range(20)]
+    lines += [f"Acquired [{i}] locks of session s" for i in range(20)]
+    result = mine(lines, settings)
+    assert set(result.templates.values()) == {"Released <*> locks of session s", "Acquired <*> locks of session s"}
+    assert len(set(result.cluster_ids[:40])) == 1
+    # without the normal form the two lengths are two templates
+    assert len(set(mine(lines, replace(settings, normalize_templates=False)).cluster_ids[:40])) == 2
+
+
+def test_merge_templates_with_normal_forms_is_order_independent_and_idempotent() -> None:
+    templates = ["x <*> <*> done", "x (<*>) done", "x <*> done", "x 7 done", "y <*> z", "y q z", "<*> <*>"]
+    m1 = merge_templates(templates, normalize=True)
+    assert m1 == merge_templates(list(reversed(templates)), normalize=True)
+    assert {m1[t] for t in templates[:4]} == {"x <*> done"}
+    assert m1["y q z"] == "y <*> z" and m1["<*> <*>"] == "<*>"
+    again = merge_templates(set(m1.values()), normalize=True)
+    assert all(again[t] == t for t in m1.values())
+
+
+@pytest.mark.parametrize(("rule", "content", "tokens"), [
+    ("digit", "via SOCKS5 on eth0 index:-1 blk_-42", ("via", WILDCARD, "on", WILDCARD, WILDCARD, WILDCARD)),
+    ("numeric", "via SOCKS5 on eth0 index:-1 blk_-42 0x1f", ("via", "SOCKS5", "on", "eth0", "index:-1", WILDCARD,
+                                                            WILDCARD)),
+    ("subword", "via SOCKS5 on eth0 index:-1 blk_-42 0x1f, (12)", ("via", "SOCKS5", "on", "eth0", "index:<*>",
+                                                                  "blk_<*>", WILDCARD, WILDCARD)),
+])
+def test_variable_token_rules(rule: str, content: str, tokens: tuple[str, ...]) -> None:
+    assert tokenize(content, replace(DEFAULT_SETTINGS, variable_tokens=rule, key_value_separators="")) == tokens
+
+
+def test_tokenize_is_linear_on_long_lines() -> None:
+    # name-like runs without dots once made the host mask quadratic; ~1 MiB must take well under a second each
+    for rule in VARIABLE_TOKEN_RULES:
+        settings = replace(DEFAULT_SETTINGS, variable_tokens=rule)
+        for text in ("ab-" * 300_000, "a1" * 450_000, "a." * 450_000, "k=v1 " * 180_000):
+            t0 = time.perf_counter()
+            tokenize(text, settings)
+            assert time.perf_counter() - t0 < 5.0, (rule, text[:6])

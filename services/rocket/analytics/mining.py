@@ -64,6 +64,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 #: The wildcard written for a parameter (Drain's and the LogHub ground truth's).
 WILDCARD = "<*>"
@@ -82,7 +83,14 @@ class MinerSettings:
     generalises (:func:`merge_templates`) only when at least this share of its
     tokens are constants (> 1: never); ``root_prefers_rare``: between token
     sets of equal size the root is the one of the lower count (else the
-    higher); ``chunk_lines``: most lines mined at once (bounds memory: a chunk
+    higher); ``variable_tokens``: which tokens are parameters before any
+    counting (:data:`VARIABLE_TOKEN_RULES`: ``"digit"`` every token holding a
+    digit, as Drain's ``hasNumbers``; ``"numeric"`` only those holding a digit
+    and no more letters than other characters, so ``SOCKS5`` or ``eth0`` is
+    left to the column statistics); ``normalize_templates``: templates are
+    compared in their normal form (:func:`template_normal_form`), so one
+    template whose parameter spans a varying number of tokens stays one
+    template; ``chunk_lines``: most lines mined at once (bounds memory: a chunk
     of lines and their tokens is held in memory; the Spark job mines each
     partition chunk by chunk).
     """
@@ -93,6 +101,8 @@ class MinerSettings:
     mask_quantities: bool = True
     merge_min_constant: float = 0.5
     root_prefers_rare: bool = True
+    variable_tokens: str = "digit"
+    normalize_templates: bool = False
     chunk_lines: int = 200_000
 
 
@@ -107,7 +117,32 @@ _KV = {seps: re.compile(rf"(?<=[{re.escape(seps)}])[^\s,;=]+") for seps in ("=",
 _QUANTITY = re.compile(r"(?<![\w.])<?-?\d+(?:\.\d+)?\s?(?:[kKMGTP]i?B|B|bytes|ms|us|ns|s|sec|secs|seconds|min|"
                        r"minutes|h|hours|%)(?![\w])")
 _DIGIT_TOKEN = re.compile(r"(?<!\S)\S*?\d\S*")  # anchored at a token's start: no quadratic backtracking
-_HOST = re.compile(r"(?<![\w.])(?:[A-Za-z][\w-]*\.){2,}[A-Za-z][\w-]*(?::\d+)?(?![\w.])")
+_LETTER = re.compile(r"[^\W\d_]")
+# a run of letters and digits holding a digit (with a sign after a non-alphanumeric), anchored at the run's
+# start so a long run is scanned once
+_NUMERIC_RUN = re.compile(r"(?<![^\W_])(?:-(?=\d))?[^\W\d_]*\d[^\W_]*")
+
+
+def _mostly_numeric(match: re.Match[str]) -> str:
+    text = match.group(0)
+    if text.startswith(("0x", "0X")) or 2 * len(_LETTER.findall(text)) <= len(text):
+        return WILDCARD
+    return text
+
+
+#: ``MinerSettings.variable_tokens`` → (pattern, replacement) forcing parameters before any counting:
+#: ``digit`` a whitespace token holding a digit (Drain's ``hasNumbers``); ``numeric`` such a token with no
+#: more letters than other characters (``SOCKS5``, ``eth0`` are left to the column statistics); ``subword``
+#: the same test on each run of letters and digits inside a token (``index:-1`` → ``index:<*>``,
+#: ``blk_-42`` → ``blk_<*>``, ``flags=0x1f,`` → ``flags=<*>,``), the variable parts Loghub-2.0's ground truth
+#: marks inside tokens.
+VARIABLE_TOKEN_RULES: dict[str, tuple[re.Pattern[str], Any]] = {
+    "digit": (_DIGIT_TOKEN, WILDCARD),
+    "numeric": (_DIGIT_TOKEN, _mostly_numeric),
+    "subword": (_NUMERIC_RUN, _mostly_numeric),
+}
+# starts only where a run of name characters starts: linear in the line's length (1 MiB lines)
+_HOST = re.compile(r"(?<![\w.-])(?:[A-Za-z][\w-]*\.){2,}[A-Za-z][\w-]*(?::\d+)?(?![\w.])")
 
 
 def tokenize(content: str, settings: MinerSettings = DEFAULT_SETTINGS) -> tuple[str, ...]:
@@ -119,7 +154,29 @@ def tokenize(content: str, settings: MinerSettings = DEFAULT_SETTINGS) -> tuple[
         content = _KV[settings.key_value_separators].sub(WILDCARD, content)
     if settings.mask_hosts:
         content = _HOST.sub(WILDCARD, content)
-    return tuple(_DIGIT_TOKEN.sub(WILDCARD, content).split())
+    pattern, replacement = VARIABLE_TOKEN_RULES[settings.variable_tokens]
+    tokens = pattern.sub(replacement, content).split()
+    if settings.variable_tokens == "subword":  # a token left with only parameters and punctuation is one
+        tokens = [WILDCARD if WILDCARD in t and _PUNCT_WILD.fullmatch(t) else t for t in tokens]
+    return tuple(tokens)
+
+
+_PUNCT_WILD = re.compile(r"(?:<\*>|[^\w\s])*<\*>(?:<\*>|[^\w\s])*")
+_WILD_TOKENS = re.compile(r"(?<!\S)<\*>(?: <\*>)+(?!\S)")
+
+
+def template_normal_form(template: str) -> str:
+    """``template`` (tokens joined by single spaces) in the normal form of Khan et al. (ICSE 2022,
+    "Guidelines for assessing the accuracy of log message template identification techniques"), which
+    Loghub-2.0's post-processing (``correct_single_template``) applies to every parser's output: a token made
+    only of ``<*>`` and punctuation becomes ``<*>`` (``(<*>)``, ``<*>:<*>``), then a run of ``<*>`` tokens
+    becomes one. Idempotent.
+
+    >>> template_normal_form("<*> close, <*> (<*>) sent, <*> <*> received")
+    '<*> close, <*> sent, <*> received'
+    """
+    tokens = [WILDCARD if _PUNCT_WILD.fullmatch(t) else t for t in template.split(" ")]
+    return _WILD_TOKENS.sub(WILDCARD, " ".join(tokens))
 
 
 @dataclass(slots=True)
@@ -201,7 +258,7 @@ def mine(contents: Iterable[str], settings: MinerSettings = DEFAULT_SETTINGS) ->
         if len(chunk) >= settings.chunk_lines:
             flush()
     flush()
-    canonical = merge_templates(texts, settings.merge_min_constant)
+    canonical = merge_templates(texts, settings.merge_min_constant, normalize=settings.normalize_templates)
     for text in texts:
         text = canonical.get(text, text)
         tid = template_id(text)
@@ -216,8 +273,8 @@ def _generalizes(general: tuple[str, ...], specific: tuple[str, ...]) -> bool:
                                                                                            strict=True))
 
 
-def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETTINGS.merge_min_constant
-                    ) -> dict[str, str]:
+def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETTINGS.merge_min_constant,
+                    *, normalize: bool = DEFAULT_SETTINGS.normalize_templates) -> dict[str, str]:
     """Templates mined apart (chunks, partitions) → the template each is merged into.
 
     A template maps to the most general other template of the same length that
@@ -226,11 +283,23 @@ def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETT
     depends only on the set of templates, not their order. Templates that no
     other generalises map to themselves. ``min_constant`` in [0, 1]: the least share of constant
     tokens of a template that absorbs others (a template of nearly all ``<*>`` would swallow
-    unrelated ones); above 1 nothing is merged.
+    unrelated ones); above 1 nothing is merged. With ``normalize`` the result of that merge is put in
+    its normal form (:func:`template_normal_form`), so templates of different token counts with one
+    normal form are one template, and the same merge runs once more over the normal forms; every
+    template then maps to a normal form. Idempotent: merging the merged templates again maps each to
+    itself.
     """
-    unique = sorted(set(templates))
+    out = _generalize_merge(set(templates), min_constant)
+    if not normalize:
+        return out
+    forms = {t: template_normal_form(c) for t, c in out.items()}
+    merged = _generalize_merge(set(forms.values()), min_constant)
+    return {t: merged[f] for t, f in forms.items()}
+
+
+def _generalize_merge(templates: set[str], min_constant: float) -> dict[str, str]:
     by_len: dict[int, list[tuple[str, ...]]] = defaultdict(list)
-    for t in unique:
+    for t in sorted(templates):
         by_len[len(t.split(" "))].append(tuple(t.split(" ")))
     out: dict[str, str] = {}
     for group in by_len.values():
