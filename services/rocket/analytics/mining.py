@@ -87,8 +87,9 @@ class MinerSettings:
     counting (:data:`VARIABLE_TOKEN_RULES`: ``"digit"`` every token holding a
     digit, as Drain's ``hasNumbers``; ``"numeric"`` only those holding a digit
     and no more letters than other characters, so ``SOCKS5`` or ``eth0`` is
-    left to the column statistics); ``normalize_templates``: templates are
-    compared in their normal form (:func:`template_normal_form`), so one
+    left to the column statistics); ``normalize_templates``: ``"off"``, or
+    the normal form templates are compared in (:data:`NORMAL_FORMS`:
+    ``"wildcards"`` or ``"khan"``, :func:`template_normal_form`), so one
     template whose parameter spans a varying number of tokens stays one
     template; ``chunk_lines``: most lines mined at once (bounds memory: a chunk
     of lines and their tokens is held in memory; the Spark job mines each
@@ -96,13 +97,13 @@ class MinerSettings:
     """
 
     variable_threshold: int = 3
-    key_value_separators: str = "="
+    key_value_separators: str = ""
     mask_hosts: bool = True
     mask_quantities: bool = True
     merge_min_constant: float = 0.5
     root_prefers_rare: bool = True
-    variable_tokens: str = "digit"
-    normalize_templates: bool = False
+    variable_tokens: str = "subword"
+    normalize_templates: str = "khan"
     chunk_lines: int = 200_000
 
 
@@ -157,26 +158,58 @@ def tokenize(content: str, settings: MinerSettings = DEFAULT_SETTINGS) -> tuple[
     pattern, replacement = VARIABLE_TOKEN_RULES[settings.variable_tokens]
     tokens = pattern.sub(replacement, content).split()
     if settings.variable_tokens == "subword":  # a token left with only parameters and punctuation is one
-        tokens = [WILDCARD if WILDCARD in t and _PUNCT_WILD.fullmatch(t) else t for t in tokens]
+        tokens = [(WILDCARD if _PUNCT.fullmatch(t) else _JOINED_WILDS.sub(WILDCARD, t)) if WILDCARD in t else t
+                  for t in tokens]
     return tuple(tokens)
 
 
-_PUNCT_WILD = re.compile(r"(?:<\*>|[^\w\s])*<\*>(?:<\*>|[^\w\s])*")
+_PUNCT = re.compile(r"[^\w\s]+")  # with "<*>" in it: a token of parameters and punctuation only
 _WILD_TOKENS = re.compile(r"(?<!\S)<\*>(?: <\*>)+(?!\S)")
+# Khan et al.'s rules, as Loghub-2.0's correct_single_template writes them: path-like strings (PS), a word
+# joined to a parameter (WV), parameters joined by a dot or nothing (DV, CV) or by : # / @
+_PATH_SPLIT = re.compile(r"""([\s,!;:=|"'\[\](){}])""")
+_PATH = re.compile(r"(?:/[^/]+)+")
+_WORD_SPLIT = re.compile(r"""([\s,!;:=|"'\[\](){}.\-+@#$%&])""")
+_JOINED_WILDS = re.compile(r"<\*>(?:[.:#/@]?<\*>)+")
 
 
-def template_normal_form(template: str) -> str:
-    """``template`` (tokens joined by single spaces) in the normal form of Khan et al. (ICSE 2022,
-    "Guidelines for assessing the accuracy of log message template identification techniques"), which
-    Loghub-2.0's post-processing (``correct_single_template``) applies to every parser's output: a token made
-    only of ``<*>`` and punctuation becomes ``<*>`` (``(<*>)``, ``<*>:<*>``), then a run of ``<*>`` tokens
-    becomes one. Idempotent.
+def _khan_rules(template: str) -> str:
+    template = "".join(WILDCARD if _PATH.fullmatch(t) else t for t in _PATH_SPLIT.split(template))
+    template = "".join(WILDCARD if WILDCARD in t and "/" not in t else t for t in _WORD_SPLIT.split(template))
+    return _JOINED_WILDS.sub(WILDCARD, template)
+
+
+def _wildcard_tokens(template: str) -> str:
+    tokens = [WILDCARD if WILDCARD in t and _PUNCT.fullmatch(t) else t for t in template.split(" ")]
+    return _WILD_TOKENS.sub(WILDCARD, " ".join(tokens))
+
+
+#: ``MinerSettings.normalize_templates`` → the normal form (:func:`template_normal_form`).
+NORMAL_FORMS: dict[str, Any] = {
+    "off": lambda t: t,
+    "wildcards": _wildcard_tokens,
+    "khan": lambda t: _wildcard_tokens(_khan_rules(t)),
+}
+
+
+def template_normal_form(template: str, form: str = "wildcards") -> str:
+    """``template`` (tokens joined by single spaces) in a normal form after Khan et al. (ICSE 2022,
+    "Guidelines for assessing the accuracy of log message template identification techniques"), whose rules
+    Loghub-2.0's post-processing (``correct_single_template``) applies to every parser's output. Idempotent.
+
+    ``"wildcards"``: a token made only of ``<*>`` and punctuation becomes ``<*>`` (``(<*>)``, ``<*>:<*>``),
+    then a run of ``<*>`` tokens becomes one. ``"khan"``: first their rules PS (a path ``/a/b`` → ``<*>``),
+    WV (a word joined to a parameter, ``blk_<*>`` → ``<*>``, split at their delimiters), DV and CV
+    (``<*>.<*>``, ``<*><*>``, and ``<*>`` joined by ``:`` ``#`` ``/`` ``@`` → ``<*>``), then ``"wildcards"``;
+    their BL and US rules (``true``, ``null``, ``root`` … as parameters) are left out, being about particular
+    words. ``"off"``: unchanged. Raises ``KeyError`` for another form.
 
     >>> template_normal_form("<*> close, <*> (<*>) sent, <*> <*> received")
     '<*> close, <*> sent, <*> received'
+    >>> template_normal_form("Block rdd_<*>_<*> stored at <*>.<*>.<*>.<*>:<*> in /tmp/x", "khan")
+    'Block <*> stored at <*> in <*>'
     """
-    tokens = [WILDCARD if _PUNCT_WILD.fullmatch(t) else t for t in template.split(" ")]
-    return _WILD_TOKENS.sub(WILDCARD, " ".join(tokens))
+    return str(NORMAL_FORMS[form](template))
 
 
 @dataclass(slots=True)
@@ -274,7 +307,7 @@ def _generalizes(general: tuple[str, ...], specific: tuple[str, ...]) -> bool:
 
 
 def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETTINGS.merge_min_constant,
-                    *, normalize: bool = DEFAULT_SETTINGS.normalize_templates) -> dict[str, str]:
+                    *, normalize: str = DEFAULT_SETTINGS.normalize_templates) -> dict[str, str]:
     """Templates mined apart (chunks, partitions) → the template each is merged into.
 
     A template maps to the most general other template of the same length that
@@ -283,16 +316,16 @@ def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETT
     depends only on the set of templates, not their order. Templates that no
     other generalises map to themselves. ``min_constant`` in [0, 1]: the least share of constant
     tokens of a template that absorbs others (a template of nearly all ``<*>`` would swallow
-    unrelated ones); above 1 nothing is merged. With ``normalize`` the result of that merge is put in
-    its normal form (:func:`template_normal_form`), so templates of different token counts with one
-    normal form are one template, and the same merge runs once more over the normal forms; every
-    template then maps to a normal form. Idempotent: merging the merged templates again maps each to
-    itself.
+    unrelated ones); above 1 nothing is merged. With ``normalize`` (a form of :data:`NORMAL_FORMS` other
+    than ``"off"``) the result of that merge is put in that normal form (:func:`template_normal_form`),
+    so templates of different token counts with one normal form are one template, and the same merge
+    runs once more over the normal forms; every template then maps to a normal form. Idempotent:
+    merging the merged templates again (with the same arguments) maps each to itself.
     """
     out = _generalize_merge(set(templates), min_constant)
-    if not normalize:
+    if normalize == "off":
         return out
-    forms = {t: template_normal_form(c) for t, c in out.items()}
+    forms = {t: template_normal_form(c, normalize) for t, c in out.items()}
     merged = _generalize_merge(set(forms.values()), min_constant)
     return {t: merged[f] for t, f in forms.items()}
 
