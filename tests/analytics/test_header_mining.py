@@ -229,3 +229,18 @@ def test_tokenize_and_normal_forms_are_linear_on_long_lines() -> None:
             t0 = time.perf_counter()
             template_normal_form(text, form)
             assert time.perf_counter() - t0 < 5.0, (form, text[:6])
+
+
+def test_merge_generalises_inside_tokens_across_partitions() -> None:
+    # a part of a token that stayed constant in a small partition ("img21") is merged into the template
+    # of a partition where it was a parameter, whatever the order the partitions come in
+    templates = ['timed out, upstream: "http://<*>/api/<*>"', 'timed out, upstream: "http://<*>/api/img21"',
+                 'timed out, upstream: "http://img67:<*>/api/<*>"', 'timed out, upstream: "ftp://<*>/api/<*>"']
+    for order in (templates, list(reversed(templates)), sorted(templates)):
+        merged = merge_templates(order)
+        assert merged[templates[1]] == merged[templates[2]] == merged[templates[0]] == templates[0]
+        assert merged[templates[3]] == templates[3]
+    # and the nginx lines of one topic, mined in 10 small partitions, still give one template per generator
+    lines, _ = nginx_lines(300, seed=11)
+    texts = [t for k in range(10) for t in (lambda r: [r.templates[c] for c in r.cluster_ids])(mine(lines[k::10]))]
+    assert len(set(merge_templates(texts).values())) == len(TEMPLATES)

@@ -333,9 +333,36 @@ def mine(contents: Iterable[str], settings: MinerSettings = DEFAULT_SETTINGS) ->
     return result
 
 
+def _token_generalizes(general: str, specific: str) -> bool:
+    """``specific`` matches ``general`` read as a pattern where each ``<*>`` stands for any text
+    (``http://<*>/api/<*>`` generalises ``http://<*>/api/img21``). Literal pieces are found left to right,
+    which decides ``*``-patterns exactly; linear in the lengths."""
+    if general == specific or general == WILDCARD:
+        return True
+    if WILDCARD not in general:
+        return False
+    pieces = general.split(WILDCARD)
+    head, tail = pieces[0], pieces[-1]
+    if len(specific) < len(head) + len(tail) or not specific.startswith(head) or not specific.endswith(tail):
+        return False
+    pos, end = len(head), len(specific) - len(tail)
+    for piece in pieces[1:-1]:
+        found = specific.find(piece, pos, end)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True
+
+
 def _generalizes(general: tuple[str, ...], specific: tuple[str, ...]) -> bool:
-    return len(general) == len(specific) and all(g == s or g == WILDCARD for g, s in zip(general, specific,
-                                                                                           strict=True))
+    return len(general) == len(specific) and all(_token_generalizes(g, s)
+                                                 for g, s in zip(general, specific, strict=True))
+
+
+def _literal_chars(tokens: tuple[str, ...]) -> int:
+    """Characters of ``tokens`` outside ``<*>``: fewer is more general (a template that generalises
+    another, being different, has fewer)."""
+    return sum(len(t) - len(WILDCARD) * t.count(WILDCARD) for t in tokens)
 
 
 def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETTINGS.merge_min_constant,
@@ -343,8 +370,9 @@ def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETT
     """Templates mined apart (chunks, partitions) → the template each is merged into.
 
     A template maps to the most general other template of the same length that
-    equals it wherever that one is not ``<*>`` (a column that stayed constant in
-    one partition but was a parameter in another). Deterministic: the result
+    equals it wherever that one is not ``<*>``, a ``<*>`` inside a token
+    standing for any text there (a column, or part of a token, that stayed
+    constant in one partition but was a parameter in another). Deterministic: the result
     depends only on the set of templates, not their order. Templates that no
     other generalises map to themselves. ``min_constant`` in [0, 1]: the least share of constant
     tokens of a template that absorbs others (a template of nearly all ``<*>`` would swallow
@@ -368,15 +396,15 @@ def _generalize_merge(templates: set[str], min_constant: float) -> dict[str, str
         by_len[len(t.split(" "))].append(tuple(t.split(" ")))
     out: dict[str, str] = {}
     for group in by_len.values():
-        # most general first (most wildcards), then by text, so the first match is the canonical one
-        group.sort(key=lambda t: (-t.count(WILDCARD), t))
+        # most general first (fewest characters outside <*>), then by text: the first match is canonical
+        group.sort(key=lambda t: (_literal_chars(t), t))
         for tt in group:
             text = " ".join(tt)
             out[text] = text
             for g in group:
-                if g.count(WILDCARD) <= tt.count(WILDCARD):
+                if _literal_chars(g) >= _literal_chars(tt):
                     break
-                if _generalizes(g, tt) and len(g) - g.count(WILDCARD) >= min_constant * len(g):
+                if len(g) - g.count(WILDCARD) >= min_constant * len(g) and _generalizes(g, tt):
                     out[text] = " ".join(g)
                     break
     return out
