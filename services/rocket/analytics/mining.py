@@ -397,14 +397,16 @@ def _generalize_merge(templates: set[str], min_constant: float) -> dict[str, str
     out: dict[str, str] = {}
     for group in by_len.values():
         # most general first (fewest characters outside <*>), then by text: the first match is canonical
-        group.sort(key=lambda t: (_literal_chars(t), t))
-        for tt in group:
+        keyed = sorted((_literal_chars(t), t) for t in group)
+        # only templates with enough constant tokens may absorb others
+        absorbers = [(n, g) for n, g in keyed if len(g) - g.count(WILDCARD) >= min_constant * len(g)]
+        for n_tt, tt in keyed:
             text = " ".join(tt)
             out[text] = text
-            for g in group:
-                if _literal_chars(g) >= _literal_chars(tt):
+            for n_g, g in absorbers:
+                if n_g >= n_tt:
                     break
-                if len(g) - g.count(WILDCARD) >= min_constant * len(g) and _generalizes(g, tt):
+                if _generalizes(g, tt):
                     out[text] = " ".join(g)
                     break
     return out
