@@ -3,14 +3,25 @@ LogHub 2k samples, scored on the selection and report systems."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rocket.analytics import loghub
 from rocket.analytics.accuracy import grouping_accuracy
-from rocket.analytics.evaluate import REPORT_SYSTEMS, SELECTION_SYSTEMS, evaluate_loghub
+from rocket.analytics.evaluate import (
+    REPORT_SYSTEMS,
+    SELECTION_SYSTEMS,
+    SETTING_GRID,
+    choose,
+    evaluate_loghub,
+    grid_settings,
+    score_grid,
+)
 from rocket.analytics.jobs.logs import topic_accuracy
+from rocket.analytics.mining import DEFAULT_SETTINGS
 
 
 def test_perfect_grouping_with_other_ids() -> None:
@@ -62,7 +73,8 @@ def test_topic_accuracy_unparsed_lines_are_singletons() -> None:
 
 def test_loghub_accuracy_with_the_one_default_setting(loghub_truth_root: Path) -> None:
     """Headers learned, one miner setting: every header found, and the figures documented in
-    ``rocket.analytics.mining`` (GA 0.937 on the selection systems, 0.833 on the report systems)."""
+    ``rocket.analytics.mining`` (GA 0.981 on the selection systems, 0.993 on the report systems, 0.987 over
+    the 12: the issue's target is 0.90)."""
     results = evaluate_loghub(loghub_truth_root)
     assert results, "no system evaluated"
     for r in results:
@@ -71,5 +83,30 @@ def test_loghub_accuracy_with_the_one_default_setting(loghub_truth_root: Path) -
     if len(results) == len(loghub.SYSTEMS):
         select = [r.accuracy for r in results if r.system in SELECTION_SYSTEMS]
         report = [r.accuracy for r in results if r.system in REPORT_SYSTEMS]
-        assert sum(select) / len(select) >= 0.936
-        assert sum(report) / len(report) >= 0.832
+        assert sum(select) / len(select) >= 0.980
+        assert sum(report) / len(report) >= 0.992
+        assert sum(select + report) / len(results) >= 0.90
+
+
+def test_choose_takes_the_best_mean_and_breaks_ties_by_grid_order() -> None:
+    a, b, c = (replace(DEFAULT_SETTINGS, variable_threshold=t) for t in (2, 3, 4))
+    scores = {a: {"X": 0.5, "Y": 1.0}, b: {"X": 1.0, "Y": 0.5}, c: {"X": 0.9, "Y": 0.1}}
+    assert choose(scores, ("X", "Y")) == (a, 0.75)  # a and b tie: the earlier
+    assert choose(scores, ("X",)) == (b, 1.0)
+    with pytest.raises(ValueError, match="no score for"):
+        choose(scores, ("Z",))
+    with pytest.raises(ValueError, match="no setting scored"):
+        choose({}, ("X",))
+    grid = grid_settings()
+    assert len(grid) == len(set(grid)) == math.prod(len(v) for v in SETTING_GRID.values())
+    assert DEFAULT_SETTINGS in grid
+
+
+def test_grid_scores_equal_the_evaluation(loghub_truth_root: Path) -> None:
+    """The grid's fast path (tokens cached per tokenising setting) gives the GA of evaluate_loghub (mine())."""
+    systems = ("HDFS", "Proxifier", "Spark")
+    grid = [DEFAULT_SETTINGS, replace(DEFAULT_SETTINGS, variable_tokens="digit", normalize_templates="off",
+                                      key_value_separators="=")]
+    scores = score_grid(loghub_truth_root, systems, grid=grid)
+    for settings in grid:
+        assert scores[settings] == {r.system: r.accuracy for r in evaluate_loghub(loghub_truth_root, settings, systems)}

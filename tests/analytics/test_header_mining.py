@@ -4,6 +4,8 @@ the Loghub-2.0 metrics (PA, FGA, FTA) on tiny hand-made cases; bad bodies. No Sp
 from __future__ import annotations
 
 import random
+import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +13,17 @@ import pytest
 from rocket.analytics import header
 from rocket.analytics.accuracy import normalize_template, parsing_accuracy, template_f1
 from rocket.analytics.jobs.logs import MAX_LINE_BYTES, decode_body, mine_topic_rows
-from rocket.analytics.mining import WILDCARD, merge_templates, mine, template_id
+from rocket.analytics.mining import (
+    DEFAULT_SETTINGS,
+    NORMAL_FORMS,
+    VARIABLE_TOKEN_RULES,
+    WILDCARD,
+    merge_templates,
+    mine,
+    template_id,
+    template_normal_form,
+    tokenize,
+)
 
 from .nginx_like import TEMPLATES, nginx_lines
 
@@ -144,3 +156,91 @@ def test_an_absurd_header_year_keeps_the_store_time() -> None:
     rows = mine_topic_rows([{"topic": "t", "line": f"9127-03-05 10:00:0{i},000 INFO a.B: tick {i}".encode(),
                              "store_ms": 1_700_000_000_000} for i in range(5)])
     assert all(r["parsed"] and r["event_ms"] == 1_700_000_000_000 for r in rows)
+
+
+def test_template_normal_form_after_khan_et_al() -> None:
+    # a token of parameters and punctuation only is one parameter; a run of parameters is one
+    assert template_normal_form("<*> close, <*> (<*>) sent, <*> <*> received") == "<*> close, <*> sent, <*> received"
+    assert template_normal_form("open <*>:<*> via [<*>] <*>") == "open <*> via <*>"
+    # a token with a word in it stays as it is
+    assert template_normal_form("blk_<*> id=<*> (<*> KB)") == "blk_<*> id=<*> <*> KB)"
+    for form in ("wildcards", "khan"):
+        once = template_normal_form("a <*> <*> b (<*>) x_<*> /p/q <*>.<*>", form)
+        assert template_normal_form(once, form) == once
+    assert template_normal_form("a <*> <*> b", "off") == "a <*> <*> b"
+    with pytest.raises(KeyError):
+        template_normal_form("a", "nope")
+
+
+def test_a_parameter_of_varying_token_count_mines_as_one_template() -> None:
+    # "Released N locks" where N is written as one token "[1]" or as three "[1, 2, 3]"
+    settings = replace(DEFAULT_SETTINGS, normalize_templates="wildcards")
+    lines = [f"Released [{i}] locks of session s" for i in range(20)]
+    lines += [f"Released [{i}, {i + 1}, {i + 2}] locks of session s" for i in range(20)]
+    lines += [f"Acquired [{i}] locks of session s" for i in range(20)]
+    result = mine(lines, settings)
+    assert set(result.templates.values()) == {"Released <*> locks of session s", "Acquired <*> locks of session s"}
+    assert len(set(result.cluster_ids[:40])) == 1
+    # without the normal form the two lengths are two templates
+    assert len(set(mine(lines, replace(settings, normalize_templates="khan")).cluster_ids[:40])) == 1
+    assert len(set(mine(lines, replace(settings, normalize_templates="off")).cluster_ids[:40])) == 2
+
+
+def test_merge_templates_with_normal_forms_is_order_independent_and_idempotent() -> None:
+    templates = ["x <*> <*> done", "x (<*>) done", "x <*> done", "x 7 done", "y <*> z", "y q z", "<*> <*>"]
+    m1 = merge_templates(templates, normalize="wildcards")
+    assert m1 == merge_templates(list(reversed(templates)), normalize="wildcards")
+    assert {m1[t] for t in templates[:4]} == {"x <*> done"}
+    assert m1["y q z"] == "y <*> z" and m1["<*> <*>"] == "<*>"
+    again = merge_templates(set(m1.values()), normalize="wildcards")
+    assert all(again[t] == t for t in m1.values())
+    # Khan et al.'s rules: a word joined to a parameter, joined parameters and paths are one parameter
+    khan = ["Block rdd_<*>_<*> stored", "Block broadcast_<*>_piece0 stored", "load /a/b/c.so: done", "load <*> done",
+            "peer <*>.<*>.<*>.<*>:<*> up", "peer <*> up"]
+    k1 = merge_templates(khan, normalize="khan")
+    assert k1 == merge_templates(sorted(khan), normalize="khan")
+    assert {k1[t] for t in khan[:2]} == {"Block <*> stored"}
+    assert k1["load /a/b/c.so: done"] == k1["load <*> done"] == "load <*> done"
+    assert k1["peer <*>.<*>.<*>.<*>:<*> up"] == "peer <*> up"
+    assert all(merge_templates(set(k1.values()), normalize="khan")[t] == t for t in k1.values())
+
+
+@pytest.mark.parametrize(("rule", "content", "tokens"), [
+    ("digit", "via SOCKS5 on eth0 index:-1 blk_-42", ("via", WILDCARD, "on", WILDCARD, WILDCARD, WILDCARD)),
+    ("numeric", "via SOCKS5 on eth0 index:-1 blk_-42 0x1f", ("via", "SOCKS5", "on", "eth0", "index:-1", WILDCARD,
+                                                            WILDCARD)),
+    ("subword", "via SOCKS5 on eth0 index:-1 blk_-42 0x1f, (12)", ("via", "SOCKS5", "on", "eth0", "index:<*>",
+                                                                  "blk_<*>", WILDCARD, WILDCARD)),
+])
+def test_variable_token_rules(rule: str, content: str, tokens: tuple[str, ...]) -> None:
+    assert tokenize(content, replace(DEFAULT_SETTINGS, variable_tokens=rule, key_value_separators="")) == tokens
+
+
+def test_tokenize_and_normal_forms_are_linear_on_long_lines() -> None:
+    # name-like runs without dots once made the host mask quadratic; ~250 KB must take well under a second each
+    for rule in VARIABLE_TOKEN_RULES:
+        settings = replace(DEFAULT_SETTINGS, variable_tokens=rule)
+        for text in ("ab-" * 80_000, "a1" * 120_000, "a." * 120_000, "k=v1 " * 50_000, "(1)" * 80_000):
+            t0 = time.perf_counter()
+            tokenize(text, settings)
+            assert time.perf_counter() - t0 < 5.0, (rule, text[:6])
+    for form in NORMAL_FORMS:
+        for text in ("<*>" * 80_000 + "x", "(<*>)" * 50_000 + "a", "/a" * 120_000 + " x"):
+            t0 = time.perf_counter()
+            template_normal_form(text, form)
+            assert time.perf_counter() - t0 < 5.0, (form, text[:6])
+
+
+def test_merge_generalises_inside_tokens_across_partitions() -> None:
+    # a part of a token that stayed constant in a small partition ("img21") is merged into the template
+    # of a partition where it was a parameter, whatever the order the partitions come in
+    templates = ['timed out, upstream: "http://<*>/api/<*>"', 'timed out, upstream: "http://<*>/api/img21"',
+                 'timed out, upstream: "http://img67:<*>/api/<*>"', 'timed out, upstream: "ftp://<*>/api/<*>"']
+    for order in (templates, list(reversed(templates)), sorted(templates)):
+        merged = merge_templates(order)
+        assert merged[templates[1]] == merged[templates[2]] == merged[templates[0]] == templates[0]
+        assert merged[templates[3]] == templates[3]
+    # and the nginx lines of one topic, mined in 10 small partitions, still give one template per generator
+    lines, _ = nginx_lines(300, seed=11)
+    texts = [t for k in range(10) for t in (lambda r: [r.templates[c] for c in r.cluster_ids])(mine(lines[k::10]))]
+    assert len(set(merge_templates(texts).values())) == len(TEMPLATES)

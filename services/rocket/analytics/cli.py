@@ -6,7 +6,8 @@ Commands:
 
 * ``rocket analytics logs --namesrv H:P --topics loghub-HDFS,... --out DIR`` (or ``--commitlog DIR`` / ``--loghub DIR``)
 * ``rocket analytics traffic --namesrv H:P --topics A,B --out DIR`` (or ``--commitlog DIR``)
-* ``rocket analytics accuracy [--loghub DIR] [--select]``: GA/PA/FGA/FTA on the LogHub samples, no Spark.
+* ``rocket analytics accuracy [--loghub DIR] [--select [--leave-one-out]]``: GA/PA/FGA/FTA on the LogHub
+  samples, no Spark.
 
 Each job prints a table and writes Parquet, ``summary.json`` and ``report.md`` under ``--out``.
 """
@@ -92,17 +93,35 @@ def traffic(
 def accuracy(
     loghub: Annotated[str | None, typer.Option("--loghub", help="LogHub folder (default: found).")] = None,
     select: Annotated[bool, typer.Option("--select", help="Rerun the setting selection on the selection "
-                                         "systems first (slow), then score the chosen setting.")] = False,
+                                         "systems first (slow: the whole grid on the 12 systems), then score "
+                                         "the chosen setting.")] = False,
+    leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="With --select: also each system's "
+                                                "GA under the setting chosen on the 11 others.")] = False,
 ) -> None:
     """GA, PA, FGA and FTA of the one default setting on the LogHub samples (no Spark): per system, means."""
+    import sys
+
     from rocket.analytics.evaluate import evaluate_loghub, print_table, select_setting
     from rocket.analytics.mining import DEFAULT_SETTINGS
 
     settings = DEFAULT_SETTINGS
     if select:
-        settings, on_select, on_report = select_setting(loghub)
-        typer.echo(f"chosen on the selection systems: {settings} (GA {on_select:.3f}; report systems "
-                   f"{on_report:.3f})")
+        def progress(done: int, total: int) -> None:
+            if done % 100 == 0 or done == total:
+                print(f"  {done}/{total} settings scored", file=sys.stderr, flush=True)
+
+        sel = select_setting(loghub, leave_one_out, progress)
+        settings = sel.settings
+        same = "same" if sel.settings == DEFAULT_SETTINGS else "DIFFERS"
+        typer.echo(f"chosen on the selection systems: {sel.settings} (GA {sel.on_select:.3f}; report systems "
+                   f"{sel.on_report:.3f}; default setting: {same})")
+        typer.echo(f"reverse check, chosen on the report systems: {sel.reverse} (GA {sel.reverse_on_report:.3f}; "
+                   f"selection systems {sel.reverse_on_select:.3f})")
+        if sel.leave_one_out is not None:
+            loo = sel.leave_one_out
+            typer.echo("leave-one-out (each system scored with the setting chosen on the 11 others): "
+                       + " ".join(f"{k} {v:.3f}" for k, v in loo.items())
+                       + f"; mean {sum(loo.values()) / len(loo):.3f}")
     results = evaluate_loghub(loghub, settings)
     if not results:
         typer.echo("no LogHub sample with ground truth (*_structured.csv) found", err=True)
