@@ -169,6 +169,18 @@ class MQAdminShell:
             self.proc.wait()
 
 
+def jars() -> Path:
+    """The folder of Apache RocketMQ's jars (``bench/compare/java.ensure_jars``) once Java is
+    there too; fails the test saying what is missing otherwise."""
+    import pytest
+
+    try:
+        java.java()
+        return java.ensure_jars()
+    except java.JavaSetupError as exc:
+        pytest.fail(f"Apache RocketMQ's jars or Java are not available: {exc}", pytrace=False)
+
+
 def run_once(lib: Path, home: Path, *args: str, jvm: tuple[str, ...] = (), attempts: int = 1,
              timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """``mqadmin <args>`` in a JVM of its own (``MQAdminStartup``, the jars of ``lib``), with

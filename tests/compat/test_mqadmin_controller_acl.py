@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from bench.compare import java
 
 from rocket.auth.signature import parse_credentials_file
 from rocket.controller.client import ControllerClient, ReplicaInfo
@@ -85,11 +84,7 @@ def refused(out: str) -> bool:
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
-    try:
-        lib = java.ensure_jars()
-        java.java()
-    except java.JavaSetupError as exc:
-        pytest.fail(f"Apache RocketMQ's jars or Java are not available: {exc}", pytrace=False)
+    lib = mqadmin.jars()
     root = tmp_path_factory.mktemp("mqadmin-controller-acl")
     cluster = LocalCluster(root / "local", find_free_base_port(), secure=True, brokers=1, nameservers=1)
     state = cluster.start(detach=False, timeout=120)

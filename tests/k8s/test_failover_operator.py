@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,7 +107,7 @@ def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_names
     assert st["controllersReady"] == "3/3"
 
     # status.brokerGroups: what the controllers hold, read by Apache's mqadmin
-    lib = _jars()
+    lib = mqadmin.jars()
     for group in GROUPS:
         entry = st["brokerGroups"][group]
         info = run(replica_info(wired.controllers.addrs, f"{CLUSTER}-broker-{group}"))
@@ -220,16 +219,6 @@ async def _leader(addrs: list[str]) -> str:
         return await ctl.find_leader()
     finally:
         await ctl.close()
-
-
-def _jars() -> Path:
-    from bench.compare import java
-
-    try:
-        java.java()
-        return java.ensure_jars()
-    except java.JavaSetupError as exc:
-        pytest.fail(f"Apache RocketMQ's jars or Java are not available for mqadmin: {exc}", pytrace=False)
 
 
 def test_manual_has_no_controllers_and_switching_adds_then_removes_them(api: Any, namespace: str,
