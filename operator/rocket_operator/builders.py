@@ -144,6 +144,34 @@ def _http_probe(path: str, port: str, *, initial: int, period: int, failures: in
     }
 
 
+def _server_container(name: str, spec: ClusterSpec, command: list[str], ports: Mapping[str, int],
+                      probes: Mapping[str, dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The container of a server pod (NameServer, broker, controller): ``spec``'s image, ``ports``
+    (name -> TCP port, as :func:`_service` takes them), ``probes`` (``readinessProbe`` ...),
+    ``mounts`` and :func:`container_security_context`."""
+    return {
+        "name": name,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": command,
+        "ports": [{"name": port_name, "containerPort": number, "protocol": "TCP"}
+                  for port_name, number in ports.items()],
+        **probes,
+        "securityContext": container_security_context(),
+        "volumeMounts": mounts,
+    }
+
+
+def _spread_over_nodes(selector: Mapping[str, str], spec: ClusterSpec) -> dict[str, Any]:
+    """A pod affinity preferring (weight 100) pods of ``selector`` on different
+    ``spec.scheduling.topologyKey`` domains."""
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {"labelSelector": {"matchLabels": dict(selector)},
+                            "topologyKey": spec.scheduling.topology_key},
+    }]}}
+
+
 def pod_security_context(*, fs_group: bool) -> dict[str, Any]:
     """Pod-level: non-root uid/gid 10001 and the runtime's default seccomp profile. With
     ``fs_group``, volumes (the broker's store PVC) are made group-writable for gid 10001,
@@ -197,21 +225,14 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
     cluster = owner.name
     labels = names.base_labels(cluster, names.COMPONENT_NAMESERVER)
     selector = names.selector_labels(cluster, names.COMPONENT_NAMESERVER)
-    container: dict[str, Any] = {
-        "name": "nameserver",
-        "image": spec.image,
-        "imagePullPolicy": spec.image_pull_policy,
-        "command": ["python", "-m", "rocket.cli", "nameserver",
-                    "--port", str(NAMESERVER_PORT), "--http-port", str(NAMESERVER_HTTP_PORT)],
-        "ports": [
-            {"name": "remoting", "containerPort": NAMESERVER_PORT, "protocol": "TCP"},
-            {"name": "http", "containerPort": NAMESERVER_HTTP_PORT, "protocol": "TCP"},
-        ],
-        "readinessProbe": _http_probe("/readyz", "http", initial=2, period=5, failures=3),
-        "livenessProbe": _http_probe("/healthz", "http", initial=10, period=10, failures=6),
-        "securityContext": container_security_context(),
-        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT}],
-    }
+    container = _server_container(
+        "nameserver", spec,
+        ["python", "-m", "rocket.cli", "nameserver", "--port", str(NAMESERVER_PORT),
+         "--http-port", str(NAMESERVER_HTTP_PORT)],
+        {"remoting": NAMESERVER_PORT, "http": NAMESERVER_HTTP_PORT},
+        {"readinessProbe": _http_probe("/readyz", "http", initial=2, period=5, failures=3),
+         "livenessProbe": _http_probe("/healthz", "http", initial=10, period=10, failures=6)},
+        [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT}])
     resources = spec.name_server.resources.to_k8s()
     if resources:
         container["resources"] = resources
@@ -220,11 +241,7 @@ def build_nameserver_deployment(owner: Owner, spec: ClusterSpec) -> Manifest:
         "securityContext": pod_security_context(fs_group=False),
         "containers": [container],
         "volumes": [_tmp_volume()],
-        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-            "weight": 100,
-            "podAffinityTerm": {"labelSelector": {"matchLabels": selector},
-                                "topologyKey": spec.scheduling.topology_key},
-        }]}},
+        "affinity": _spread_over_nodes(selector, spec),
         **_pod_scheduling(spec),
     }
     security.add_to_nameserver(pod_spec, container, cluster, spec.security)
@@ -402,8 +419,7 @@ def _broker_affinity(owner: Owner, spec: ClusterSpec, caps: Capabilities) -> dic
         return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": same_group}, spread]}}
     # Older servers cannot tell one group's pods apart in a shared template: spread all brokers (soft).
-    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "podAffinityTerm": spread["podAffinityTerm"]}]}}
+    return _spread_over_nodes(all_brokers["matchLabels"], spec)
 
 
 def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, replicas: int,
@@ -429,30 +445,19 @@ def build_broker_statefulset(owner: Owner, spec: ClusterSpec, broker_id: int, re
     pod_labels = {k: v for k, v in labels.items() if k != names.LABEL_ROLE} if spec.broker.controller_mode \
         else labels
     selector = names.broker_selector(cluster, broker_id)
-    container: dict[str, Any] = {
-        "name": "broker",
-        "image": spec.image,
-        "imagePullPolicy": spec.image_pull_policy,
-        "command": broker_command(owner, broker_id, spec.broker.controller_mode),
-        "env": [
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        ],
-        "ports": [
-            {"name": "remoting", "containerPort": BROKER_PORT, "protocol": "TCP"},
-            {"name": "ha", "containerPort": BROKER_HA_PORT, "protocol": "TCP"},
-            {"name": "http", "containerPort": BROKER_HTTP_PORT, "protocol": "TCP"},
-        ],
-        "readinessProbe": _http_probe("/readyz", "http", initial=5, period=5, failures=3),
-        "livenessProbe": _http_probe("/healthz", "http", initial=0, period=10, failures=6),
-        "startupProbe": _http_probe("/healthz", "http", initial=5, period=5, failures=120),
-        "securityContext": container_security_context(),
-        "volumeMounts": [
-            {"name": names.STORE_VOLUME, "mountPath": STORE_MOUNT},
-            {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
-            {"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
-        ],
-    }
+    container = _server_container(
+        "broker", spec, broker_command(owner, broker_id, spec.broker.controller_mode),
+        {"remoting": BROKER_PORT, "ha": BROKER_HA_PORT, "http": BROKER_HTTP_PORT},
+        {"readinessProbe": _http_probe("/readyz", "http", initial=5, period=5, failures=3),
+         "livenessProbe": _http_probe("/healthz", "http", initial=0, period=10, failures=6),
+         "startupProbe": _http_probe("/healthz", "http", initial=5, period=5, failures=120)},
+        [{"name": names.STORE_VOLUME, "mountPath": STORE_MOUNT},
+         {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+         {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}])
+    container["env"] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
     resources = spec.broker.resources.to_k8s()
     if resources:
         container["resources"] = resources

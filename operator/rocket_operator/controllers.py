@@ -43,9 +43,10 @@ from rocket_operator.builders import (
     _http_probe,
     _meta,
     _pod_scheduling,
+    _server_container,
     _service,
+    _spread_over_nodes,
     _tmp_volume,
-    container_security_context,
     pod_security_context,
 )
 from rocket_operator.spec import (
@@ -140,25 +141,14 @@ def build_controller_statefulset(owner: Owner, spec: ClusterSpec) -> Manifest:
     cluster = owner.name
     labels = names.base_labels(cluster, names.COMPONENT_CONTROLLER)
     selector = names.selector_labels(cluster, names.COMPONENT_CONTROLLER)
-    container: dict[str, Any] = {
-        "name": "controller",
-        "image": spec.image,
-        "imagePullPolicy": spec.image_pull_policy,
-        "command": controller_command(owner, spec.security),
-        "ports": [
-            {"name": "remoting", "containerPort": CONTROLLER_PORT, "protocol": "TCP"},
-            {"name": "raft", "containerPort": CONTROLLER_RAFT_PORT, "protocol": "TCP"},
-            {"name": "http", "containerPort": CONTROLLER_HTTP_PORT, "protocol": "TCP"},
-        ],
-        "readinessProbe": _http_probe("/readyz", "http", initial=2, period=5, failures=3),
-        "livenessProbe": _http_probe("/healthz", "http", initial=10, period=10, failures=6),
-        "securityContext": container_security_context(),
-        "volumeMounts": [
-            {"name": names.CONTROLLER_DATA_VOLUME, "mountPath": CONTROLLER_DATA_MOUNT},
-            {"name": "raft-secret", "mountPath": CONTROLLER_SECRET_MOUNT, "readOnly": True},
-            {"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
-        ],
-    }
+    container = _server_container(
+        "controller", spec, controller_command(owner, spec.security),
+        {"remoting": CONTROLLER_PORT, "raft": CONTROLLER_RAFT_PORT, "http": CONTROLLER_HTTP_PORT},
+        {"readinessProbe": _http_probe("/readyz", "http", initial=2, period=5, failures=3),
+         "livenessProbe": _http_probe("/healthz", "http", initial=10, period=10, failures=6)},
+        [{"name": names.CONTROLLER_DATA_VOLUME, "mountPath": CONTROLLER_DATA_MOUNT},
+         {"name": "raft-secret", "mountPath": CONTROLLER_SECRET_MOUNT, "readOnly": True},
+         {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}])
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 30,
         "securityContext": pod_security_context(fs_group=True),
@@ -167,11 +157,7 @@ def build_controller_statefulset(owner: Owner, spec: ClusterSpec) -> Manifest:
             {"name": "raft-secret", "secret": {"secretName": names.controller_secret(cluster), "defaultMode": 0o440}},
             _tmp_volume(),
         ],
-        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-            "weight": 100,
-            "podAffinityTerm": {"labelSelector": {"matchLabels": selector},
-                                "topologyKey": spec.scheduling.topology_key},
-        }]}},
+        "affinity": _spread_over_nodes(selector, spec),
         **_pod_scheduling(spec),
     }
     security.add_to_pod(pod_spec, container, cluster, spec.security)  # with Enforcing also HTTPS probes

@@ -167,3 +167,67 @@ class MQAdminShell:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def jars() -> Path:
+    """The folder of Apache RocketMQ's jars (``bench/compare/java.ensure_jars``) once Java is
+    there too; fails the test saying what is missing otherwise."""
+    import pytest
+
+    try:
+        java.java()
+        return java.ensure_jars()
+    except java.JavaSetupError as exc:
+        pytest.fail(f"Apache RocketMQ's jars or Java are not available: {exc}", pytrace=False)
+
+
+def run_once(lib: Path, home: Path, *args: str, jvm: tuple[str, ...] = (), attempts: int = 1,
+             timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """``mqadmin <args>`` in a JVM of its own (``MQAdminStartup``, the jars of ``lib``), with
+    ``user.home`` and ``rocketmq.home.dir`` at ``home`` (made if missing; ``conf/tools.yml`` there
+    holds the keys mqadmin signs with) and the extra JVM options ``jvm``. mqadmin waits a fixed time
+    for an answer (not settable): a run that reports ``RemotingTimeoutException`` is run again, up to
+    ``attempts`` runs in all. The last run's result (``timeout`` seconds each at most, else
+    ``subprocess.TimeoutExpired``)."""
+    home.mkdir(parents=True, exist_ok=True)
+    argv = [java.java(), "-Xms64m", "-Xmx256m", java.QUIET_LOGBACK, f"-Drocketmq.home.dir={home}",
+            f"-Duser.home={home}", *jvm, "-cp", java.classpath(lib),
+            "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    for _ in range(attempts - 1):
+        if "RemotingTimeoutException" not in done.stdout + done.stderr:
+            break
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    return done
+
+
+def run_ok(lib: Path, home: Path, *args: str, jvm: tuple[str, ...] = (), attempts: int = 1,
+           timeout: float = 120.0) -> str:
+    """:func:`run_once`'s stdout; raises ``AssertionError`` (with the output) unless it exited 0
+    without saying ``command failed``."""
+    done = run_once(lib, home, *args, jvm=jvm, attempts=attempts, timeout=timeout)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "command failed" not in out.lower(), f"mqadmin {' '.join(args)}:\n{out}"
+    return done.stdout
+
+
+def fields(out: str) -> dict[str, str]:
+    """``#Key<TAB>value`` lines of mqadmin output (``getControllerMetaData``, ``getSyncStateSet``,
+    ``getBrokerEpoch``; the last one of a key wins)."""
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        m = re.match(r"^#([A-Za-z]+):?\t(.*)$", line.strip())
+        if m:
+            found[m.group(1)] = m.group(2).strip()
+    return found
+
+
+_REPLICA = re.compile(r"(InSyncReplica|NotInSyncReplica):\s+ReplicaIdentity\{brokerName='[^']*', brokerId=(\d+), "
+                      r"brokerAddress='([^']*)', alive=(true|false)\}")
+
+
+def replicas(out: str) -> list[tuple[str, int, str, bool]]:
+    """``(InSyncReplica|NotInSyncReplica, brokerId, brokerAddress, alive)`` rows of ``mqadmin
+    getSyncStateSet`` (Apache's ``GetSyncStateSetSubCommand`` prints each ``ReplicaIdentity``), by brokerId."""
+    return sorted(((m.group(1), int(m.group(2)), m.group(3), m.group(4) == "true") for m in _REPLICA.finditer(out)),
+                  key=lambda r: r[1])

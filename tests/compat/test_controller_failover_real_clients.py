@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from bench.compare import java
 
 from rocket.remoting import RemotingClient
+from tests.compat import mqadmin
 from tests.compat.realclient import Driver, background
 from tests.integration.failover_support import controller_group, wait_group_ready
 from tests.integration.replication_support import TRANSIENT
@@ -34,17 +34,6 @@ from tests.support import eventually
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(400)]
 
 TOPIC = "FoCpp"
-
-
-def mqadmin(lib: Path, home: Path, *args: str) -> str:
-    """``mqadmin <args>``: its stdout (fails the test when it exits non-zero or says it failed)."""
-    home.mkdir(exist_ok=True)
-    argv = [java.java(), "-Xmx256m", java.QUIET_LOGBACK, f"-Duser.home={home}", "-cp", java.classpath(lib),
-            "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0 and "command failed" not in out, f"mqadmin {' '.join(args)}:\n{out}"
-    return done.stdout
 
 
 async def test_cpp_client_across_a_kill_9_failover_and_mqadmin_get_broker_epoch(
@@ -87,7 +76,7 @@ async def test_cpp_client_across_a_kill_9_failover_and_mqadmin_get_broker_epoch(
 
             (new,) = await eventually(lambda: g.master_box(not_index=m), 30, what="the new master",
                                       retry_on=TRANSIENT)
-            out = await asyncio.to_thread(mqadmin, lib, tmp_path / "mqadmin-home", "getBrokerEpoch",
+            out = await asyncio.to_thread(mqadmin.run_ok, lib, tmp_path / "mqadmin-home", "getBrokerEpoch",
                                           "-n", g.namesrv, "-b", "fo-a")
             assert g.brokers[new].addr in out, out
             epochs = re.findall(r"EpochEntry\{epoch=(\d+), startOffset=(\d+), endOffset=(\d+)\}", out)

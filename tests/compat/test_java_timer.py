@@ -15,15 +15,13 @@ If Maven cannot fetch the client, or javac/java are missing, these tests fail an
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.compare import java
 
-from tests.compat.cluster import start_cluster
+from tests.compat.java_driver import single_broker_run
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(900)]
 
@@ -35,25 +33,8 @@ SLACK_MS = 700
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    try:
-        lib = java.ensure_jars()
-        classes = java.ensure_driver(lib, DRIVER_SOURCE)
-    except java.JavaSetupError as exc:
-        pytest.fail(f"the Apache RocketMQ Java client is not available: {exc}", pytrace=False)
-    root = tmp_path_factory.mktemp("java-timer")
-    with start_cluster(root / "cluster", brokers=("broker-a",),
-                       broker_config={"timerPrecisionMs": str(PRECISION_MS)}) as cluster:
-        topic = "TimerCompat"
-        cluster.create_topic(topic, queues=4)
-        argv = java.driver_argv(lib, classes, root / "home", "run", f"namesrv={cluster.namesrv}", f"topic={topic}",
-                                "timeout=30", "settle=2", jvm=("-Xms128m", "-Xmx384m"), main="TimerDriver")
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
-        results = java.driver_results(proc.stdout)
-        result: dict[str, Any] = results[-1] if results else {}
-        result["_context"] = (f"driver exit {proc.returncode}; stderr tail:\n"
-                              + "\n".join(proc.stderr.splitlines()[-40:]) + f"\n{cluster.logs()}")
-        if not results:
-            pytest.fail(f"the Java driver printed no result\n{result['_context']}", pytrace=False)
+    with single_broker_run(tmp_path_factory.mktemp("java-timer"), DRIVER_SOURCE, "TimerDriver", "TimerCompat",
+                           {"timerPrecisionMs": str(PRECISION_MS)}, "timeout=30", "settle=2") as result:
         yield result
 
 

@@ -745,17 +745,29 @@ def check_start_monitoring(env: Env, sh: MQAdminShell, version: str) -> None:
 # -- the tests: each runs its check for both versions at once --------------------------------
 
 
+def for_every_version(check: Callable[[Env, MQAdminShell, str], None]) -> Callable[[Env], None]:
+    """A test (of the module's ``env``) that runs ``check(env, shell, version)`` for every version
+    at once (:func:`both`)."""
+    def test(env: Env) -> None:
+        both(lambda v: check(env, env.shells[v], v))
+
+    test.__name__ = test.__qualname__ = "test_" + check.__name__.removeprefix("check_")
+    test.__doc__ = f":func:`{check.__name__}` for every version, in parallel."
+    return test
+
+
 def test_every_command_is_accounted_for(env: Env) -> None:
     """:func:`check_every_command_is_accounted_for` for every version, in parallel."""
     both(lambda v: check_every_command_is_accounted_for(env.shells[v], v))
 
-def test_cluster_and_brokers(env: Env) -> None:
-    """:func:`check_cluster_and_brokers` for every version, in parallel."""
-    both(lambda v: check_cluster_and_brokers(env, env.shells[v], v))
+
+test_cluster_and_brokers = for_every_version(check_cluster_and_brokers)
+
 
 def test_cluster_rt(env: Env) -> None:
     """:func:`check_cluster_rt` for every version, in parallel."""
     both(lambda v: check_cluster_rt(env, v))
+
 
 def test_write_perm(env: Env) -> None:
     """:func:`check_write_perm` for every version, one after the other: a broker's registration
@@ -763,45 +775,17 @@ def test_write_perm(env: Env) -> None:
     for v in VERSIONS:
         check_write_perm(env, env.shells[v], v)
 
-def test_topic_lifecycle(env: Env) -> None:
-    """:func:`check_topic_lifecycle` for every version, in parallel."""
-    both(lambda v: check_topic_lifecycle(env, env.shells[v], v))
 
-def test_messages(env: Env) -> None:
-    """:func:`check_messages` for every version, in parallel."""
-    both(lambda v: check_messages(env, env.shells[v], v))
-
-def test_consumer_online(env: Env) -> None:
-    """:func:`check_consumer_online` for every version, in parallel."""
-    both(lambda v: check_consumer_online(env, env.shells[v], v))
-
-def test_producers(env: Env) -> None:
-    """:func:`check_producers` for every version, in parallel."""
-    both(lambda v: check_producers(env, env.shells[v], v))
-
-def test_subscription_groups(env: Env) -> None:
-    """:func:`check_subscription_groups` for every version, in parallel."""
-    both(lambda v: check_subscription_groups(env, env.shells[v], v))
-
-def test_namesrv_config(env: Env) -> None:
-    """:func:`check_namesrv_config` for every version, in parallel."""
-    both(lambda v: check_namesrv_config(env, env.shells[v], v))
-
-def test_kv_and_order_conf(env: Env) -> None:
-    """:func:`check_kv_and_order_conf` for every version, in parallel."""
-    both(lambda v: check_kv_and_order_conf(env, env.shells[v], v))
-
-def test_store_housekeeping(env: Env) -> None:
-    """:func:`check_store_housekeeping` for every version, in parallel."""
-    both(lambda v: check_store_housekeeping(env, env.shells[v], v))
-
-def test_export(env: Env) -> None:
-    """:func:`check_export` for every version, in parallel."""
-    both(lambda v: check_export(env, env.shells[v], v))
-
-def test_start_monitoring(env: Env) -> None:
-    """:func:`check_start_monitoring` for every version, in parallel."""
-    both(lambda v: check_start_monitoring(env, env.shells[v], v))
+test_topic_lifecycle = for_every_version(check_topic_lifecycle)
+test_messages = for_every_version(check_messages)
+test_consumer_online = for_every_version(check_consumer_online)
+test_producers = for_every_version(check_producers)
+test_subscription_groups = for_every_version(check_subscription_groups)
+test_namesrv_config = for_every_version(check_namesrv_config)
+test_kv_and_order_conf = for_every_version(check_kv_and_order_conf)
+test_store_housekeeping = for_every_version(check_store_housekeeping)
+test_export = for_every_version(check_export)
+test_start_monitoring = for_every_version(check_start_monitoring)
 
 
 __all__ = ["COVERAGE"]

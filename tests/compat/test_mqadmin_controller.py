@@ -34,6 +34,8 @@ from bench.compare import java
 from rocket.protocol.codes import RequestCode
 from rocket.protocol.route import ClusterInfo
 from rocket.remoting import RemotingClient, RemotingCommand
+from tests.compat import mqadmin
+from tests.compat.mqadmin import fields, replicas
 from tests.support import reserve_ports, rocket_command, terminate, wait_port
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
@@ -54,33 +56,7 @@ class Setup:
 
     def mqadmin(self, *args: str, timeout: float = 120.0) -> str:
         """Run ``mqadmin <args>``; its stdout (fails the test when it exits non-zero)."""
-        home = self.root / "mqadmin-home"
-        home.mkdir(exist_ok=True)
-        argv = [java.java(), "-Xmx256m", java.QUIET_LOGBACK, f"-Duser.home={home}", "-cp", java.classpath(self.lib),
-                "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        out = done.stdout + done.stderr
-        assert done.returncode == 0 and "command failed" not in out, f"mqadmin {' '.join(args)}:\n{out}"
-        return done.stdout
-
-
-def fields(out: str) -> dict[str, str]:
-    """``#Key<TAB>value`` lines of mqadmin output (the last one wins)."""
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        m = re.match(r"^#([A-Za-z]+):?\t(.*)$", line.strip())
-        if m:
-            found[m.group(1)] = m.group(2).strip()
-    return found
-
-
-def replicas(out: str) -> list[tuple[str, int, str, bool]]:
-    """``(InSyncReplica|NotInSyncReplica, brokerId, brokerAddress, alive)`` from getSyncStateSet."""
-    rows = []
-    for m in re.finditer(r"(InSyncReplica|NotInSyncReplica):\s+ReplicaIdentity\{brokerName='[^']*', brokerId=(\d+), "
-                         r"brokerAddress='([^']*)', alive=(true|false)\}", out):
-        rows.append((m.group(1), int(m.group(2)), m.group(3), m.group(4) == "true"))
-    return sorted(rows, key=lambda r: r[1])
+        return mqadmin.run_ok(self.lib, self.root / "mqadmin-home", *args, timeout=timeout)
 
 
 def masters_in_cluster_list(out: str) -> set[str]:
@@ -125,11 +101,7 @@ def wait_for(what: str, check, timeout: float, setup: Setup):  # type: ignore[no
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    try:
-        lib = java.ensure_jars()
-        java.java()
-    except java.JavaSetupError as exc:
-        pytest.fail(f"Apache RocketMQ's jars or Java are not available: {exc}", pytrace=False)
+    lib = mqadmin.jars()
     root = tmp_path_factory.mktemp("mqadmin-controller")
     base = reserve_ports([0, 2, 10, 11, 20, 21])
     ns_port = base

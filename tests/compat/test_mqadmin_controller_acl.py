@@ -17,20 +17,19 @@ Needs Java 17+ and the Apache jars (``bench/compare/java.py``); fails and says w
 from __future__ import annotations
 
 import asyncio
-import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from bench.compare import java
 
 from rocket.auth.signature import parse_credentials_file
 from rocket.controller.client import ControllerClient, ReplicaInfo
 from rocket.local import CLUSTER_NAME, ClusterState, LocalCluster, find_free_base_port
 from rocket.remoting import RemotingClient
 from rocket.remoting.tls import ClientTls
+from tests.compat import mqadmin
+from tests.compat.mqadmin import fields
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
@@ -53,17 +52,10 @@ class Secure:
         """Run mqadmin in TLS mode trusting the cluster's CA; (exit code, stdout + stderr). A run
         that timed out waiting for an answer (mqadmin's fixed 3 s, which a JVM starting on the
         shared, loaded test machine can use up in its TLS handshake) is run again, twice at most."""
-        argv = [java.java(), "-Xms64m", "-Xmx256m", java.QUIET_LOGBACK, f"-Drocketmq.home.dir={home}",
-                f"-Duser.home={home}", "-Dtls.enable=true", "-Dtls.test.mode.enable=false",
-                "-Dtls.client.authServer=true", f"-Dtls.client.trustCertPath={self.state.tls_ca_file}",
-                f"-Dtls.config.file={home / 'none.properties'}", "-cp", java.classpath(self.lib),
-                "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
-        for _ in range(3):
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-            out = proc.stdout + proc.stderr
-            if "RemotingTimeoutException" not in out:
-                break
-        return proc.returncode, out
+        tls = ("-Dtls.enable=true", "-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true",
+               f"-Dtls.client.trustCertPath={self.state.tls_ca_file}", f"-Dtls.config.file={home / 'none.properties'}")
+        done = mqadmin.run_once(self.lib, home, *args, jvm=tls, attempts=3)
+        return done.returncode, done.stdout + done.stderr
 
     def ok(self, *args: str) -> str:
         """mqadmin with the admin's keys; fails the test unless it succeeded."""
@@ -83,16 +75,6 @@ class Secure:
         return asyncio.run(get())
 
 
-def fields(out: str) -> dict[str, str]:
-    """``#Key<TAB>value`` lines of mqadmin output (the last one wins)."""
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        m = re.match(r"^#([A-Za-z]+):?\t(.*)$", line.strip())
-        if m:
-            found[m.group(1)] = m.group(2).strip()
-    return found
-
-
 def refused(out: str) -> bool:
     """mqadmin's report of a failed command because of our NO_PERMISSION answer (code 16 and the
     controller's remark about the missing AccessKey)."""
@@ -102,11 +84,7 @@ def refused(out: str) -> bool:
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
-    try:
-        lib = java.ensure_jars()
-        java.java()
-    except java.JavaSetupError as exc:
-        pytest.fail(f"Apache RocketMQ's jars or Java are not available: {exc}", pytrace=False)
+    lib = mqadmin.jars()
     root = tmp_path_factory.mktemp("mqadmin-controller-acl")
     cluster = LocalCluster(root / "local", find_free_base_port(), secure=True, brokers=1, nameservers=1)
     state = cluster.start(detach=False, timeout=120)

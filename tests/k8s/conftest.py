@@ -21,7 +21,7 @@ import pytest
 
 from tests.k8s import harness
 from tests.k8s.fakes import FakeAdmin, RoutingAdmin, TestResolver
-from tests.support import free_port, unique
+from tests.support import free_port
 
 _BUILD: dict[str, str | None] = {}
 
@@ -129,13 +129,5 @@ def operator(api: Any, kubelet: harness.FakeKubelet) -> Iterator[OperatorHarness
 @pytest.fixture
 def namespace(api: Any) -> Iterator[str]:
     """A fresh namespace, deleted afterwards."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    name = unique("t")
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    try:
-        core.delete_namespace(name)
-    except Exception:
-        pass
+    with harness.temporary_namespace(api, "t") as name:
+        yield name

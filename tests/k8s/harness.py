@@ -382,3 +382,21 @@ def environ(**values: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def temporary_namespace(api: Any, prefix: str) -> Iterator[str]:
+    """A new namespace named ``<prefix>-<unique suffix>`` (``tests.support.unique``), deleted on exit
+    (a failed delete is ignored: the session's API server goes away anyway)."""
+    from kubernetes import client
+
+    from tests.support import unique
+
+    core = client.CoreV1Api(api)
+    name = unique(prefix)
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            core.delete_namespace(name)

@@ -24,26 +24,22 @@ the controllers make it group 0's master: the StatefulSet a pod belongs to is no
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from tests.integration.broker_harness import broker_port, broker_process, nameserver_process
-from tests.integration.controller_support import SECRET, ControllerCluster
-from tests.integration.failover_support import CONTROLLER_MODE
-from tests.k8s.harness import wait_for
+from tests.compat import mqadmin
+from tests.compat.mqadmin import fields, replicas
+from tests.k8s import controller_mode
+from tests.k8s.controller_mode import Processes, ha_status, play_kubelet, replica_info, run, running_with_masters
+from tests.k8s.harness import temporary_namespace, wait_for
 from tests.k8s.test_drain_real import Traffic
 from tests.k8s.test_operator import create, patch, pods, read_pdb, rkc, status
-from tests.support import unique
 
 #: 8 processes, a rolling restart and the C++ client's read-back on a shared machine: more than the default 300 s
 pytestmark = pytest.mark.timeout(600)
@@ -57,176 +53,26 @@ PODS = {f"{CLUSTER}-broker-slave-1-0": 0, f"{CLUSTER}-broker-master-0": 0,
         f"{CLUSTER}-broker-master-1": 1, f"{CLUSTER}-broker-slave-1-1": 1}
 
 
-@dataclass
-class Broker:
-    """One broker process standing in for a pod: restartable on the same port and store."""
-
-    pod: str
-    group: int
-    port: int
-    start: Callable[[], contextlib.ExitStack]
-    stack: contextlib.ExitStack | None = None
-    uid: str | None = None
-    controller_id: int | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
-@dataclass
-class Processes:
-    controllers: ControllerCluster
-    namesrv: str
-    brokers: dict[str, Broker]
-    root: Path
-    deletions: list[tuple[str, str]] = field(default_factory=list)  # (pod, its role per the controllers then)
-    errors: list[str] = field(default_factory=list)
-
-
-def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-async def _ha(addr: str) -> dict[str, Any]:
-    from rocket_operator.admin import RemotingClusterAdmin
-
-    admin = RemotingClusterAdmin()
-    try:
-        return await admin.broker_ha_status(addr)
-    finally:
-        await admin.close()
-
-
-async def _replica_info(controllers: list[str], group: int) -> Any:
-    from rocket.controller.client import ControllerClient
-
-    ctl = ControllerClient(controllers)
-    try:
-        return await ctl.get_replica_info(f"{CLUSTER}-broker-{group}")
-    finally:
-        await ctl.close()
-
-
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
-    root = tmp_path_factory.mktemp("ctlfo")
-    ctl = ControllerCluster(root / "ctl", 3, extra=["--heartbeat-timeout-ms",
-                                                     CONTROLLER_MODE["controllerHeartBeatTimeoutMills"]])
-    (root / "ctl").mkdir()
-    with contextlib.ExitStack() as outer:
-        with _env(ROCKET_CONTROLLER_SECRET=SECRET):
-            ctl.start_all()
-        outer.callback(ctl.stop)
-        ns = outer.enter_context(nameserver_process(root))
-        settings = {**CONTROLLER_MODE, "brokerClusterName": CLUSTER, "controllerAddr": ";".join(ctl.addrs)}
-        brokers: dict[str, Broker] = {}
-        for pod, group in PODS.items():
-            port = broker_port()
-
-            def start(group: int = group, port: int = port) -> contextlib.ExitStack:
-                stack = contextlib.ExitStack()
-                stack.enter_context(broker_process(root, f"{CLUSTER}-broker-{group}", ns.addr, settings=settings,
-                                                   port=port))
-                return stack
-
-            brokers[pod] = Broker(pod, group, port, start)
-        try:
-            # the first broker of each group (group 0: the slave StatefulSet's pod) is elected its master
-            # before the second one starts
-            firsts = [brokers[f"{CLUSTER}-broker-slave-1-0"], brokers[f"{CLUSTER}-broker-master-1"]]
-            _each(firsts, _start)
-            for broker in firsts:
-                wait_for(lambda b=broker: _run(_ha(b.addr)).get("brokerRole") != "SLAVE", 60,
-                         what=f"{broker.pod}'s broker elected master")
-            _each([b for b in brokers.values() if b not in firsts], _start)
-            yield Processes(ctl, ns.addr, brokers, root)
-        finally:
-            _each(list(brokers.values()), _stop)
-
-
-def _start(broker: Broker) -> None:
-    broker.stack = broker.start()
-
-
-def _stop(broker: Broker) -> None:
-    if broker.stack is not None:
-        broker.stack.close()
-        broker.stack = None
-
-
-def _each(brokers: list[Broker], action: Callable[[Broker], None]) -> None:
-    """``action`` on every broker at once (process starts and stops take seconds each)."""
-    errors: list[BaseException] = []
-
-    def run(broker: Broker) -> None:
-        try:
-            action(broker)
-        except BaseException as exc:  # raised below, in the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(b,)) for b in brokers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-
-
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    import os
-
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    # the first broker of each group (group 0: the slave StatefulSet's pod) is elected its master
+    # before the second one starts
+    with controller_mode.processes(tmp_path_factory.mktemp("ctlfo"), CLUSTER, PODS,
+                                   [f"{CLUSTER}-broker-slave-1-0", f"{CLUSTER}-broker-master-1"]) as procs:
+        yield procs
 
 
 @pytest.fixture(scope="module")
 def ctl_namespace(api: Any) -> Iterator[str]:
-    core = client.CoreV1Api(api)
-    name = unique("fo")
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(Exception):
-        core.delete_namespace(name)
+    with temporary_namespace(api, "fo") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
 def wired(operator: Any, processes: Processes) -> Iterator[Processes]:
     """The test resolver maps the cluster's pods to the processes."""
-    resolver = operator.resolver
-    resolver.nameserver_addrs[CLUSTER] = [processes.namesrv]
-    for pod, broker in processes.brokers.items():
-        resolver.broker_addrs[pod] = broker.addr
-    for i, addr in enumerate(processes.controllers.addrs):
-        resolver.controller_addrs[f"{CLUSTER}-controller-{i}"] = addr
-    try:
-        yield processes
-    finally:
-        resolver.nameserver_addrs.pop(CLUSTER, None)
-        for pod in processes.brokers:
-            resolver.broker_addrs.pop(pod, None)
-        for i in range(3):
-            resolver.controller_addrs.pop(f"{CLUSTER}-controller-{i}", None)
-
-
-def _running_with_masters(api: Any, namespace: str) -> dict[str, Any] | None:
-    st = status(api, namespace, CLUSTER)
-    if st.get("phase") != "Running" or len(st.get("brokerGroups") or []) != 2:
-        return None
-    groups = st["brokerGroups"]
-    if not all(g.get("master", {}).get("pod") and len(g.get("syncStateSet") or []) == 2 for g in groups):
-        return None
-    return st if st.get("controllersReady") == "3/3" else None
+    with controller_mode.wire(operator, CLUSTER, processes) as procs:
+        yield procs
 
 
 def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_namespace: str, wired: Processes,
@@ -237,7 +83,7 @@ def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_names
     create(api, ns, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 1, "clientRouteRefreshSeconds": 31,
                                          "config": {"allAckInSyncStateSet": "true"}},
                         topics=[{"name": TOPIC, "queues": 4}]))
-    st = wait_for(lambda: _running_with_masters(api, ns), 90, what="Running with each group's master known")
+    st = wait_for(lambda: running_with_masters(api, ns, CLUSTER), 90, what="Running with each group's master known")
 
     # the controllers' objects on the API server
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
@@ -261,12 +107,13 @@ def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_names
     assert st["controllersReady"] == "3/3"
 
     # status.brokerGroups: what the controllers hold, read by Apache's mqadmin
-    lib, java_bin = _java()
+    lib = mqadmin.jars()
     for group in GROUPS:
         entry = st["brokerGroups"][group]
-        info = _run(_replica_info(wired.controllers.addrs, group))
-        leader = _run(_leader(wired.controllers.addrs))
-        out = _mqadmin(lib, java_bin, wired.root, "getSyncStateSet", "-a", leader, "-b", f"{CLUSTER}-broker-{group}")
+        info = run(replica_info(wired.controllers.addrs, f"{CLUSTER}-broker-{group}"))
+        leader = run(_leader(wired.controllers.addrs))
+        out = mqadmin.run_ok(lib, wired.root / "mqadmin-home", "getSyncStateSet", "-a", leader,
+                             "-b", f"{CLUSTER}-broker-{group}", attempts=3)
         head, rows = fields(out), replicas(out)
         assert entry["master"]["brokerId"] == int(head["MasterBrokerId"]) == info.master_broker_id
         assert entry["master"]["address"] == head["MasterAddr"]
@@ -293,9 +140,9 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
         pytest.fail(f"the real RocketMQ C++ client is not available: {exc}", pytrace=False)
     ns = ctl_namespace
     procs = wired
-    wait_for(lambda: _running_with_masters(api, ns), 60, what="Running with each group's master known")
+    wait_for(lambda: running_with_masters(api, ns, CLUSTER), 60, what="Running with each group's master known")
     for broker in procs.brokers.values():
-        broker.controller_id = int(_run(_ha(broker.addr))["controllerMode"]["controllerBrokerId"])
+        broker.controller_id = int(run(ha_status(broker.addr))["controllerMode"]["controllerBrokerId"])
     traffic = Traffic(procs.namesrv, topic=TOPIC, group=GROUP)
     traffic.start()
     # the real C++ client sends too (it re-reads routes every 30 s: the cluster's clientRouteRefreshSeconds)
@@ -303,7 +150,7 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
     cpp_sender = cpp.start("send", "--topic", TOPIC, "--group", "PID_FO_CPP", "--count", "100000",
                            "--interval-ms", "20", "--body-prefix", "cpp", "--send-timeout-ms", "3000", timeout=900)
     stop = threading.Event()
-    kubelet = threading.Thread(target=_play_kubelet, args=(api, ns, procs, stop), daemon=True)
+    kubelet = threading.Thread(target=play_kubelet, args=(api, ns, CLUSTER, procs, stop), daemon=True)
     try:
         wait_for(lambda: len(traffic.per_broker) == 2 and min(traffic.per_broker.values()) >= 20, 30,
                  what="messages on both groups")
@@ -313,7 +160,7 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
         started = time.monotonic()
         patch(api, ns, CLUSTER, {"spec": {"image": "rocketcluster/rocket:0.1.1"}})
         wait_for(lambda: len(procs.deletions) == 4, 240, what=f"4 broker pods restarted (so far {procs.deletions})")
-        st = wait_for(lambda: (s := _running_with_masters(api, ns)) and "rollout" not in s and s, 90,
+        st = wait_for(lambda: (s := running_with_masters(api, ns, CLUSTER)) and "rollout" not in s and s, 90,
                       what="Running after the rolling restart")
         took = time.monotonic() - started
         time.sleep(1.0)
@@ -364,32 +211,6 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
     assert len(cpp_acked) > 200
 
 
-def _play_kubelet(api: Any, namespace: str, procs: Processes, stop: threading.Event) -> None:
-    """Stop a pod's broker when its pod is deleted (recording the role the controllers gave it
-    then), start it again when the StatefulSet has made the new pod."""
-    try:
-        while not stop.is_set():
-            current = pods(api, namespace)
-            for pod, broker in procs.brokers.items():
-                obj = current.get(pod)
-                alive = obj.metadata.uid if obj is not None and not obj.metadata.deletion_timestamp else None
-                if broker.stack is not None:
-                    if broker.uid is None and alive is not None:
-                        broker.uid = alive  # the first pod: the process already runs for it
-                    elif broker.uid is not None and alive != broker.uid:
-                        info = _run(_replica_info(procs.controllers.addrs, broker.group))
-                        role = "master" if info.master_broker_id == broker.controller_id else "slave"
-                        procs.deletions.append((pod, role))
-                        broker.stack.close()
-                        broker.stack = None
-                elif alive is not None:
-                    broker.stack = broker.start()
-                    broker.uid = alive
-            stop.wait(0.1)
-    except Exception as exc:  # reported by the test
-        procs.errors.append(repr(exc))
-
-
 async def _leader(addrs: list[str]) -> str:
     from rocket.controller.client import ControllerClient
 
@@ -398,58 +219,6 @@ async def _leader(addrs: list[str]) -> str:
         return await ctl.find_leader()
     finally:
         await ctl.close()
-
-
-def _java() -> tuple[Path, str]:
-    from bench.compare import java
-
-    try:
-        return java.ensure_jars(), java.java()
-    except java.JavaSetupError as exc:
-        pytest.fail(f"Apache RocketMQ's jars or Java are not available for mqadmin: {exc}", pytrace=False)
-
-
-def _mqadmin(lib: Path, java_bin: str, root: Path, *args: str, attempts: int = 3) -> str:
-    """``mqadmin <args>``'s stdout. mqadmin waits ~1 s for an answer (its own timeout, not settable);
-    on this shared machine a first answer can take longer, so a timed-out run is tried again."""
-    import subprocess
-
-    from bench.compare import java
-
-    home = root / "mqadmin-home"
-    home.mkdir(exist_ok=True)
-    argv = [java_bin, "-Xmx256m", java.QUIET_LOGBACK, f"-Duser.home={home}", "-cp", java.classpath(lib),
-            "org.apache.rocketmq.tools.command.MQAdminStartup", *args]
-    out = ""
-    for _ in range(attempts):
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-        out = done.stdout + done.stderr
-        if done.returncode == 0 and "command failed" not in out:
-            return done.stdout
-        if "RemotingTimeoutException" not in out:
-            break
-    raise AssertionError(f"mqadmin {' '.join(args)}:\n{out}")
-
-
-def fields(out: str) -> dict[str, str]:
-    """``#Key<TAB>value`` lines of mqadmin output (the last one wins)."""
-    import re
-
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        m = re.match(r"^#([A-Za-z]+):?\t(.*)$", line.strip())
-        if m:
-            found[m.group(1)] = m.group(2).strip()
-    return found
-
-
-def replicas(out: str) -> list[tuple[str, int, str, bool]]:
-    """``(InSyncReplica|NotInSyncReplica, brokerId, brokerAddress, alive)`` rows of getSyncStateSet."""
-    import re
-
-    return sorted(((m.group(1), int(m.group(2)), m.group(3), m.group(4) == "true") for m in re.finditer(
-        r"(InSyncReplica|NotInSyncReplica):\s+ReplicaIdentity\{brokerName='[^']*', brokerId=(\d+), "
-        r"brokerAddress='([^']*)', alive=(true|false)\}", out)), key=lambda r: r[1])
 
 
 def test_manual_has_no_controllers_and_switching_adds_then_removes_them(api: Any, namespace: str,

@@ -33,15 +33,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.broker_harness import broker_port, broker_process, nameserver_process
-from tests.integration.controller_support import SECRET, ControllerCluster
-from tests.integration.failover_support import CONTROLLER_MODE
-from tests.k8s import harness
-from tests.k8s.harness import wait_for
+from tests.k8s import controller_mode, harness
+from tests.k8s.controller_mode import Processes, ha_status, play_kubelet, run, running_with_masters
+from tests.k8s.harness import temporary_namespace, wait_for
 from tests.k8s.test_drain_real import Traffic
-from tests.k8s.test_failover_operator import Broker, Processes, _each, _env, _ha, _start, _stop
-from tests.k8s.test_operator import create, pods, read_pdb, rkc, status
-from tests.support import unique
+from tests.k8s.test_operator import create, pods, read_pdb, rkc
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -65,71 +61,22 @@ def _kubectl() -> str:
 
 @pytest.fixture(scope="module")
 def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
-    root = tmp_path_factory.mktemp("ndrain")
-    ctl = ControllerCluster(root / "ctl", 3, extra=["--heartbeat-timeout-ms",
-                                                     CONTROLLER_MODE["controllerHeartBeatTimeoutMills"]])
-    (root / "ctl").mkdir()
-    with contextlib.ExitStack() as outer:
-        with _env(ROCKET_CONTROLLER_SECRET=SECRET):
-            ctl.start_all()
-        outer.callback(ctl.stop)
-        ns = outer.enter_context(nameserver_process(root))
-        settings = {**CONTROLLER_MODE, "brokerClusterName": CLUSTER, "controllerAddr": ";".join(ctl.addrs)}
-        brokers: dict[str, Broker] = {}
-        for pod, group in PODS.items():
-            port = broker_port()
-
-            def start(group: int = group, port: int = port) -> contextlib.ExitStack:
-                stack = contextlib.ExitStack()
-                stack.enter_context(broker_process(root, f"{CLUSTER}-broker-{group}", ns.addr, settings=settings,
-                                                   port=port))
-                return stack
-
-            brokers[pod] = Broker(pod, group, port, start)
-        try:
-            firsts = [brokers[f"{CLUSTER}-broker-master-0"], brokers[f"{CLUSTER}-broker-master-1"]]
-            _each(firsts, _start)
-            for broker in firsts:
-                wait_for(lambda b=broker: _run(_ha(b.addr)).get("brokerRole") != "SLAVE", 60,
-                         what=f"{broker.pod}'s broker elected master")
-            _each([b for b in brokers.values() if b not in firsts], _start)
-            yield Processes(ctl, ns.addr, brokers, root)
-        finally:
-            _each(list(brokers.values()), _stop)
-
-
-def _run(coro: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coro)
+    with controller_mode.processes(tmp_path_factory.mktemp("ndrain"), CLUSTER, PODS,
+                                   [f"{CLUSTER}-broker-master-0", f"{CLUSTER}-broker-master-1"]) as procs:
+        yield procs
 
 
 @pytest.fixture(scope="module")
 def drain_namespace(api: Any) -> Iterator[str]:
-    core = client.CoreV1Api(api)
-    name = unique("nd")
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    with contextlib.suppress(Exception):
-        core.delete_namespace(name)
+    with temporary_namespace(api, "nd") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
 def wired(operator: Any, processes: Processes) -> Iterator[Processes]:
-    resolver = operator.resolver
-    resolver.nameserver_addrs[CLUSTER] = [processes.namesrv]
-    for pod, broker in processes.brokers.items():
-        resolver.broker_addrs[pod] = broker.addr
-    for i, addr in enumerate(processes.controllers.addrs):
-        resolver.controller_addrs[f"{CLUSTER}-controller-{i}"] = addr
-    try:
-        yield processes
-    finally:
-        resolver.nameserver_addrs.pop(CLUSTER, None)
-        for pod in processes.brokers:
-            resolver.broker_addrs.pop(pod, None)
-        for i in range(3):
-            resolver.controller_addrs.pop(f"{CLUSTER}-controller-{i}", None)
+    """The test resolver maps the cluster's pods to the processes."""
+    with controller_mode.wire(operator, CLUSTER, processes) as procs:
+        yield procs
 
 
 @pytest.fixture
@@ -154,50 +101,10 @@ def second_node(api: Any, drain_namespace: str) -> Iterator[harness.FakeKubelet]
             core.delete_node(NODE2)
 
 
-async def _replica_info(controllers: list[str], group: int) -> Any:
-    from rocket.controller.client import ControllerClient
-
-    ctl = ControllerClient(controllers)
-    try:
-        return await ctl.get_replica_info(f"{CLUSTER}-broker-{group}")
-    finally:
-        await ctl.close()
-
-
-def _play_kubelet(api: Any, namespace: str, procs: Processes, stop: threading.Event) -> None:
-    """Stop a pod's broker when its pod is deleted (recording the role the controllers gave it
-    then), start it again (same port and store) when the StatefulSet's new pod runs."""
-    try:
-        while not stop.is_set():
-            current = pods(api, namespace)
-            for pod, broker in procs.brokers.items():
-                obj = current.get(pod)
-                alive = obj.metadata.uid if obj is not None and not obj.metadata.deletion_timestamp else None
-                if broker.stack is not None:
-                    if broker.uid is None and alive is not None:
-                        broker.uid = alive  # the first pod: the process already runs for it
-                    elif broker.uid is not None and alive != broker.uid:
-                        info = _run(_replica_info(procs.controllers.addrs, broker.group))
-                        role = "master" if info.master_broker_id == broker.controller_id else "slave"
-                        procs.deletions.append((pod, role))
-                        broker.stack.close()
-                        broker.stack = None
-                elif alive is not None and obj.spec.node_name:
-                    broker.stack = broker.start()
-                    broker.uid = alive
-            stop.wait(0.1)
-    except Exception as exc:  # reported by the test
-        procs.errors.append(repr(exc))
-
-
-def _running_with_masters(api: Any, namespace: str) -> dict[str, Any] | None:
-    st = status(api, namespace, CLUSTER)
-    if st.get("phase") != "Running" or len(st.get("brokerGroups") or []) != 2 or "rollout" in st:
-        return None
-    groups = st["brokerGroups"]
-    if not all(g.get("master", {}).get("pod") and len(g.get("syncStateSet") or []) == 2 for g in groups):
-        return None
-    return st if st.get("controllersReady") == "3/3" else None
+def _settled(api: Any, namespace: str) -> dict[str, Any] | None:
+    """:func:`running_with_masters` with no rollout under way."""
+    st = running_with_masters(api, namespace, CLUSTER)
+    return st if st is not None and "rollout" not in st else None
 
 
 def test_kubectl_drain_of_a_master_node_fails_no_send_and_loses_nothing(
@@ -209,7 +116,7 @@ def test_kubectl_drain_of_a_master_node_fails_no_send_and_loses_nothing(
     create(api, ns, rkc(CLUSTER, broker={"groups": 2, "replicasPerGroup": 1, "clientRouteRefreshSeconds": 3,
                                          "config": {"allAckInSyncStateSet": "true"}},
                         topics=[{"name": TOPIC, "queues": 4}]))
-    st = wait_for(lambda: _running_with_masters(api, ns), 120, what="Running with each group's master known")
+    st = wait_for(lambda: _settled(api, ns), 120, what="Running with each group's master known")
     core = client.CoreV1Api(api)
     # every pod of the cluster runs on fake-node-1; the masters are the master StatefulSet's pods
     assert {p.spec.node_name for p in core.list_namespaced_pod(ns).items} == {harness.NODE}
@@ -227,11 +134,11 @@ def test_kubectl_drain_of_a_master_node_fails_no_send_and_loses_nothing(
 
     second_node.start()  # where the StatefulSets' new pods go once fake-node-1 is cordoned
     for broker in procs.brokers.values():
-        broker.controller_id = int(_run(_ha(broker.addr))["controllerMode"]["controllerBrokerId"])
+        broker.controller_id = int(run(ha_status(broker.addr))["controllerMode"]["controllerBrokerId"])
     traffic = Traffic(procs.namesrv, topic=TOPIC, group=GROUP)
     traffic.start()
     stop = threading.Event()
-    kubelet = threading.Thread(target=_play_kubelet, args=(api, ns, procs, stop), daemon=True)
+    kubelet = threading.Thread(target=play_kubelet, args=(api, ns, CLUSTER, procs, stop), daemon=True)
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
     try:
         wait_for(lambda: len(traffic.per_broker) == 2 and min(traffic.per_broker.values()) >= 20, 30,
@@ -249,7 +156,7 @@ def test_kubectl_drain_of_a_master_node_fails_no_send_and_loses_nothing(
         assert f"node/{harness.NODE} drained" in drained.stdout
         # the refusals kubectl retried: the masters' (and the in-sync slaves') with the operator's message
         assert "is the master of" in drained.stderr + drained.stdout
-        st = wait_for(lambda: _running_with_masters(api, ns), 120, what="Running again, every broker in sync")
+        st = wait_for(lambda: _settled(api, ns), 120, what="Running again, every broker in sync")
         time.sleep(1.0)
         traffic.stop_sending()
         traffic.start_consumer()

@@ -54,6 +54,16 @@ class HttpAuth:
         self.store = store
         self.protect_probes = protect_probes
 
+    @classmethod
+    def configured(cls, token_file: str | None, store: AuthMetadataStore | None,
+                   protect_probes: bool = False) -> HttpAuth | None:
+        """The check a server's settings ask for (``httpAuthTokenFile``, and ``store`` = its users
+        when ACL is on, else None); None when neither is set (the HTTP API is open). Raises
+        :class:`HttpAuthError` for an unreadable or empty token file."""
+        if store is None and not token_file:
+            return None
+        return cls(read_token(token_file) if token_file else None, store, protect_probes=protect_probes)
+
     def protects(self, path: str) -> bool:
         """Whether ``path`` needs a credential."""
         return path.startswith("/api/") or (self.protect_probes and path in PROBES)

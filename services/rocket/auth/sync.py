@@ -7,8 +7,10 @@ copy needs. The requests are signed by the copier's client (a Super user's crede
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rocket.auth.model import User
@@ -55,3 +57,49 @@ async def copy_from_brokers(client: RemotingClient, addrs: Iterable[str], store:
             continue
         return addr
     return None
+
+
+class PeriodicCopy:
+    """Copies users and ACLs from brokers every ``interval`` seconds (NameServers and controllers
+    with ACL on, as RocketMQ's auth metadata lives on the brokers).
+
+    ``addresses()`` gives the brokers to try, in order (none: that round is skipped); ``keep`` are
+    the server's own Super users (:func:`copy_from_brokers`); ``client`` signs the requests and is
+    closed by :meth:`stop`. A failed round is logged and the next one runs ``interval`` s later.
+    """
+
+    def __init__(self, client: RemotingClient, addresses: Callable[[], list[str]], store: AuthMetadataStore,
+                 keep: Iterable[User], interval: float, name: str) -> None:
+        self.client = client
+        self.addresses = addresses
+        self.store = store
+        self.keep = list(keep)
+        self.interval = interval
+        self.name = name
+        self._task: asyncio.Task[None] | None = None
+
+    async def once(self) -> str | None:
+        """One copy now: the address copied from, None when no broker answered or none is known."""
+        return await copy_from_brokers(self.client, self.addresses(), self.store, self.keep)
+
+    def start(self) -> None:
+        """Start the periodic copy (in the running event loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=self.name)
+
+    async def stop(self) -> None:
+        """Stop copying and close the client."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.client.close()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                if self.addresses():
+                    await self.once()
+            except Exception:
+                log.exception("copying users and ACLs failed")
+            await asyncio.sleep(self.interval)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rocket.auth import AuthConfig, AuthMetadataStore, ServerAuth, inner_credentials
-from rocket.auth.http import HttpAuth, read_token
+from rocket.auth.http import HttpAuth
 from rocket.auth.processor import AuthAdminProcessor
 from rocket.broker.client_manager import ConsumerManager, ProducerManager
 from rocket.broker.config import (
@@ -183,11 +183,9 @@ class BrokerController:
         #: Credentials this broker signs its own requests with (registration, slave copies, controllers).
         self.inner_credentials = inner_credentials(self.auth_config) if self.auth_config.enabled else None
         #: Credential check of the HTTP ``/api/v1`` routes (None: open, ACL off and no token file).
-        self.http_auth: HttpAuth | None = None
-        if self.auth_config.enabled or config.http_auth_token_file:
-            token = read_token(config.http_auth_token_file) if config.http_auth_token_file else None
-            self.http_auth = HttpAuth(token, self.auth_store if self.auth_config.enabled else None,
-                                      protect_probes=config.http_auth_probes)
+        self.http_auth = HttpAuth.configured(config.http_auth_token_file,
+                                             self.auth_store if self.auth_config.enabled else None,
+                                             config.http_auth_probes)
         self.remoting = RemotingServer(
             self._processors(vip=False), host=config.bind_address, port=config.listen_port, name="broker",
             rpc_hook=self.auth,

@@ -38,12 +38,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from rocket.broker.metadata.replication import wait_replicated
 from rocket.broker.topics import is_system_topic, validate_topic
 from rocket.remoting import ResponseCode
-from rocket.remoting.http import HttpServer
+from rocket.remoting.http import HttpServer, probe_app, prometheus_response
 from rocket.remoting.tls import ServerTls
 
 if TYPE_CHECKING:
@@ -56,12 +55,8 @@ _BROKER_KEY: web.AppKey[HttpBroker] = web.AppKey("broker")
 
 def build_app(broker: HttpBroker) -> web.Application:
     """The aiohttp application serving ``broker``."""
-    http_auth = broker.http_auth
-    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
+    app = probe_app(broker.http_auth, _readyz, _metrics)
     app[_BROKER_KEY] = broker
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/api/v1/status", _status)
     app.router.add_get("/api/v1/topics", _topics)
     app.router.add_post("/api/v1/topics", _create_topic)
@@ -92,10 +87,6 @@ def _error(status: int, message: str, code: int | None = None) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
 async def _readyz(request: web.Request) -> web.Response:
     ready, reasons = _broker(request).readiness()
     if ready:
@@ -104,7 +95,7 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(body=_broker(request).metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return prometheus_response(_broker(request).metrics.render())
 
 
 async def _status(request: web.Request) -> web.Response:

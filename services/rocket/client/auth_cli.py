@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import typer
 
 from rocket.client.cli import NAMESRV_HELP, _fail, _run, console, resolve_namesrv
 from rocket.client.output import OutputFormat, new_table, output_option, print_document
+
+T = TypeVar("T")
 
 user_app = typer.Typer(help="ACL users (AccessKey = username, SecretKey = password) on every master.",
                        no_args_is_help=True)
@@ -43,10 +46,19 @@ def _password(password_stdin: bool, required: bool) -> tuple[str | None, bool]:
     return None, False
 
 
-def _admin(namesrv: str | None) -> Any:
+def _with_admin(namesrv: str | None, call: Callable[[Any], Awaitable[T]]) -> T:
+    """``call(admin)``'s result, with an ``Admin`` of the NameServer ``namesrv`` (``resolve_namesrv``)
+    open around it; a client error ends the command with its message (``rocket.client.cli._run``)."""
     from rocket.client import Admin
 
-    return Admin(resolve_namesrv(namesrv))
+    addr = resolve_namesrv(namesrv)
+
+    async def main() -> T:
+        async with Admin(addr) as admin:
+            return await call(admin)
+
+    result: T = _run(main())
+    return result
 
 
 @user_app.command("create")
@@ -61,13 +73,8 @@ def user_create(
     """Create a user (AUTH_CREATE_USER). Password: $ROCKET_USER_PASSWORD, --password-stdin, or generated."""
     password, generated = _password(password_stdin, required=True)
 
-    async def main() -> list[str]:
-        async with _admin(namesrv) as admin:
-            done: list[str] = await admin.put_user(username, password, user_type=user_type, cluster=cluster,
-                                                   broker_addr=broker)
-            return done
-
-    done = _run(main())
+    done = _with_admin(namesrv, lambda admin: admin.put_user(username, password, user_type=user_type, cluster=cluster,
+                                                             broker_addr=broker))
     console.print(f"user {username} created on {', '.join(done)}", highlight=False)
     if generated:
         console.print(f"SecretKey (shown once): {password}", highlight=False, markup=False)
@@ -86,13 +93,10 @@ def user_update(
     """Change a user's password ($ROCKET_USER_PASSWORD or --password-stdin), type or status."""
     password, _ = _password(password_stdin, required=False)
 
-    async def main() -> list[str]:
-        async with _admin(namesrv) as admin:
-            done: list[str] = await admin.put_user(username, password, user_type=user_type, user_status=status,
-                                                   create=False, cluster=cluster, broker_addr=broker)
-            return done
-
-    console.print(f"user {username} updated on {', '.join(_run(main()))}", highlight=False)
+    done = _with_admin(namesrv, lambda admin: admin.put_user(username, password, user_type=user_type,
+                                                             user_status=status, create=False, cluster=cluster,
+                                                             broker_addr=broker))
+    console.print(f"user {username} updated on {', '.join(done)}", highlight=False)
 
 
 @user_app.command("delete")
@@ -103,12 +107,8 @@ def user_delete(
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
     """Delete a user and its ACL (AUTH_DELETE_USER)."""
-    async def main() -> list[str]:
-        async with _admin(namesrv) as admin:
-            done: list[str] = await admin.delete_user(username, cluster=cluster, broker_addr=broker)
-            return done
-
-    console.print(f"user {username} deleted on {', '.join(_run(main()))}", highlight=False)
+    done = _with_admin(namesrv, lambda admin: admin.delete_user(username, cluster=cluster, broker_addr=broker))
+    console.print(f"user {username} deleted on {', '.join(done)}", highlight=False)
 
 
 @user_app.command("list")
@@ -120,13 +120,8 @@ def user_list(
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
     """Users per broker (AUTH_LIST_USER); passwords are never shown. ``-o json``: {"users": [...]}."""
-    async def main() -> dict[str, list[dict[str, Any]]]:
-        async with _admin(namesrv) as admin:
-            found: dict[str, list[dict[str, Any]]] = await admin.list_users(name_filter, cluster=cluster,
-                                                                            broker_addr=broker)
-            return found
-
-    per_broker = _run(main())
+    per_broker = _with_admin(namesrv, lambda admin: admin.list_users(name_filter, cluster=cluster,
+                                                                      broker_addr=broker))
     rows = [{"broker": addr, "username": u.get("username"), "userType": u.get("userType"),
              "userStatus": u.get("userStatus")}
             for addr, users in sorted(per_broker.items()) for u in users if isinstance(u, dict)]
@@ -164,13 +159,10 @@ def acl_grant(
     except AuthError as exc:
         raise _fail(str(exc), 2) from None
 
-    async def main() -> list[str]:
-        async with _admin(namesrv) as admin:
-            done: list[str] = await admin.put_acl(subject, resources, actions, decision="Deny" if deny else "Allow",
-                                                  source_ips=source_ips, cluster=cluster, broker_addr=broker)
-            return done
-
-    console.print(f"acl of {subject} updated on {', '.join(_run(main()))}", highlight=False)
+    done = _with_admin(namesrv, lambda admin: admin.put_acl(subject, resources, actions,
+                                                            decision="Deny" if deny else "Allow",
+                                                            source_ips=source_ips, cluster=cluster, broker_addr=broker))
+    console.print(f"acl of {subject} updated on {', '.join(done)}", highlight=False)
 
 
 @acl_app.command("revoke")
@@ -182,12 +174,8 @@ def acl_revoke(
     namesrv: str | None = typer.Option(None, "--namesrv", "-n", help=NAMESRV_HELP),
 ) -> None:
     """Delete a user's ACL, or its entries for one resource (AUTH_DELETE_ACL)."""
-    async def main() -> list[str]:
-        async with _admin(namesrv) as admin:
-            done: list[str] = await admin.delete_acl(subject, resource, cluster=cluster, broker_addr=broker)
-            return done
-
-    console.print(f"acl of {subject} revoked on {', '.join(_run(main()))}", highlight=False)
+    done = _with_admin(namesrv, lambda admin: admin.delete_acl(subject, resource, cluster=cluster, broker_addr=broker))
+    console.print(f"acl of {subject} revoked on {', '.join(done)}", highlight=False)
 
 
 @acl_app.command("list")
@@ -201,14 +189,10 @@ def acl_list(
 ) -> None:
     """Policy entries per broker (AUTH_LIST_ACL). ``-o json``: {"acls": [{broker, subject, policyType,
     resource, actions, sourceIps, decision}]}."""
-    async def main() -> dict[str, list[dict[str, Any]]]:
-        async with _admin(namesrv) as admin:
-            found: dict[str, list[dict[str, Any]]] = await admin.list_acls(subject, resource, cluster=cluster,
-                                                                           broker_addr=broker)
-            return found
-
+    found = _with_admin(namesrv, lambda admin: admin.list_acls(subject, resource, cluster=cluster,
+                                                               broker_addr=broker))
     rows = []
-    for addr, acls in sorted(_run(main()).items()):
+    for addr, acls in sorted(found.items()):
         for acl in acls:
             for policy in acl.get("policies") or []:
                 for e in policy.get("entries") or []:

@@ -28,9 +28,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from rocket.remoting.http import probe_app, prometheus_response
 
 if TYPE_CHECKING:
     from rocket.auth.http import HttpAuth
@@ -108,18 +110,11 @@ def build_app(manager: ControllerManager, registry: CollectorRegistry, ready: Ca
               http_auth: HttpAuth | None = None) -> web.Application:
     """The standalone controller's application: probes, metrics, status; ``http_auth`` (when
     given) guards ``/api/v1`` (:mod:`rocket.auth.http`)."""
-    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
+    app = probe_app(http_auth, _readyz, _metrics)
     app[_READY_KEY] = ready
     app[_REGISTRY_KEY] = registry
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
     add_controller_routes(app, manager)
     return app
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
 
 
 async def _readyz(request: web.Request) -> web.Response:
@@ -132,8 +127,7 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[_REGISTRY_KEY])
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return prometheus_response(generate_latest(request.app[_REGISTRY_KEY]))
 
 
 async def _status(request: web.Request) -> web.Response:

@@ -15,15 +15,13 @@ credentials, and its HTTP ``/api/v1`` needs a credential (:mod:`rocket.auth.http
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from rocket.auth import AuthMetadataStore, ServerAuth, initial_user, inner_credentials
 from rocket.auth.classify import CONTROLLER_CLASSIFIERS
 from rocket.auth.http import HttpAuth, read_token
 from rocket.auth.model import AuthError, User, UserStatus, UserType
-from rocket.auth.sync import copy_from_brokers
+from rocket.auth.sync import PeriodicCopy
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import build_app, controller_registry
 from rocket.controller.manager import ControllerManager
@@ -69,8 +67,8 @@ class ControllerServer:
         self.auth: ServerAuth | None = None
         #: The Super users this controller keeps whatever the copies say (initial, inner).
         self.own_users: list[User] = []
-        self._auth_client: RemotingClient | None = None
-        self._auth_task: asyncio.Task[None] | None = None
+        #: ACL on: the periodic copy of users and ACLs from the brokers (:meth:`broker_addresses`).
+        self.auth_copy: PeriodicCopy | None = None
         if config.acl_enabled:
             self.auth = ServerAuth(auth_config, self.auth_store, classifiers=CONTROLLER_CLASSIFIERS)
             check_auth_settings(config)
@@ -81,13 +79,14 @@ class ControllerServer:
             if config.inner_client_authentication_credentials:  # a Super user too, as ServerAuth makes it
                 self.own_users.append(User(creds.access_key, creds.secret_key, UserType.SUPER, UserStatus.ENABLE))
             self.manager.client.rpc_hook = creds.sign  # NOTIFY_BROKER_ROLE_CHANGED is signed
-            self._auth_client = RemotingClient(connect_timeout=3.0, rpc_hook=creds.sign, tls=config.tls.client())
+            self.auth_copy = PeriodicCopy(RemotingClient(connect_timeout=3.0, rpc_hook=creds.sign,
+                                                         tls=config.tls.client()),
+                                          self.broker_addresses, self.auth_store, self.own_users,
+                                          config.auth_sync_interval_s, "controller-auth")
         #: Credential check of the HTTP ``/api/v1`` routes (None: open).
-        self.http_auth: HttpAuth | None = None
-        if self.auth is not None or config.http_auth_token_file:
-            token = read_token(config.http_auth_token_file) if config.http_auth_token_file else None
-            self.http_auth = HttpAuth(token, self.auth_store if self.auth is not None else None,
-                                      protect_probes=config.http_auth_probes)
+        self.http_auth = HttpAuth.configured(config.http_auth_token_file,
+                                             self.auth_store if self.auth is not None else None,
+                                             config.http_auth_probes)
         self.remoting = RemotingServer(processors, host=config.host, port=config.port,
                                        max_frame_size=config.max_frame_size, name="controller", tls=self.tls,
                                        rpc_hook=self.auth)
@@ -114,16 +113,9 @@ class ControllerServer:
         except BaseException:
             await self.stop()
             raise
-        if self._auth_client is not None:
-            self._auth_task = asyncio.get_running_loop().create_task(self._auth_sync_loop(), name="controller-auth")
+        if self.auth_copy is not None:
+            self.auth_copy.start()
         self.ready = True
-
-    async def sync_auth_once(self) -> str | None:
-        """Copy users and ACLs from the first broker that answers (:meth:`broker_addresses`
-        order); returns its address, None when none answered or none is known."""
-        assert self._auth_client is not None
-        return await copy_from_brokers(self._auth_client, self.broker_addresses(), self.auth_store,
-                                       self.own_users)
 
     def broker_addresses(self) -> list[str]:
         """Every broker address the controller holds: alive masters, then other alive brokers,
@@ -138,27 +130,12 @@ class ControllerServer:
                     ranked[addr] = min(rank, ranked.get(addr, rank))
         return sorted(ranked, key=lambda a: (ranked[a], a))
 
-    async def _auth_sync_loop(self) -> None:
-        interval = self.config.auth_sync_interval_s
-        while True:
-            try:
-                if self.broker_addresses():
-                    await self.sync_auth_once()
-            except Exception:
-                log.exception("copying users and ACLs failed")
-            await asyncio.sleep(interval)
-
     async def stop(self) -> None:
         """Close the ports and leave Raft. The broker connections closed here do not count as
         brokers dying (a stopping leader must not elect new masters on its way out)."""
         self.ready = False
-        if self._auth_task is not None:
-            self._auth_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._auth_task
-            self._auth_task = None
-        if self._auth_client is not None:
-            await self._auth_client.close()
+        if self.auth_copy is not None:
+            await self.auth_copy.stop()
         if self.manager.connection_closed in self.remoting.on_connection_closed:
             self.remoting.on_connection_closed.remove(self.manager.connection_closed)
         self.manager.quiesce()

@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 
 from rocket.auth.http import HttpAuth
 from rocket.nameserver.metrics import NameServerMetrics
 from rocket.nameserver.processor import no_route_remark
 from rocket.nameserver.routeinfo import RouteInfoManager
 from rocket.protocol.codes import ResponseCode
+from rocket.remoting.http import probe_app, prometheus_response
 
 
 class NameServerView(Protocol):
@@ -53,12 +54,8 @@ _SERVER_KEY: web.AppKey[NameServerView] = web.AppKey("nameserver")
 
 def build_app(server: NameServerView) -> web.Application:
     """The aiohttp application serving ``server``'s probes, metrics and API."""
-    http_auth = server.http_auth
-    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
+    app = probe_app(server.http_auth, _readyz, _metrics)
     app[_SERVER_KEY] = server
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/api/v1/cluster", _cluster)
     app.router.add_get("/api/v1/topics", _topics)
     app.router.add_get("/api/v1/topics/{topic}/route", _route)
@@ -69,10 +66,6 @@ def _server(request: web.Request) -> NameServerView:
     return request.app[_SERVER_KEY]
 
 
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
 async def _readyz(request: web.Request) -> web.Response:
     if _server(request).ready:
         return web.json_response({"status": "ready"})
@@ -80,8 +73,7 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(_server(request).metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return prometheus_response(generate_latest(_server(request).metrics.registry))
 
 
 async def _cluster(request: web.Request) -> web.Response:

@@ -22,9 +22,9 @@ import contextlib
 import logging
 from pathlib import Path
 
-from rocket.auth import AuthConfig, AuthError, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
-from rocket.auth.http import HttpAuth, read_token
-from rocket.auth.sync import copy_from_brokers
+from rocket.auth import AuthConfig, AuthMetadataStore, ServerAuth, initial_user, inner_credentials
+from rocket.auth.http import HttpAuth
+from rocket.auth.sync import PeriodicCopy
 from rocket.controller.config import ControllerConfig
 from rocket.controller.http import ControllerCollector, add_controller_routes
 from rocket.controller.manager import ControllerManager
@@ -97,17 +97,18 @@ class NameServer:
         #: TLS of the remoting and HTTP ports (None: plaintext) and of our own connections to brokers.
         self.tls = cfg.tls.server()
         self.client_tls = cfg.tls.client()
-        self._auth_client: RemotingClient | None = None
+        #: ACL on: the periodic copy of users and ACLs from the registered masters.
+        self.auth_copy: PeriodicCopy | None = None
         if self.auth is not None:
             creds = inner_credentials(self.auth_config)
-            self._auth_client = RemotingClient(rpc_hook=creds.sign if creds else None, tls=self.client_tls)
-        self._auth_task: asyncio.Task[None] | None = None
+            own = initial_user(self.auth_config)
+            self.auth_copy = PeriodicCopy(RemotingClient(rpc_hook=creds.sign if creds else None, tls=self.client_tls),
+                                          self._master_addresses, self.auth_store, [own] if own is not None else [],
+                                          max(0.2, cfg.auth_sync_interval), "nameserver-auth")
         #: Credential check of the HTTP ``/api/v1`` routes (None: open).
-        self.http_auth: HttpAuth | None = None
-        if self.auth is not None or cfg.http_auth_token_file:
-            token = read_token(cfg.http_auth_token_file) if cfg.http_auth_token_file else None
-            self.http_auth = HttpAuth(token, self.auth_store if self.auth is not None else None,
-                                      protect_probes=cfg.http_auth_probes)
+        self.http_auth = HttpAuth.configured(cfg.http_auth_token_file,
+                                             self.auth_store if self.auth is not None else None,
+                                             cfg.http_auth_probes)
         self.remoting = RemotingServer(
             processors, host=cfg.host, port=cfg.port, max_frame_size=cfg.max_frame_size, name="nameserver",
             rpc_hook=self.auth,
@@ -130,8 +131,8 @@ class NameServer:
         if controller is not None:
             self.controller = ControllerManager(controller)
             self.controller.register(processors)
-            if self._auth_client is not None:  # its requests to brokers are signed like ours
-                self.controller.client.rpc_hook = self._auth_client.rpc_hook
+            if self.auth_copy is not None:  # its requests to brokers are signed like ours
+                self.controller.client.rpc_hook = self.auth_copy.client.rpc_hook
             self.controller.client.tls = self.client_tls
             self.remoting.on_connection_closed.append(self.controller.connection_closed)
             self.metrics.registry.register(ControllerCollector(self.controller))
@@ -188,8 +189,8 @@ class NameServer:
                 raise
             self._http = http
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop(), name="nameserver-scan")
-        if self._auth_client is not None:
-            self._auth_task = asyncio.get_running_loop().create_task(self._auth_sync_loop(), name="nameserver-auth")
+        if self.auth_copy is not None:
+            self.auth_copy.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -210,13 +211,8 @@ class NameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
-        if self._auth_task is not None:
-            self._auth_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._auth_task
-            self._auth_task = None
-        if self._auth_client is not None:
-            await self._auth_client.close()
+        if self.auth_copy is not None:
+            await self.auth_copy.stop()
         for server in (self.remoting, *self.listener_remoting.values()):
             await server.stop()
         if self.controller is not None:
@@ -271,26 +267,9 @@ class NameServer:
             self.metrics.evictions_timeout.inc(len(evicted))
         return len(evicted)
 
-    async def sync_auth_once(self) -> bool:
-        """Copy users and ACLs from the first registered master that answers; True on success."""
-        assert self._auth_client is not None
-        masters = sorted(addr for bd in self.routes.broker_addr_table.values()
-                         if (addr := bd.master_addr) is not None)
-        own = initial_user(self.auth_config)
-        return await copy_from_brokers(self._auth_client, masters, self.auth_store,
-                                       [own] if own is not None else []) is not None
-
-    async def _auth_sync_loop(self) -> None:
-        interval = max(0.2, self.config.auth_sync_interval)
-        while True:
-            try:
-                if self.routes.broker_addr_table:
-                    await self.sync_auth_once()
-            except AuthError as exc:
-                log.warning("auth metadata copy rejected: %s", exc)
-            except Exception:
-                log.exception("auth metadata copy failed")
-            await asyncio.sleep(interval)
+    def _master_addresses(self) -> list[str]:
+        """The registered masters' addresses, sorted (where users and ACLs are copied from)."""
+        return sorted(addr for bd in self.routes.broker_addr_table.values() if (addr := bd.master_addr) is not None)
 
     async def _scan_loop(self) -> None:
         cfg = self.config

@@ -7,9 +7,45 @@ byte), HTTPS only when enforcing; the certificate is reloaded when its files cha
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
 from aiohttp import web
+from aiohttp.typedefs import Middleware
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from rocket.remoting.tls import Listener, ServerTls
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class RequestCheck(Protocol):
+    """A credential check of HTTP requests (``rocket.auth.http.HttpAuth``)."""
+
+    def middleware(self) -> Middleware:
+        """The aiohttp middleware that refuses requests without an accepted credential."""
+        ...
+
+
+def probe_app(http_auth: RequestCheck | None, readyz: Handler, metrics: Handler) -> web.Application:
+    """A new application serving the probes every server process has: ``GET /healthz`` (200
+    ``{"status": "ok"}`` while the process serves), ``GET /readyz`` (``readyz``) and
+    ``GET /metrics`` (``metrics``); ``http_auth`` (when given) is its middleware
+    (:mod:`rocket.auth.http`: ``/api/v1`` needs a credential). The caller adds its own routes."""
+    app = web.Application(middlewares=[http_auth.middleware()] if http_auth is not None else [])
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def prometheus_response(body: bytes) -> web.Response:
+    """``body`` (Prometheus text exposition format) with its content type."""
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
 
 
 class HttpServer:

@@ -58,9 +58,7 @@ class ConsumerOffsetManager:
             q = self.table[k] = {}
         if q.get(queue_id) != offset:
             q[queue_id] = offset
-            self._version += 1
-            if self.on_change is not None:
-                self.on_change([k])
+            self._changed([k])
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None."""
@@ -73,25 +71,23 @@ class ConsumerOffsetManager:
 
     def remove_group(self, group: str) -> int:
         """Forget the group on every topic; returns how many topic entries went."""
-        gone = [k for k in self.table if k.rpartition("@")[2] == group]
-        for k in gone:
-            del self.table[k]
-        if gone:
-            self._version += 1
-            if self.on_change is not None:
-                self.on_change(gone)
-        return len(gone)
+        return self._remove([k for k in self.table if k.rpartition("@")[2] == group])
 
     def remove_topic(self, topic: str) -> int:
-        """Forget every group's offsets on ``topic``."""
-        gone = [k for k in self.table if k.rpartition("@")[0] == topic]
+        """Forget every group's offsets on ``topic``; returns how many group entries went."""
+        return self._remove([k for k in self.table if k.rpartition("@")[0] == topic])
+
+    def _remove(self, gone: list[str]) -> int:
         for k in gone:
             del self.table[k]
         if gone:
-            self._version += 1
-            if self.on_change is not None:
-                self.on_change(gone)
+            self._changed(gone)
         return len(gone)
+
+    def _changed(self, keys: list[str]) -> None:
+        self._version += 1
+        if self.on_change is not None:
+            self.on_change(keys)
 
     def entry(self, key: str) -> dict[int, int] | None:
         """A copy of the offsets of ``key`` (``topic@group``), None when absent."""
