@@ -142,8 +142,14 @@ def template_id(template: str) -> int:
     return int.from_bytes(hashlib.sha1(template.encode("utf-8")).digest()[:4], "big") % (2**31 - 1) + 1
 
 
-def _mine_tokens(toks: Sequence[tuple[str, ...]], settings: MinerSettings) -> list[str]:
-    """One template text per token tuple (steps 2-5)."""
+def _mine_tokens(toks: Sequence[tuple[str, ...]], settings: MinerSettings,
+                 counts: Sequence[int] | None = None) -> list[str]:
+    """One template text per token tuple (steps 2-5).
+
+    ``counts[i]``: how many lines ``toks[i]`` stands for (:func:`mine` passes each distinct tuple once with
+    its count); step 3's frequencies weigh each tuple by it, so the templates are those of the lines
+    expanded. The other steps look at distinct values only.
+    """
     by_len: dict[int, list[int]] = defaultdict(list)
     for i, t in enumerate(toks):
         by_len[len(t)].append(i)
@@ -151,7 +157,7 @@ def _mine_tokens(toks: Sequence[tuple[str, ...]], settings: MinerSettings) -> li
     for length, idx in by_len.items():
         freq: Counter[tuple[int, str]] = Counter()
         for i in idx:
-            freq.update(enumerate(toks[i]))
+            freq.update(enumerate(toks[i]) if counts is None else dict.fromkeys(enumerate(toks[i]), counts[i]))
         groups: dict[tuple[tuple[int, str], ...], list[int]] = defaultdict(list)
         for i in idx:
             t = toks[i]
@@ -187,28 +193,92 @@ def mine(contents: Iterable[str], settings: MinerSettings = DEFAULT_SETTINGS) ->
 
     Within a chunk the result does not depend on the lines' order. Templates of
     different chunks are merged by :func:`merge_templates`.
+
+    Repetition is cheap (the result is the same as mining every line): a
+    content is tokenized once per digit shape (:class:`TokenCache`), and a
+    chunk's lines with the same tokens are mined once, with their count
+    (:func:`_mine_tokens`' ``counts``). Memory: a chunk's distinct token tuples
+    and one small int per line.
     """
     result = MiningResult()
-    chunk: list[tuple[str, ...]] = []
-    texts: list[str] = []
+    cache = TokenCache(settings)
+    slots: dict[tuple[str, ...], int] = {}  # a chunk's distinct token tuples → their index
+    distinct: list[tuple[str, ...]] = []
+    counts: list[int] = []
+    line_slots: list[int] = []
+    texts: list[str] = []  # per line, its chunk's template text (shared str objects)
 
     def flush() -> None:
-        texts.extend(_mine_tokens(chunk, settings))
-        chunk.clear()
+        mined = _mine_tokens(distinct, settings, counts)
+        texts.extend([mined[s] for s in line_slots])
+        slots.clear()
+        distinct.clear()
+        counts.clear()
+        line_slots.clear()
 
     for content in contents:
-        chunk.append(tokenize(content, settings))
-        if len(chunk) >= settings.chunk_lines:
+        toks = cache.tokens(content)
+        slot = slots.get(toks)
+        if slot is None:
+            slot = slots[toks] = len(distinct)
+            distinct.append(toks)
+            counts.append(0)
+        counts[slot] += 1
+        line_slots.append(slot)
+        if len(line_slots) >= settings.chunk_lines:
             flush()
     flush()
-    canonical = merge_templates(texts, settings.merge_min_constant)
+    canonical = merge_templates(set(texts), settings.merge_min_constant)
+    ids: dict[str, int] = {}
+    for text in canonical:
+        merged = canonical[text]
+        tid = template_id(merged)
+        ids[text] = tid
+        result.templates[tid] = merged
     for text in texts:
-        text = canonical.get(text, text)
-        tid = template_id(text)
+        tid = ids[text]
         result.cluster_ids.append(tid)
-        result.templates[tid] = text
         result.sizes[tid] = result.sizes.get(tid, 0) + 1
     return result
+
+
+def _digit_blind(pattern: str) -> bool:
+    """Whether a regex treats the ASCII digits alike: no digit appears in it except in ``{m,n}``
+    quantifiers and in a ``0-9`` range (conservative: ``\\x30`` or a back-reference counts as a digit)."""
+    return not re.search(r"\d", re.sub(r"\{\d*(?:,\d*)?\}|0-9", "", pattern).replace("\\d", ""))
+
+
+#: ASCII digits → ``0``: contents that differ only in their digits tokenize alike when every mask is
+#: digit-blind (:func:`_digit_blind`).
+_DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
+
+
+class TokenCache:
+    """:func:`tokenize` with a bounded cache (``max_entries`` contents; emptied when full).
+
+    The key is the content with its ASCII digits replaced by ``0`` when every
+    regex of this module is digit-blind (:func:`_digit_blind`; every mask then
+    sees a digit as ``\\d`` and step 1 turns every token holding one into
+    ``<*>``, so the tokens do not depend on which digits they were), else the
+    content itself. Log lines that differ only in their numbers (the common case)
+    are tokenized once.
+    """
+
+    def __init__(self, settings: MinerSettings = DEFAULT_SETTINGS, max_entries: int = 1 << 16) -> None:
+        self.settings = settings
+        self.max_entries = max_entries
+        self._cache: dict[str, tuple[str, ...]] = {}
+        self._table = _DIGITS_TO_ZERO if DIGIT_BLIND else None
+
+    def tokens(self, content: str) -> tuple[str, ...]:
+        """``tokenize(content, settings)``, cached."""
+        key = content.translate(self._table) if self._table is not None else content
+        toks = self._cache.get(key)
+        if toks is None:
+            if len(self._cache) >= self.max_entries:
+                self._cache.clear()
+            toks = self._cache[key] = tokenize(content, self.settings)
+        return toks
 
 
 def _generalizes(general: tuple[str, ...], specific: tuple[str, ...]) -> bool:
@@ -246,3 +316,8 @@ def merge_templates(templates: Iterable[str], min_constant: float = DEFAULT_SETT
                     out[text] = " ".join(g)
                     break
     return out
+
+
+#: Whether every regex of this module is digit-blind (:class:`TokenCache` keys contents by their digit shape).
+DIGIT_BLIND: bool = all(_digit_blind(v.pattern) for v in list(globals().values()) if isinstance(v, re.Pattern)) \
+    and all(_digit_blind(v.pattern) for v in _KV.values())
