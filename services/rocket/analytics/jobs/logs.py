@@ -74,7 +74,8 @@ from rocket.analytics.mining import DEFAULT_SETTINGS, MinerSettings, merge_templ
 log = logging.getLogger("rocket.analytics.logs")
 
 #: Schema of the per-partition mining output (one row per input line). ``template`` is the partition's
-#: template; the job replaces it with the merged one and sets ``template_id``.
+#: template; the job replaces it with the merged one and sets ``template_id``. ``line`` (the raw line) is
+#: set for LogHub topics only (scored against their ground truth, then dropped).
 LINES_SCHEMA = (
     "topic string, system string, line_no int, broker_name string, queue_id int, queue_offset bigint, "
     "store_ms bigint, event_ms bigint, level string, level_inferred boolean, component string, parsed boolean, "
@@ -229,7 +230,9 @@ def mine_topic_columns(topic: str, tags: str | None, keys: Sequence[str | None],
     with the topic); ``keys``, ``store_ms`` (0 when unknown) and ``bodies`` (bytes)
     per message. ``fmt``: the header format; ``None`` learns it from the lines.
     Returns a list per column of :data:`_COMPUTED` (``template`` is this chunk's;
-    merged later across chunks) and ``"_system"``: the LogHub system or ``None``.
+    merged later across chunks; ``line``, the raw line, only for a LogHub system's
+    topic, which is scored against its ground truth: else ``None``, as it would
+    only be carried and dropped) and ``"_system"``: the LogHub system or ``None``.
     """
     system = loghub.system_of(topic, tags)
     decoded = [decode_body(b) for b in bodies]
@@ -282,7 +285,7 @@ def mine_topic_columns(topic: str, tags: str | None, keys: Sequence[str | None],
             template[i] = texts[cid]
     return {"line_no": line_no, "event_ms": event_ms, "level": level, "level_inferred": inferred,
             "component": component, "parsed": parsed, "skipped": skipped, "template": template,
-            "content": content_col, "line": lines, "_system": system}
+            "content": content_col, "line": lines if system is not None else [None] * n, "_system": system}
 
 
 #: When set, each mining task writes ``<partition>-<pid>.json`` there: ``{"partition", "pid",
