@@ -11,7 +11,8 @@
    timed on ``local[1]`` and ``local[2]``: lines/s of a read alone, of read +
    mining per partition, of mining a cached input (no reader, no broker: the
    part that scales with cores), and of the whole job end to end from the
-   broker; and the peak resident set of a mining task's Python worker. The
+   broker (with its phases' seconds); and the peak resident set of a mining task's Python worker,
+   and the load average during the row (the machine is shared). The
    reader's and the miner's Python workers of one task run at once, and the
    brokers share the machine: on a 2-core machine ``local[1]`` already keeps
    both cores busy, so end-to-end scaling needs more cores than that.
@@ -130,6 +131,7 @@ def _logs_job_scaling(short: bool) -> list[dict[str, float]]:
                 # the Python workers get it through the executor environment (a stopped session's JVM lingers)
                 spark = spark_session(f"bench-logs-{cores}", master=f"local[{cores}]",
                                       conf={f"spark.executorEnv.{STATS_DIR_ENV}": str(stats)})
+                load0 = os.getloadavg()[0]
                 try:
                     df = (spark.read.format("rocket").option("namesrv", state.namesrv)
                           .option("topic", "bench-logs").option("pullBatchSize", "256").load())
@@ -162,7 +164,8 @@ def _logs_job_scaling(short: bool) -> list[dict[str, float]]:
                                 "mine_lines_s": count / mine_s, "mine_only_lines_s": count / mine_only_s,
                                 "templates": float(topic["templates"]),
                                 "tasks": float(len(rss)), "peak_rss_mib": max(rss) / 1024 if rss else float("nan"),
-                                "publish_s": publish_s})
+                                "publish_s": publish_s, "load": (load0 + os.getloadavg()[0]) / 2,
+                                **{f"phase_{k}": float(v) for k, v in summary.get("phase_seconds", {}).items()}})
         return results
     finally:
         shutil.rmtree(data, ignore_errors=True)
@@ -188,11 +191,14 @@ def run(short: bool) -> None:
         rows = []
     if rows:
         print(f"{'cores':>5} {'lines':>9} {'read/s':>8} {'read+mine/s':>11} {'mine/s':>8} {'job s':>7} "
-              f"{'job lines/s':>11} {'templates':>9} {'peak RSS/task MiB':>17}")
+              f"{'job lines/s':>11} {'templates':>9} {'peak RSS/task MiB':>17} {'load':>5}")
         for r in rows:
             print(f"{int(r['cores']):>5} {int(r['lines']):>9} {r['read_lines_s']:>8.0f} {r['mine_lines_s']:>11.0f} "
                   f"{r['mine_only_lines_s']:>8.0f} {r['seconds']:>7.1f} {r['lines_s']:>11.0f} "
-                  f"{int(r['templates']):>9} {r['peak_rss_mib']:>17.0f}")
+                  f"{int(r['templates']):>9} {r['peak_rss_mib']:>17.0f} {r['load']:>5.1f}")
+        for r in rows:
+            phases = ", ".join(f"{k[len('phase_'):]} {v:.1f}" for k, v in r.items() if k.startswith("phase_"))
+            print(f"  job phases on local[{int(r['cores'])}] (s): {phases}")
         print(f"scaling 2 vs 1 cores: job x{rows[1]['lines_s'] / rows[0]['lines_s']:.2f}, read+mine "
               f"x{rows[1]['mine_lines_s'] / rows[0]['mine_lines_s']:.2f}, mine (cached input) "
               f"x{rows[1]['mine_only_lines_s'] / rows[0]['mine_only_lines_s']:.2f} (published in "

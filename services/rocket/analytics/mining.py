@@ -266,8 +266,14 @@ def template_id(template: str) -> int:
     return int.from_bytes(hashlib.sha1(template.encode("utf-8")).digest()[:4], "big") % (2**31 - 1) + 1
 
 
-def _mine_tokens(toks: Sequence[tuple[str, ...]], settings: MinerSettings) -> list[str]:
-    """One template text per token tuple (steps 2-5)."""
+def _mine_tokens(toks: Sequence[tuple[str, ...]], settings: MinerSettings,
+                 counts: Sequence[int] | None = None) -> list[str]:
+    """One template text per token tuple (steps 2-5).
+
+    ``counts[i]``: how many lines ``toks[i]`` stands for (:func:`mine` passes each distinct tuple once with
+    its count); step 3's frequencies weigh each tuple by it, so the templates are those of the lines
+    expanded. The other steps look at distinct values only.
+    """
     by_len: dict[int, list[int]] = defaultdict(list)
     for i, t in enumerate(toks):
         by_len[len(t)].append(i)
@@ -275,7 +281,7 @@ def _mine_tokens(toks: Sequence[tuple[str, ...]], settings: MinerSettings) -> li
     for length, idx in by_len.items():
         freq: Counter[tuple[int, str]] = Counter()
         for i in idx:
-            freq.update(enumerate(toks[i]))
+            freq.update(enumerate(toks[i]) if counts is None else dict.fromkeys(enumerate(toks[i]), counts[i]))
         groups: dict[tuple[tuple[int, str], ...], list[int]] = defaultdict(list)
         for i in idx:
             t = toks[i]
@@ -311,26 +317,51 @@ def mine(contents: Iterable[str], settings: MinerSettings = DEFAULT_SETTINGS) ->
 
     Within a chunk the result does not depend on the lines' order. Templates of
     different chunks are merged by :func:`merge_templates`.
+
+    Repetition is cheap (the result is the same as mining every line): a
+    content is tokenized once per digit shape (:class:`TokenCache`), and a
+    chunk's lines with the same tokens are mined once, with their count
+    (:func:`_mine_tokens`' ``counts``). Memory: a chunk's distinct token tuples
+    and one small int per line.
     """
     result = MiningResult()
-    chunk: list[tuple[str, ...]] = []
-    texts: list[str] = []
+    cache = TokenCache(settings)
+    slots: dict[tuple[str, ...], int] = {}  # a chunk's distinct token tuples → their index
+    distinct: list[tuple[str, ...]] = []
+    counts: list[int] = []
+    line_slots: list[int] = []
+    texts: list[str] = []  # per line, its chunk's template text (shared str objects)
 
     def flush() -> None:
-        texts.extend(_mine_tokens(chunk, settings))
-        chunk.clear()
+        mined = _mine_tokens(distinct, settings, counts)
+        texts.extend([mined[s] for s in line_slots])
+        slots.clear()
+        distinct.clear()
+        counts.clear()
+        line_slots.clear()
 
     for content in contents:
-        chunk.append(tokenize(content, settings))
-        if len(chunk) >= settings.chunk_lines:
+        toks = cache.tokens(content)
+        slot = slots.get(toks)
+        if slot is None:
+            slot = slots[toks] = len(distinct)
+            distinct.append(toks)
+            counts.append(0)
+        counts[slot] += 1
+        line_slots.append(slot)
+        if len(line_slots) >= settings.chunk_lines:
             flush()
     flush()
-    canonical = merge_templates(texts, settings.merge_min_constant, normalize=settings.normalize_templates)
+    canonical = merge_templates(set(texts), settings.merge_min_constant, normalize=settings.normalize_templates)
+    ids: dict[str, int] = {}
+    for text in canonical:
+        merged = canonical[text]
+        tid = template_id(merged)
+        ids[text] = tid
+        result.templates[tid] = merged
     for text in texts:
-        text = canonical.get(text, text)
-        tid = template_id(text)
+        tid = ids[text]
         result.cluster_ids.append(tid)
-        result.templates[tid] = text
         result.sizes[tid] = result.sizes.get(tid, 0) + 1
     return result
 
@@ -354,6 +385,61 @@ def _token_generalizes(general: str, specific: str) -> bool:
             return False
         pos = found + len(piece)
     return True
+
+
+def _digit_blind(pattern: str) -> bool:
+    """Whether a regex treats the ASCII digits alike: no digit appears in it except in ``{m,n}``
+    quantifiers and in a ``0-9`` range (conservative: ``\\x30`` or a back-reference counts as a digit)."""
+    return not re.search(r"\d", re.sub(r"\{\d*(?:,\d*)?\}|0-9", "", pattern).replace("\\d", ""))
+
+
+#: ASCII digits 1-9 → ``1`` (``0`` stays: :func:`_mostly_numeric` reads a leading ``0x``): contents that
+#: differ only in which non-zero digits they hold take the same decisions in every digit-blind mask.
+_DIGIT_SHAPE = str.maketrans("23456789", "11111111")
+_ANY_DIGIT = re.compile(r"\d")
+
+
+class TokenCache:
+    """:func:`tokenize` with a bounded cache (``max_entries`` contents per map; emptied when full).
+
+    When every regex of this module is digit-blind (:func:`_digit_blind`), two
+    contents that differ only in their non-zero digits (the *digit shape*: 1-9
+    read as ``1``) go through the same matches and replacements, so their
+    tokens differ at most in the digits a token keeps (``SOCKS5`` stays a
+    constant under the ``numeric`` and ``subword`` rules). Tokens holding no
+    digit are therefore cached by digit shape (log lines that differ only in
+    their numbers, the common case, are tokenized once); tokens that keep a
+    digit are cached by the exact content, in a map of their own. The result is
+    always ``tokenize(content, settings)``.
+    """
+
+    def __init__(self, settings: MinerSettings = DEFAULT_SETTINGS, max_entries: int = 1 << 16) -> None:
+        self.settings = settings
+        self.max_entries = max_entries
+        self._by_shape: dict[str, tuple[str, ...]] = {}
+        self._by_content: dict[str, tuple[str, ...]] = {}
+        self._table = _DIGIT_SHAPE if DIGIT_BLIND else None
+
+    def tokens(self, content: str) -> tuple[str, ...]:
+        """``tokenize(content, settings)``, cached."""
+        shape = content.translate(self._table) if self._table is not None else None
+        if shape is not None:
+            toks = self._by_shape.get(shape)
+            if toks is not None:
+                return toks
+        toks = self._by_content.get(content)
+        if toks is not None:
+            return toks
+        toks = tokenize(content, self.settings)
+        if shape is not None and not any(_ANY_DIGIT.search(t) for t in toks):
+            cache = self._by_shape
+            key = shape
+        else:
+            cache, key = self._by_content, content
+        if len(cache) >= self.max_entries:
+            cache.clear()
+        cache[key] = toks
+        return toks
 
 
 def _generalizes(general: tuple[str, ...], specific: tuple[str, ...]) -> bool:
@@ -412,3 +498,8 @@ def _generalize_merge(templates: set[str], min_constant: float) -> dict[str, str
                     out[text] = " ".join(g)
                     break
     return out
+
+
+#: Whether every regex of this module is digit-blind (:class:`TokenCache` keys contents by their digit shape).
+DIGIT_BLIND: bool = all(_digit_blind(v.pattern) for v in list(globals().values()) if isinstance(v, re.Pattern)) \
+    and all(_digit_blind(v.pattern) for v in _KV.values())

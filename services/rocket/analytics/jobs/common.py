@@ -146,14 +146,14 @@ def input_spec(args: argparse.Namespace) -> InputSpec:
 
 
 def write_parquet(df: Any, path: Path, partition_by: Sequence[str], *, small: bool = False) -> str:
-    """Overwrite ``path`` with ``df`` as Parquet partitioned by ``partition_by``, one file per partition.
+    """Overwrite ``path`` with ``df`` as Parquet partitioned by ``partition_by``.
 
-    ``small``: the frame is an aggregate that fits one task (coalesced, no shuffle).
+    ``small``: the frame is an aggregate that fits one task (coalesced, no shuffle: one file per output
+    partition); else every task writes its own file in each output partition it has rows of (no shuffle: a
+    large topic is written by every core).
     """
     if small:
         df = df.coalesce(1)
-    elif partition_by:
-        df = df.repartition(*partition_by)
     df.write.mode("overwrite").partitionBy(*partition_by).parquet(str(path))
     return str(path)
 

@@ -74,7 +74,8 @@ from rocket.analytics.mining import DEFAULT_SETTINGS, MinerSettings, merge_templ
 log = logging.getLogger("rocket.analytics.logs")
 
 #: Schema of the per-partition mining output (one row per input line). ``template`` is the partition's
-#: template; the job replaces it with the merged one and sets ``template_id``.
+#: template; the job replaces it with the merged one and sets ``template_id``. ``line`` (the raw line) is
+#: set for LogHub topics only (scored against their ground truth, then dropped).
 LINES_SCHEMA = (
     "topic string, system string, line_no int, broker_name string, queue_id int, queue_offset bigint, "
     "store_ms bigint, event_ms bigint, level string, level_inferred boolean, component string, parsed boolean, "
@@ -135,43 +136,156 @@ def decode_body(body: Any) -> tuple[str, str | None]:
     return line, None
 
 
+#: Columns :func:`mine_topic_columns` computes (the others of :data:`LINES_SCHEMA` are the input's).
+_COMPUTED = ("line_no", "event_ms", "level", "level_inferred", "component", "parsed", "skipped", "template",
+             "content", "line")
+
+
+def lines_arrow_schema() -> Any:
+    """:data:`LINES_SCHEMA` as a ``pyarrow.Schema`` (the batches :func:`mine_partition` yields)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(), "boolean": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in (c.split(" ") for c in LINES_SCHEMA.split(", "))])
+
+
 def mine_partition(batches: Iterator[Any], log_format: str | None = None,
                    settings: MinerSettings = DEFAULT_SETTINGS) -> Iterator[Any]:
-    """The ``mapInPandas`` function: one partition's messages → one row per line (:data:`LINES_SCHEMA`).
+    """The ``mapInArrow`` function: one partition's messages → one row per line (:data:`LINES_SCHEMA`).
 
-    Lines are gathered per topic up to ``settings.chunk_lines`` (memory per
-    task is bounded by a chunk), each chunk's header format learned from its
-    first :data:`SAMPLE_LINES` lines unless ``log_format`` (a preset name or
-    loghub notation, :func:`rocket.analytics.header.resolve`) is given, then
-    mined. Input columns: topic, tags, keys, broker_name, queue_id,
-    queue_offset, store_ms, line (bytes). Never raises for bad lines.
+    ``batches``: ``pyarrow.RecordBatch`` objects with the columns topic, tags,
+    keys, broker_name, queue_id, queue_offset, store_ms, line (binary). Lines
+    are gathered per topic in order and mined ``settings.chunk_lines`` at a time
+    (memory per task is bounded by a chunk: its Arrow input, one Python list per
+    column and its distinct token tuples), each chunk's header format learned
+    from its first :data:`SAMPLE_LINES` lines unless ``log_format`` (a preset
+    name or loghub notation, :func:`rocket.analytics.header.resolve`) is given.
+    Yields ``pyarrow.RecordBatch`` objects of :func:`lines_arrow_schema`, at most
+    10,000 rows each. Never raises for bad lines.
     """
-    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     fmt = header.resolve(log_format)
-    columns = [c.split(" ")[0] for c in LINES_SCHEMA.split(", ")]
-    pending: dict[str, list[dict[str, Any]]] = {}
-
-    def emit(records: list[dict[str, Any]]) -> Any:
-        out = pd.DataFrame(mine_topic_rows(records, fmt, settings), columns=columns)
-        for col in ("line_no", "queue_id"):
-            out[col] = out[col].astype("Int32")
-        for col in ("queue_offset", "store_ms", "event_ms"):
-            out[col] = out[col].astype("Int64")
-        return out
-
-    for pdf in batches:
-        for r in pdf.to_dict("records"):
-            topic = str(r.get("topic") or "")
-            bucket = pending.setdefault(topic, [])
-            bucket.append(r)
-            if len(bucket) >= settings.chunk_lines:
-                yield emit(bucket)
-                pending[topic] = []
-    for records in pending.values():
-        if records:
-            yield emit(records)
+    schema = lines_arrow_schema()
+    pending: dict[str, list[Any]] = {}
+    pending_rows: dict[str, int] = {}
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        topics = pc.fill_null(batch.column("topic"), "")
+        distinct = pc.unique(topics).to_pylist()
+        parts = [(distinct[0], batch)] if len(distinct) == 1 else [
+            (t, batch.filter(pc.equal(topics, t))) for t in distinct]
+        for topic, part in parts:
+            pending.setdefault(topic, []).append(part)
+            pending_rows[topic] = pending_rows.get(topic, 0) + part.num_rows
+            while pending_rows[topic] >= settings.chunk_lines:
+                table = pa.Table.from_batches(pending[topic])
+                yield from _mine_chunk(topic, table.slice(0, settings.chunk_lines), fmt, settings, schema)
+                rest = table.slice(settings.chunk_lines)
+                pending[topic] = rest.to_batches()
+                pending_rows[topic] = rest.num_rows
+    for topic, parts_ in pending.items():
+        if pending_rows[topic]:
+            yield from _mine_chunk(topic, pa.Table.from_batches(parts_), fmt, settings, schema)
     _record_task_stats()
+
+
+def _mine_chunk(topic: str, table: Any, fmt: header.HeaderFormat | None, settings: MinerSettings,
+                schema: Any) -> Iterator[Any]:
+    """One topic's chunk (a ``pyarrow.Table`` of :func:`mine_partition`'s input) → output batches."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    tags = pc.drop_null(table.column("tags")) if "tags" in table.column_names else pa.array([], pa.string())
+    tags = tags.filter(pc.not_equal(tags, "")) if len(tags) else tags
+    store_ms = pc.fill_null(table.column("store_ms"), 0)
+    cols = mine_topic_columns(topic, tags[0].as_py() if len(tags) else None,
+                              table.column("keys").to_pylist() if "keys" in table.column_names else [None] * n,
+                              store_ms.to_pylist(), table.column("line").to_pylist(), fmt, settings)
+    arrays: list[Any] = []
+    for field in schema:
+        name = field.name
+        if name in cols:
+            arrays.append(pa.array(cols[name], type=field.type))
+        elif name == "topic":
+            arrays.append(pa.array([topic] * n, type=field.type))
+        elif name == "system":
+            arrays.append(pa.array([cols["_system"]] * n, type=field.type))
+        elif name == "store_ms":
+            arrays.append(store_ms.cast(field.type))
+        else:  # broker_name, queue_id, queue_offset: as read
+            arrays.append(table.column(name).cast(field.type))
+    yield from pa.Table.from_arrays(arrays, schema=schema).to_batches(max_chunksize=10_000)
+
+
+def mine_topic_columns(topic: str, tags: str | None, keys: Sequence[str | None], store_ms: Sequence[int],
+                       bodies: Sequence[Any], fmt: header.HeaderFormat | None = None,
+                       settings: MinerSettings = DEFAULT_SETTINGS) -> dict[str, Any]:
+    """One topic's messages, column by column, → the computed output columns.
+
+    ``tags``: the first non-empty tags of the messages (names the LogHub system
+    with the topic); ``keys``, ``store_ms`` (0 when unknown) and ``bodies`` (bytes)
+    per message. ``fmt``: the header format; ``None`` learns it from the lines.
+    Returns a list per column of :data:`_COMPUTED` (``template`` is this chunk's;
+    merged later across chunks; ``line``, the raw line, only for a LogHub system's
+    topic, which is scored against its ground truth: else ``None``, as it would
+    only be carried and dropped) and ``"_system"``: the LogHub system or ``None``.
+    """
+    system = loghub.system_of(topic, tags)
+    decoded = [decode_body(b) for b in bodies]
+    if fmt is None:
+        fmt = header.learn_format(line for line, why in decoded[:SAMPLE_LINES * 2] if why is None)
+    n = len(decoded)
+    line_no = [_line_number(k, system) for k in keys] if any(k is not None for k in keys) else [None] * n
+    event_ms = list(store_ms)
+    level: list[str | None] = [None] * n
+    inferred: list[bool | None] = [None] * n
+    component: list[str | None] = [None] * n
+    parsed = [False] * n
+    skipped: list[str | None] = [why for _, why in decoded]
+    lines = [line for line, _ in decoded]
+    content_col = list(lines)
+    contents: list[str] = []
+    mined_at: list[int] = []
+    years: dict[int, int] = {}
+    split = fmt.split if fmt is not None else None
+    normalize, infer, header_time = loghub.normalize_level, loghub.infer_level, header.header_time
+    for i, (line, why) in enumerate(decoded):
+        if why is not None:
+            continue
+        fields = split(line) if split is not None else None
+        content = line.strip()
+        lv = None
+        if fields is not None:
+            content = fields["Content"]
+            parsed[i] = True
+            component[i] = fields.get("Component") or fields.get("Program")
+            lv = normalize(fields.get("Level"))
+            ms = store_ms[i]
+            day = ms // 86_400_000
+            year = years.get(day)
+            if year is None:
+                year = years[day] = datetime.fromtimestamp(ms / 1000, tz=UTC).year if ms > 0 else 1970
+            when = header_time(fields, year)
+            if when is not None and _MIN_EVENT <= when < _MAX_EVENT:  # else the store time (absurd header year)
+                event_ms[i] = int(when.timestamp() * 1000)
+        level[i] = lv or infer(content)
+        inferred[i] = lv is None
+        content_col[i] = content
+        contents.append(content)
+        mined_at.append(i)
+    template: list[str | None] = [None] * n
+    if contents:
+        result = mine(contents, settings)
+        texts = result.templates
+        for i, cid in zip(mined_at, result.cluster_ids, strict=True):
+            template[i] = texts[cid]
+    return {"line_no": line_no, "event_ms": event_ms, "level": level, "level_inferred": inferred,
+            "component": component, "parsed": parsed, "skipped": skipped, "template": template,
+            "content": content_col, "line": lines if system is not None else [None] * n, "_system": system}
 
 
 #: When set, each mining task writes ``<partition>-<pid>.json`` there: ``{"partition", "pid",
@@ -202,7 +316,8 @@ def _record_task_stats() -> None:
 
 def mine_topic_rows(records: list[dict[str, Any]], fmt: header.HeaderFormat | None = None,
                     settings: MinerSettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
-    """Messages of one topic (dicts with :func:`mine_partition`'s input columns) → output rows.
+    """Messages of one topic (dicts with :func:`mine_partition`'s input columns) → output rows
+    (:func:`mine_topic_columns` row by row; for tests and small inputs).
 
     ``fmt``: the header format; ``None`` learns it from the lines. The
     ``template`` of each row is this chunk's (merged later across chunks).
@@ -211,42 +326,16 @@ def mine_topic_rows(records: list[dict[str, Any]], fmt: header.HeaderFormat | No
         return []
     topic = str(records[0].get("topic") or "")
     tags = next((r.get("tags") for r in records if r.get("tags")), None)
-    system = loghub.system_of(topic, tags)
-    decoded = [decode_body(r.get("line")) for r in records]
-    if fmt is None:
-        fmt = header.learn_format(line for line, why in decoded[:SAMPLE_LINES * 2] if why is None)
+    cols = mine_topic_columns(topic, tags, [r.get("keys") for r in records],
+                              [int(r.get("store_ms") or 0) for r in records], [r.get("line") for r in records],
+                              fmt, settings)
+    system = cols["_system"]
     out: list[dict[str, Any]] = []
-    contents: list[str] = []
-    mined_rows: list[dict[str, Any]] = []
-    for r, (line, why) in zip(records, decoded, strict=True):
-        store_ms = int(r.get("store_ms") or 0)
-        year = datetime.fromtimestamp(store_ms / 1000, tz=UTC).year if store_ms > 0 else 1970
-        row: dict[str, Any] = {
-            "topic": topic, "system": system, "line_no": _line_number(r.get("keys"), system),
-            "broker_name": r.get("broker_name"), "queue_id": r.get("queue_id"), "queue_offset": r.get("queue_offset"),
-            "store_ms": store_ms, "event_ms": store_ms, "level": None, "level_inferred": None, "component": None,
-            "parsed": False, "skipped": why, "template": None, "content": line, "line": line,
-        }
+    for i, r in enumerate(records):
+        row = {"topic": topic, "system": system, "broker_name": r.get("broker_name"), "queue_id": r.get("queue_id"),
+               "queue_offset": r.get("queue_offset"), "store_ms": int(r.get("store_ms") or 0)}
+        row.update({c: cols[c][i] for c in _COMPUTED})
         out.append(row)
-        if why is not None:
-            continue
-        fields = fmt.split(line) if fmt is not None else None
-        content = line.strip()
-        level = None
-        if fields is not None:
-            content = fields["Content"]
-            row.update(parsed=True, component=fields.get("Component") or fields.get("Program"))
-            level = loghub.normalize_level(fields.get("Level"))
-            when = header.header_time(fields, year)
-            if when is not None and _MIN_EVENT <= when < _MAX_EVENT:  # else the store time (absurd header year)
-                row["event_ms"] = int(when.timestamp() * 1000)
-        row.update(level=level or loghub.infer_level(content), level_inferred=level is None, content=content)
-        contents.append(content)
-        mined_rows.append(row)
-    if contents:
-        result = mine(contents, settings)
-        for row, cid in zip(mined_rows, result.cluster_ids, strict=True):
-            row["template"] = result.templates[cid]
     return out
 
 
@@ -314,8 +403,8 @@ def mine_lines(df: Any, log_format: str | None = None, settings: MinerSettings =
         F.unix_millis("store_timestamp").alias("store_ms"),
         F.col("body").alias("line"),  # bytes: decoded in Python, bad UTF-8 replaced (never fatal)
     )
-    return msgs.mapInPandas(partial(mine_partition, log_format=log_format, settings=settings),
-                            schema=LINES_SCHEMA)
+    return msgs.mapInArrow(partial(mine_partition, log_format=log_format, settings=settings),
+                           schema=LINES_SCHEMA)
 
 
 def merge_lines(mined: Any, settings: MinerSettings = DEFAULT_SETTINGS,
@@ -350,12 +439,19 @@ def merge_lines(mined: Any, settings: MinerSettings = DEFAULT_SETTINGS,
 
 def error_spikes(lines: Any) -> Any:
     """Per topic and minute: lines, errors, rate, z-score; only the spike minutes (module docstring)."""
+    from pyspark.sql import functions as F
+
+    return spike_minutes(lines.where(F.col("template").isNotNull()).groupBy("topic", "minute")
+                         .agg(F.count("*").alias("lines"),
+                              F.sum(F.when(F.col("level").isin("ERROR", "FATAL"), 1).otherwise(0)).alias("errors")))
+
+
+def spike_minutes(per_min: Any) -> Any:
+    """The spike minutes (module docstring) of ``per_min``: mined lines and errors per topic and minute
+    (columns topic, minute, lines, errors). Columns: topic, minute, lines, errors, rate, topic_rate, z."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    per_min = (lines.where(F.col("template").isNotNull()).groupBy("topic", "minute")
-               .agg(F.count("*").alias("lines"),
-                    F.sum(F.when(F.col("level").isin("ERROR", "FATAL"), 1).otherwise(0)).alias("errors")))
     w = Window.partitionBy("topic")
     p = F.sum("errors").over(w) / F.sum("lines").over(w)
     scored = (per_min.withColumn("topic_rate", p)
@@ -468,35 +564,64 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
     skipped ``unread``. Returns the summary
     (also written to ``summary.json``): per topic lines, parsed/unparsed,
     templates, level counts, error rate, top templates, spikes, accuracy;
-    plus ``accuracy_mean`` over the topics with ground truth.
+    plus ``accuracy_mean`` over the topics with ground truth and ``phase_seconds``
+    (wall seconds of the steps: ``mine_merge`` read, mine and merge templates;
+    ``write_lines``; ``aggregate_write`` the per-minute, template and spike
+    aggregates written; ``collect`` and ``collect_counts`` brought to the driver).
     """
     from pyspark.sql import functions as F
 
     clock = Stopwatch()
+    phases: dict[str, float] = {}
+
+    def lap(name: str) -> None:  # seconds per phase, in the summary
+        phases[name] = round(clock.seconds - sum(phases.values()), 2)
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(loghub_root) if loghub_root else loghub.find_loghub_dir()
     known = known_templates(out) if events_topic else set()
     mined = mine_lines(df, log_format).persist()
     lines = merge_lines(mined).persist()
+    lap("mine_merge")
+    small: list[Any] = []  # aggregates cached while they are written and collected
     try:
         write_parquet(lines.drop("line"), out / "lines", ["date", "topic"])
-        level_counts = lines.groupBy(F.date_format("minute", "yyyy-MM-dd").alias("date"), "topic", "minute",
-                                     F.coalesce("level", F.lit("SKIPPED")).alias("level")).count()
-        skipped_pd = lines.where(F.col("skipped").isNotNull()).groupBy("topic", "skipped").count().toPandas()
-        parsed_pd = lines.groupBy("topic").agg(F.sum(F.col("parsed").cast("int")).alias("parsed")).toPandas()
+        mined.unpersist()  # lines holds everything now
+        lap("write_lines")
+        # one pass over the lines for everything counted per minute; the rest is derived from it
+        is_error = F.col("level").isin("ERROR", "FATAL")
+        per_minute = (lines.groupBy("topic", "system", "minute", "level", "skipped", "parsed",
+                                    F.col("template").isNotNull().alias("mined"))
+                      .agg(F.count("*").alias("count")).persist())
+        small.append(per_minute)
+        level_counts = (per_minute.groupBy(F.date_format("minute", "yyyy-MM-dd").alias("date"), "topic", "minute",
+                                           F.coalesce("level", F.lit("SKIPPED")).alias("level"))
+                        .agg(F.sum("count").alias("count")).persist())
         templates = (lines.where(F.col("template").isNotNull()).groupBy("topic", "system", "template_id", "template")
                      .agg(F.count("*").alias("count"),
-                          F.sum(F.when(F.col("level").isin("ERROR", "FATAL"), 1).otherwise(0)).alias("errors"),
-                          F.min("event_time").alias("first_seen"), F.max("event_time").alias("last_seen")))
-        spikes = error_spikes(lines)
+                          F.sum(F.when(is_error, 1).otherwise(0)).alias("errors"),
+                          F.min("event_time").alias("first_seen"), F.max("event_time").alias("last_seen")).persist())
+        spikes = spike_minutes(per_minute.where("mined").groupBy("topic", "minute").agg(
+            F.sum("count").alias("lines"), F.sum(F.when(is_error, F.col("count")).otherwise(0)).alias("errors"))
+        ).persist()
+        small += [level_counts, templates, spikes]
         write_parquet(level_counts, out / "level_counts", ["date", "topic"], small=True)
         write_parquet(templates, out / "templates", ["topic"], small=True)
         write_parquet(spikes, out / "error_spikes", ["topic"], small=True)
+        lap("aggregate_write")
         levels_pd = level_counts.toPandas()
         templates_pd = templates.toPandas()
         spikes_pd = spikes.toPandas()
-        systems = {r["topic"]: r["system"] for r in lines.select("topic", "system").distinct().collect()}
+        lap("collect")
+        per_topic_pd = (per_minute.groupBy("topic", "system", "skipped")
+                        .agg(F.sum("count").alias("count"),
+                             F.sum(F.when(F.col("parsed"), F.col("count")).otherwise(0)).alias("parsed")).toPandas())
+        skipped_pd = per_topic_pd[per_topic_pd["skipped"].notna()][["topic", "skipped", "count"]]
+        parsed_pd = per_topic_pd.groupby("topic", as_index=False)["parsed"].sum()
+        systems: dict[str, Any] = {str(t): (None if s is None or s != s else str(s))
+                   for t, s in per_topic_pd[["topic", "system"]].drop_duplicates().itertuples(index=False)}
+        lap("collect_counts")
         with_truth = [t for t, sys_ in systems.items()
                       if root and sys_ and loghub.structured_path(root, sys_) is not None]
         truth_rows: dict[str, list[tuple[int | None, int | None, str, str | None]]] = {t: [] for t in with_truth}
@@ -505,6 +630,8 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
                       .select("topic", "line_no", "template_id", "line", "template").collect()):
                 truth_rows[r["topic"]].append((r["line_no"], r["template_id"], r["line"], r["template"]))
     finally:
+        for frame in small:
+            frame.unpersist()
         lines.unpersist()
         mined.unpersist()
 
@@ -586,6 +713,7 @@ def analyze_logs(df: Any, out_dir: str | Path, *, loghub_root: str | Path | None
         "topics": topics_summary,
         "outputs": {name: str(out / name) for name in ("lines", "level_counts", "templates", "error_spikes")},
         "seconds": round(clock.seconds, 2),
+        "phase_seconds": phases,
     }
     if events_topic:
         namesrv = events_namesrv or (input_info or {}).get("namesrv")
