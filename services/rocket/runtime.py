@@ -21,10 +21,10 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     if not os.environ.get("ROCKET_NO_UVLOOP"):
         try:
             import uvloop
-
-            return uvloop.run(main)
         except ImportError:
             pass
+        else:  # an ImportError raised by ``main`` itself is main's error, not a missing uvloop
+            return uvloop.run(main)
     return asyncio.run(main)
 
 
