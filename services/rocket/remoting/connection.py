@@ -35,6 +35,18 @@ twice the high-water mark of unsent replies (below the mark in the transport
 when a loop turn starts, up to the mark more produced in that turn, plus the
 reply that crossed it), the bound of pending requests, and one read's worth of
 decoded requests waiting.
+
+Request queues (server side, :class:`RequestQueue`): codes registered with a queue
+(the broker's sends) are not handled as they are read but queued, stamped with the
+time they were read, and handled in order by the queue in slices of a few
+milliseconds, so that reading (and the requests of other codes on the same
+connection, such as heartbeats) goes on while the sends wait. As Apache RocketMQ's
+``BrokerFastFailure``, a queued request that waited ``maxWait`` or longer is answered
+SYSTEM_BUSY (2) with ``[TIMEOUT_CLEAN_QUEUE]broker busy, ...`` instead of being handled,
+and one that finds the queue full (its capacity, as a thread pool's queue capacity)
+gets SYSTEM_BUSY with ``[OVERLOAD]system busy, ...`` (``NettyRemotingAbstract`` on a
+``RejectedExecutionException``). Both are cheap, so an overloaded broker keeps answering
+quickly instead of leaving requests unread until the client times them out.
 """
 
 from __future__ import annotations
@@ -117,6 +129,98 @@ class FlowControl:
         return self.write_buffer_low_water_mark or min(DEFAULT_WRITE_BUFFER_LOW_WATER_MARK, self.high)
 
 
+#: Remark prefix of a queued request that waited too long (Apache RocketMQ's ``BrokerFastFailure``).
+TIMEOUT_CLEAN_QUEUE_REMARK = "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while"
+#: Remark of a request refused because its queue is full (``NettyRemotingAbstract.processRequestCommand``).
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+
+class RequestQueue:
+    """One FIFO of requests waiting to be handled, shared by every connection that registered
+    codes with it (Apache RocketMQ's send thread pool queue with ``BrokerFastFailure``).
+
+    ``max_wait`` () -> seconds a request may wait before it is answered SYSTEM_BUSY (2) with
+    :data:`TIMEOUT_CLEAN_QUEUE_REMARK` (None: never; RocketMQ ``waitTimeMillsInSendQueue``,
+    200 ms, with ``brokerFastFailureEnable``). ``capacity`` () -> requests the queue holds at
+    most; one more is answered SYSTEM_BUSY with :data:`OVERLOAD_REMARK` at once (RocketMQ
+    ``sendThreadPoolQueueCapacity``, 10,000). Both are called when used, so they follow the
+    configuration. ``slice_seconds``: how long one turn of the event loop handles queued
+    requests before it lets reading go on. ``on_busy`` (reason ``"timeout"`` or
+    ``"overload"``) counts refusals (metrics).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_wait: Callable[[], float | None],
+        capacity: Callable[[], int],
+        slice_seconds: float = 0.005,
+        on_busy: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.max_wait = max_wait
+        self.capacity = capacity
+        self.slice_seconds = slice_seconds
+        self.on_busy = on_busy
+        # (read at, on the loop clock; connection; request; handler; is a coroutine function)
+        self._entries: deque[tuple[float, RemotingConnection, RemotingCommand, Handler, bool]] = deque()
+        self._scheduled = False
+        #: Requests answered SYSTEM_BUSY because they waited too long / found the queue full.
+        self.timed_out = 0
+        self.overloaded = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, read_at: float, conn: RemotingConnection, request: RemotingCommand,
+            handler: Handler, is_coroutine: bool) -> None:
+        """Queue ``request`` (read at ``read_at``, loop clock) or refuse it when the queue is full."""
+        entries = self._entries
+        if len(entries) >= self.capacity():
+            self.overloaded += 1
+            if self.on_busy is not None:
+                self.on_busy("overload")
+            conn.answer(request, request.response(
+                ResponseCode.SYSTEM_BUSY, f"{OVERLOAD_REMARK}, size of queue: {len(entries)}"))
+            return
+        entries.append((read_at, conn, request, handler, is_coroutine))
+        if not self._scheduled:
+            self._scheduled = True
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._drain, loop)
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Handle queued requests for one slice; refuse those that waited too long."""
+        self._scheduled = False
+        entries = self._entries
+        max_wait = self.max_wait()
+        now = loop.time()
+        until = time.perf_counter() + self.slice_seconds
+        while entries:
+            read_at, conn, request, handler, is_coroutine = entries.popleft()
+            if conn.closed:
+                conn.answer(request, None)  # nothing is sent; no longer pending
+                continue
+            waited = now - read_at
+            if max_wait is not None and waited >= max_wait:
+                self.timed_out += 1
+                if self.on_busy is not None:
+                    self.on_busy("timeout")
+                conn.answer(request, request.response(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"{TIMEOUT_CLEAN_QUEUE_REMARK}, period in queue: {int(waited * 1000)}ms, "
+                    f"size of queue: {len(entries)}",
+                ))
+                continue
+            conn.invoke(request, handler, is_coroutine)
+            if time.perf_counter() >= until:
+                break
+        if entries and not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._drain, loop)
+
+
 class _AnswerLater:
     def __repr__(self) -> str:
         return "ANSWER_LATER"
@@ -140,10 +244,17 @@ class Processors:
     def __init__(self) -> None:
         self._handlers: dict[int, tuple[Handler, bool]] = {}
         self.observers: list[Observer] = []
+        #: Request code -> the :class:`RequestQueue` its requests wait in (server side).
+        self.queues: dict[int, RequestQueue] = {}
 
-    def register(self, code: int, handler: Handler) -> None:
-        """Route requests with ``code`` to ``handler`` (replacing any earlier one)."""
+    def register(self, code: int, handler: Handler, queue: RequestQueue | None = None) -> None:
+        """Route requests with ``code`` to ``handler`` (replacing any earlier one); with ``queue``,
+        requests of that code wait in it before they are handled (see :class:`RequestQueue`)."""
         self._handlers[int(code)] = (handler, inspect.iscoroutinefunction(handler))
+        if queue is not None:
+            self.queues[int(code)] = queue
+        else:
+            self.queues.pop(int(code), None)
 
     def lookup(self, code: int) -> tuple[Handler, bool] | None:
         """The handler for ``code`` and whether it is a coroutine function."""
@@ -219,6 +330,8 @@ class RemotingConnection(asyncio.Protocol):
         self.read_pauses = 0
         #: A response arrived on this connection (tells "refused at once" from "lost later").
         self._answered = False
+        #: When the bytes being decoded were read (loop clock): the arrival time of queued requests.
+        self._read_at = 0.0
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -241,6 +354,7 @@ class RemotingConnection(asyncio.Protocol):
             self.abort()
             return
         # Answers of inline handlers are queued and leave with one send at the end of the turn.
+        self._read_at = self._loop.time() if self._loop is not None else 0.0
         pending = self._pending
         flow = self._flow
         backlog = self._backlog
@@ -393,6 +507,17 @@ class RemotingConnection(asyncio.Protocol):
             )
             return
         handler, is_coroutine = entry
+        queues = self.processors.queues
+        if queues and self._flow is not None:
+            queue = queues.get(request.code)
+            if queue is not None:
+                queue.put(self._read_at, self, request, handler, is_coroutine)
+                return
+        self.invoke(request, handler, is_coroutine)
+
+    def invoke(self, request: RemotingCommand, handler: Handler, is_coroutine: bool) -> None:
+        """Run ``handler`` for a dispatched ``request`` (counted in ``pending_requests``; called by
+        a :class:`RequestQueue` when the request's turn comes)."""
         if is_coroutine:
             task = asyncio.get_running_loop().create_task(self._run(handler, request))
             self._tasks.add(task)
