@@ -37,9 +37,9 @@ reply that crossed it), the bound of pending requests, and one read's worth of
 decoded requests waiting.
 
 Request queues (server side, :class:`RequestQueue`): codes registered with a queue
-(the broker's sends) are not handled as they are read but queued, stamped with the
-time they were read, and handled in order by the queue in slices of a few
-milliseconds, so that reading (and the requests of other codes on the same
+(the broker's sends) are handled as they are read for up to a slice of a few
+milliseconds per loop turn; past that they are queued, stamped with the time they
+were read, and handled in order in the next turns' slices, so that reading (and the requests of other codes on the same
 connection, such as heartbeats) goes on while the sends wait. As Apache RocketMQ's
 ``BrokerFastFailure``, a queued request that waited ``maxWait`` or longer is answered
 SYSTEM_BUSY (2) with ``[TIMEOUT_CLEAN_QUEUE]broker busy, ...`` instead of being handled,
@@ -144,9 +144,10 @@ class RequestQueue:
     200 ms, with ``brokerFastFailureEnable``). ``capacity`` () -> requests the queue holds at
     most; one more is answered SYSTEM_BUSY with :data:`OVERLOAD_REMARK` at once (RocketMQ
     ``sendThreadPoolQueueCapacity``, 10,000). Both are called when used, so they follow the
-    configuration. ``slice_seconds``: how long one turn of the event loop handles queued
-    requests before it lets reading go on. ``on_busy`` (reason ``"timeout"`` or
-    ``"overload"``) counts refusals (metrics).
+    configuration. ``slice_seconds``: how long one turn of the event loop handles requests
+    of the queue before the rest wait for the next turn (reading goes on meanwhile); while
+    none wait and the slice is not used up, a request is handled as soon as it is read.
+    ``on_busy`` (reason ``"timeout"`` or ``"overload"``) counts refusals (metrics).
     """
 
     def __init__(
@@ -155,7 +156,7 @@ class RequestQueue:
         *,
         max_wait: Callable[[], float | None],
         capacity: Callable[[], int],
-        slice_seconds: float = 0.005,
+        slice_seconds: float = 0.010,
         on_busy: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
@@ -166,6 +167,8 @@ class RequestQueue:
         # (read at, on the loop clock; connection; request; handler; is a coroutine function)
         self._entries: deque[tuple[float, RemotingConnection, RemotingCommand, Handler, bool]] = deque()
         self._scheduled = False
+        #: End of this loop turn's slice (perf_counter; 0: no slice started).
+        self._slice_end = 0.0
         #: Requests answered SYSTEM_BUSY because they waited too long / found the queue full.
         self.timed_out = 0
         self.overloaded = 0
@@ -175,8 +178,17 @@ class RequestQueue:
 
     def put(self, read_at: float, conn: RemotingConnection, request: RemotingCommand,
             handler: Handler, is_coroutine: bool) -> None:
-        """Queue ``request`` (read at ``read_at``, loop clock) or refuse it when the queue is full."""
+        """Handle ``request`` (read at ``read_at``, loop clock) now when nothing waits and this
+        turn's slice is not used up; else queue it, or refuse it when the queue is full."""
         entries = self._entries
+        if not entries:
+            now = time.perf_counter()
+            if not self._slice_end:
+                self._slice_end = now + self.slice_seconds
+                self._schedule()
+            if now < self._slice_end:
+                conn.invoke(request, handler, is_coroutine)
+                return
         if len(entries) >= self.capacity():
             self.overloaded += 1
             if self.on_busy is not None:
@@ -185,18 +197,24 @@ class RequestQueue:
                 ResponseCode.SYSTEM_BUSY, f"{OVERLOAD_REMARK}, size of queue: {len(entries)}"))
             return
         entries.append((read_at, conn, request, handler, is_coroutine))
+        self._schedule()
+
+    def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
             loop = asyncio.get_running_loop()
             loop.call_soon(self._drain, loop)
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Handle queued requests for one slice; refuse those that waited too long."""
+        """Next loop turn: handle queued requests for one slice; refuse those that waited too long."""
         self._scheduled = False
         entries = self._entries
+        if not entries:
+            self._slice_end = 0.0  # the next request starts a new slice
+            return
         max_wait = self.max_wait()
         now = loop.time()
-        until = time.perf_counter() + self.slice_seconds
+        until = self._slice_end = time.perf_counter() + self.slice_seconds
         while entries:
             read_at, conn, request, handler, is_coroutine = entries.popleft()
             if conn.closed:
@@ -216,9 +234,7 @@ class RequestQueue:
             conn.invoke(request, handler, is_coroutine)
             if time.perf_counter() >= until:
                 break
-        if entries and not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._drain, loop)
+        self._schedule()  # the next turn drains on (or starts a new slice when none wait)
 
 
 class _AnswerLater:
