@@ -7,7 +7,8 @@
 //       unanswered (0: no bound, as the fixed-rate phases of Driver's omb cell). Every outcome is
 //       counted by kind (ok, SYSTEM_BUSY with its remark's bracketed prefix, or the exception's
 //       class, causes included). Then a DefaultLitePullConsumer reads the topic from its start and
-//       reports which acknowledged indexes it did not find within `verifySeconds`.
+//       reports which acknowledged indexes it did not find within `verifySeconds`. Meanwhile a
+//       thread sends a heartbeat (HEART_BEAT, a sync request) every second and times it.
 //
 // Prints one line "RESULT {json}" on stdout at the end.
 import java.nio.ByteBuffer;
@@ -22,6 +23,7 @@ import java.util.concurrent.locks.LockSupport;
 
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.impl.factory.MQClientInstance;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -29,6 +31,8 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.remoting.protocol.heartbeat.HeartbeatData;
+import org.apache.rocketmq.remoting.protocol.heartbeat.ProducerData;
 
 public class OverloadDriver {
     static final Map<String, AtomicLong> KINDS = new ConcurrentHashMap<>();
@@ -115,6 +119,39 @@ public class OverloadDriver {
         Semaphore permits = window > 0 ? new Semaphore(window) : null;
         long start = System.nanoTime();
         long end = start + (long) (seconds * 1e9);
+        // a heartbeat (a sync request on the same channel) every second, as the client's own
+        // every 30 s: one that times out makes the client close the channel (clientCloseSocketIfTimeout)
+        AtomicLong heartbeats = new AtomicLong();
+        AtomicLong heartbeatFailures = new AtomicLong();
+        AtomicLong heartbeatMaxMs = new AtomicLong();
+        Thread beat = new Thread(() -> {
+            while (System.nanoTime() < end) {
+                try {
+                    Thread.sleep(1000);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                long t0 = System.nanoTime();
+                try {
+                    MQClientInstance f = p.getDefaultMQProducerImpl().getMqClientFactory();
+                    HeartbeatData hb = new HeartbeatData();
+                    hb.setClientID(f.getClientId());
+                    ProducerData pd = new ProducerData();
+                    pd.setGroupName(p.getProducerGroup());
+                    hb.getProducerDataSet().add(pd);
+                    String addr = f.getTopicRouteTable().get(topic).getBrokerDatas().get(0).selectBrokerAddr();
+                    f.getMQClientAPIImpl().sendHeartbeat(addr, hb, 3000);
+                } catch (Exception e) {
+                    heartbeatFailures.incrementAndGet();
+                    count("heartbeat:" + kindOf(e), String.valueOf(e.getMessage()));
+                }
+                long ms = (System.nanoTime() - t0) / 1_000_000;
+                heartbeats.incrementAndGet();
+                heartbeatMaxMs.accumulateAndGet(ms, Math::max);
+            }
+        }, "overload-heartbeat");
+        beat.setDaemon(true);
+        beat.start();
         long interval = rate > 0 ? (long) (1e9 / rate) : 0;
         int sent = 0;
         for (int i = 0; ; i++) {
@@ -159,6 +196,7 @@ public class OverloadDriver {
             }
         }
         double sendSeconds = (System.nanoTime() - start) / 1e9;
+        beat.join(10_000);
         long wait = System.nanoTime() + (timeoutMs + 10_000L) * 1_000_000L;
         while (pending.get() > 0 && System.nanoTime() < wait) Thread.sleep(20);
         p.shutdown();
@@ -195,6 +233,9 @@ public class OverloadDriver {
         r.put("acked", ackedCount);
         r.put("read_back", stored);
         r.put("missing", missing.cardinality());
+        r.put("heartbeats", heartbeats.get());
+        r.put("heartbeat_failures", heartbeatFailures.get());
+        r.put("heartbeat_max_ms", heartbeatMaxMs.get());
         Map<String, Object> kinds = new TreeMap<>();
         KINDS.forEach((k, v) -> kinds.put(k, v.get()));
         r.put("kinds", kinds);
