@@ -172,6 +172,7 @@ class BrokerController:
         self.send_queue = RequestQueue(
             "send", max_wait=self._send_queue_max_wait,
             capacity=lambda: self.config.send_thread_pool_queue_capacity,
+            max_bytes=lambda: self.config.max_in_flight_send_bytes,
             on_busy=lambda reason: self.metrics.send_rejected.labels(f"queue_{reason}").inc(),
         )
         self.pull_processor = PullMessageProcessor(self)

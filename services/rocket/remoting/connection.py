@@ -143,7 +143,8 @@ class RequestQueue:
     :data:`TIMEOUT_CLEAN_QUEUE_REMARK` (None: never; RocketMQ ``waitTimeMillsInSendQueue``,
     200 ms, with ``brokerFastFailureEnable``). ``capacity`` () -> requests the queue holds at
     most; one more is answered SYSTEM_BUSY with :data:`OVERLOAD_REMARK` at once (RocketMQ
-    ``sendThreadPoolQueueCapacity``, 10,000). Both are called when used, so they follow the
+    ``sendThreadPoolQueueCapacity``, 10,000); ``max_bytes`` () -> body bytes it holds at most
+    (beyond one request), likewise. These are called when used, so they follow the
     configuration. ``slice_seconds``: how long one turn of the event loop handles requests
     of the queue before the rest wait for the next turn (reading goes on meanwhile); while
     none wait and the slice is not used up, a request is handled as soon as it is read.
@@ -156,12 +157,16 @@ class RequestQueue:
         *,
         max_wait: Callable[[], float | None],
         capacity: Callable[[], int],
+        max_bytes: Callable[[], int] = lambda: 512 * 1024 * 1024,
         slice_seconds: float = 0.010,
         on_busy: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
         self.max_wait = max_wait
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        #: Body bytes of the queued requests.
+        self._bytes = 0
         self.slice_seconds = slice_seconds
         self.on_busy = on_busy
         # (read at, on the loop clock; connection; request; handler; is a coroutine function)
@@ -189,14 +194,18 @@ class RequestQueue:
             if now < self._slice_end:
                 conn.invoke(request, handler, is_coroutine)
                 return
-        if len(entries) >= self.capacity():
+        size = len(request.body)
+        if len(entries) >= self.capacity() or (entries and self._bytes + size > self.max_bytes()):
             self.overloaded += 1
             if self.on_busy is not None:
                 self.on_busy("overload")
             conn.answer(request, request.response(
-                ResponseCode.SYSTEM_BUSY, f"{OVERLOAD_REMARK}, size of queue: {len(entries)}"))
+                ResponseCode.SYSTEM_BUSY,
+                f"{OVERLOAD_REMARK}, size of queue: {len(entries)}, bytes in queue: {self._bytes}"))
             return
         entries.append((read_at, conn, request, handler, is_coroutine))
+        self._bytes += size
+        conn.queued += 1
         self._schedule()
 
     def _schedule(self) -> None:
@@ -217,6 +226,8 @@ class RequestQueue:
         until = self._slice_end = time.perf_counter() + self.slice_seconds
         while entries:
             read_at, conn, request, handler, is_coroutine = entries.popleft()
+            self._bytes -= len(request.body)
+            conn.queued -= 1
             if conn.closed:
                 conn.answer(request, None)  # nothing is sent; no longer pending
                 continue
@@ -337,6 +348,10 @@ class RemotingConnection(asyncio.Protocol):
         self._out_bytes = 0
         #: Requests dispatched and not yet answered.
         self.pending_requests = 0
+        #: Of those, the ones waiting in a :class:`RequestQueue` (not counted against
+        #: ``max_pending_requests``: the queue has its own bounds, and reading must go on so that
+        #: other requests, heartbeats among them, are answered while sends wait).
+        self.queued = 0
         self._write_paused = False
         self._reading_paused = False
         #: Requests decoded while the bounds held reading; dispatched in order later.
@@ -394,7 +409,7 @@ class RemotingConnection(asyncio.Protocol):
     def _must_hold(self, flow: FlowControl) -> bool:
         """Should requests wait (unsent replies above the mark, or too many being handled)?"""
         return (self._write_paused or self._out_bytes >= self._high
-                or self.pending_requests >= flow.max_pending_requests)
+                or self.pending_requests - self.queued >= flow.max_pending_requests)
 
     def _pause_reading(self) -> None:
         if self._reading_paused or self._closed or self._transport is None:

@@ -130,9 +130,9 @@ class RemotingServer:
         self.tls = tls
         self._listener: Listener | None = None
 
-    def register(self, code: int, handler: Handler) -> None:
-        """Route requests with ``code`` to ``handler`` (see :class:`Processors`)."""
-        self.processors.register(code, handler)
+    def register(self, code: int, handler: Handler, queue: RequestQueue | None = None) -> None:
+        """Route requests with ``code`` to ``handler``, through ``queue`` if given (see :class:`Processors`)."""
+        self.processors.register(code, handler, queue)
 
     def _protocol(self) -> RemotingConnection:
         conn = RemotingConnection(
