@@ -226,6 +226,14 @@ class BrokerConfig:
     max_in_flight_sends: int = 10_000
     #: Body bytes of sends being processed above which new sends get SYSTEM_BUSY (2).
     max_in_flight_send_bytes: int = 512 * 1024 * 1024
+    #: Sends waiting to be handled above which new sends get SYSTEM_BUSY (2) ``[OVERLOAD]`` at once
+    #: (RocketMQ ``sendThreadPoolQueueCapacity``, 10,000).
+    send_thread_pool_queue_capacity: int = 10_000
+    #: A send that waited this long (ms) before being handled is answered SYSTEM_BUSY (2)
+    #: ``[TIMEOUT_CLEAN_QUEUE]broker busy`` instead (RocketMQ ``waitTimeMillsInSendQueue``, 200).
+    wait_time_mills_in_send_queue: int = 200
+    #: Answer sends that waited too long with SYSTEM_BUSY (RocketMQ ``brokerFastFailureEnable``).
+    broker_fast_failure_enable: bool = True
     #: Bytes of unsent replies at which a client connection stops being read, and below which it is
     #: read again (NettyServerConfig; 0 = Netty's 64 KiB / 32 KiB). See ``rocket.remoting.connection``.
     write_buffer_high_water_mark: int = 0
@@ -480,6 +488,7 @@ _POSITIVE_FIELDS = (
     "controller_heart_beat_timeout_mills", "broker_heartbeat_interval", "sync_broker_metadata_period",
     "ha_max_time_slave_not_catchup", "min_in_sync_replicas",
     "default_topic_queue_nums", "max_in_flight_sends", "max_in_flight_send_bytes", "max_message_size",
+    "send_thread_pool_queue_capacity", "wait_time_mills_in_send_queue",
     "ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
     "ha_slave_fallbehind_max", "slave_timeout", "slave_sync_interval",
     "transaction_check_interval", "transaction_check_max",

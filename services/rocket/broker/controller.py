@@ -85,6 +85,7 @@ from rocket.remoting import (
     RequestCode,
     ResponseCode,
 )
+from rocket.remoting.connection import RequestQueue
 from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
@@ -166,6 +167,14 @@ class BrokerController:
         #: Transactional messages: END_TRANSACTION and the check-back service (masters only).
         self.transaction = TransactionalMessageService(self)
         self.send_processor = SendMessageProcessor(self)
+        #: The queue sends wait in before they are handled, shared by every port (Apache RocketMQ's
+        #: send thread pool queue, cleaned by ``BrokerFastFailure``; see ``rocket.remoting.connection``).
+        self.send_queue = RequestQueue(
+            "send", max_wait=self._send_queue_max_wait,
+            capacity=lambda: self.config.send_thread_pool_queue_capacity,
+            max_bytes=lambda: self.config.max_in_flight_send_bytes,
+            on_busy=lambda reason: self.metrics.send_rejected.labels(f"queue_{reason}").inc(),
+        )
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientManageProcessor(self)
         self.consumer_processor = ConsumerManageProcessor(self)
@@ -251,11 +260,16 @@ class BrokerController:
     def _servers(self) -> list[RemotingServer]:
         return [s for s in (self.remoting, self.vip_remoting, *self.listener_remoting.values()) if s is not None]
 
+    def _send_queue_max_wait(self) -> float | None:
+        """Seconds a send may wait in :attr:`send_queue` (None: fast failure is off)."""
+        cfg = self.config
+        return cfg.wait_time_mills_in_send_queue / 1000.0 if cfg.broker_fast_failure_enable else None
+
     def _processors(self, *, vip: bool) -> Processors:
         p = Processors()
         send = self.send_processor
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            p.register(code, send.process_send)
+            p.register(code, send.process_send, self.send_queue)
         p.register(RequestCode.CONSUMER_SEND_MSG_BACK, send.process_send_back)
         p.register(RequestCode.END_TRANSACTION, self.transaction.end_transaction)
         if not vip:

@@ -35,6 +35,18 @@ twice the high-water mark of unsent replies (below the mark in the transport
 when a loop turn starts, up to the mark more produced in that turn, plus the
 reply that crossed it), the bound of pending requests, and one read's worth of
 decoded requests waiting.
+
+Request queues (server side, :class:`RequestQueue`): codes registered with a queue
+(the broker's sends) are handled as they are read for up to a slice of a few
+milliseconds per loop turn; past that they are queued, stamped with the time they
+were read, and handled in order in the next turns' slices, so that reading (and the requests of other codes on the same
+connection, such as heartbeats) goes on while the sends wait. As Apache RocketMQ's
+``BrokerFastFailure``, a queued request that waited ``maxWait`` or longer is answered
+SYSTEM_BUSY (2) with ``[TIMEOUT_CLEAN_QUEUE]broker busy, ...`` instead of being handled,
+and one that finds the queue full (its capacity, as a thread pool's queue capacity)
+gets SYSTEM_BUSY with ``[OVERLOAD]system busy, ...`` (``NettyRemotingAbstract`` on a
+``RejectedExecutionException``). Both are cheap, so an overloaded broker keeps answering
+quickly instead of leaving requests unread until the client times them out.
 """
 
 from __future__ import annotations
@@ -117,6 +129,125 @@ class FlowControl:
         return self.write_buffer_low_water_mark or min(DEFAULT_WRITE_BUFFER_LOW_WATER_MARK, self.high)
 
 
+#: Remark prefix of a queued request that waited too long (Apache RocketMQ's ``BrokerFastFailure``).
+TIMEOUT_CLEAN_QUEUE_REMARK = "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while"
+#: Remark of a request refused because its queue is full (``NettyRemotingAbstract.processRequestCommand``).
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+
+class RequestQueue:
+    """One FIFO of requests waiting to be handled, shared by every connection that registered
+    codes with it (Apache RocketMQ's send thread pool queue with ``BrokerFastFailure``).
+
+    ``max_wait`` () -> seconds a request may wait before it is answered SYSTEM_BUSY (2) with
+    :data:`TIMEOUT_CLEAN_QUEUE_REMARK` (None: never; RocketMQ ``waitTimeMillsInSendQueue``,
+    200 ms, with ``brokerFastFailureEnable``). ``capacity`` () -> requests the queue holds at
+    most; one more is answered SYSTEM_BUSY with :data:`OVERLOAD_REMARK` at once (RocketMQ
+    ``sendThreadPoolQueueCapacity``, 10,000); ``max_bytes`` () -> body bytes it holds at most
+    (beyond one request), likewise. These are called when used, so they follow the
+    configuration. ``slice_seconds``: how long one turn of the event loop handles requests
+    of the queue before the rest wait for the next turn (reading goes on meanwhile); while
+    none wait and the slice is not used up, a request is handled as soon as it is read.
+    ``on_busy`` (reason ``"timeout"`` or ``"overload"``) counts refusals (metrics).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_wait: Callable[[], float | None],
+        capacity: Callable[[], int],
+        max_bytes: Callable[[], int] = lambda: 512 * 1024 * 1024,
+        slice_seconds: float = 0.010,
+        on_busy: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.max_wait = max_wait
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        #: Body bytes of the queued requests.
+        self._bytes = 0
+        self.slice_seconds = slice_seconds
+        self.on_busy = on_busy
+        # (read at, on the loop clock; connection; request; handler; is a coroutine function)
+        self._entries: deque[tuple[float, RemotingConnection, RemotingCommand, Handler, bool]] = deque()
+        self._scheduled = False
+        #: End of this loop turn's slice (perf_counter; 0: no slice started).
+        self._slice_end = 0.0
+        #: Requests answered SYSTEM_BUSY because they waited too long / found the queue full.
+        self.timed_out = 0
+        self.overloaded = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, read_at: float, conn: RemotingConnection, request: RemotingCommand,
+            handler: Handler, is_coroutine: bool) -> None:
+        """Handle ``request`` (read at ``read_at``, loop clock) now when nothing waits and this
+        turn's slice is not used up; else queue it, or refuse it when the queue is full."""
+        entries = self._entries
+        if not entries:
+            now = time.perf_counter()
+            if not self._slice_end:
+                self._slice_end = now + self.slice_seconds
+                self._schedule()
+            if now < self._slice_end:
+                conn.invoke(request, handler, is_coroutine)
+                return
+        size = len(request.body)
+        if len(entries) >= self.capacity() or (entries and self._bytes + size > self.max_bytes()):
+            self.overloaded += 1
+            if self.on_busy is not None:
+                self.on_busy("overload")
+            conn.answer(request, request.response(
+                ResponseCode.SYSTEM_BUSY,
+                f"{OVERLOAD_REMARK}, size of queue: {len(entries)}, bytes in queue: {self._bytes}"))
+            return
+        entries.append((read_at, conn, request, handler, is_coroutine))
+        self._bytes += size
+        conn.queued += 1
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._drain, loop)
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Next loop turn: handle queued requests for one slice; refuse those that waited too long."""
+        self._scheduled = False
+        entries = self._entries
+        if not entries:
+            self._slice_end = 0.0  # the next request starts a new slice
+            return
+        max_wait = self.max_wait()
+        now = loop.time()
+        until = self._slice_end = time.perf_counter() + self.slice_seconds
+        while entries:
+            read_at, conn, request, handler, is_coroutine = entries.popleft()
+            self._bytes -= len(request.body)
+            conn.queued -= 1
+            if conn.closed:
+                conn.answer(request, None)  # nothing is sent; no longer pending
+                continue
+            waited = now - read_at
+            if max_wait is not None and waited >= max_wait:
+                self.timed_out += 1
+                if self.on_busy is not None:
+                    self.on_busy("timeout")
+                conn.answer(request, request.response(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"{TIMEOUT_CLEAN_QUEUE_REMARK}, period in queue: {int(waited * 1000)}ms, "
+                    f"size of queue: {len(entries)}",
+                ))
+                continue
+            conn.invoke(request, handler, is_coroutine)
+            if time.perf_counter() >= until:
+                break
+        self._schedule()  # the next turn drains on (or starts a new slice when none wait)
+
+
 class _AnswerLater:
     def __repr__(self) -> str:
         return "ANSWER_LATER"
@@ -140,10 +271,17 @@ class Processors:
     def __init__(self) -> None:
         self._handlers: dict[int, tuple[Handler, bool]] = {}
         self.observers: list[Observer] = []
+        #: Request code -> the :class:`RequestQueue` its requests wait in (server side).
+        self.queues: dict[int, RequestQueue] = {}
 
-    def register(self, code: int, handler: Handler) -> None:
-        """Route requests with ``code`` to ``handler`` (replacing any earlier one)."""
+    def register(self, code: int, handler: Handler, queue: RequestQueue | None = None) -> None:
+        """Route requests with ``code`` to ``handler`` (replacing any earlier one); with ``queue``,
+        requests of that code wait in it before they are handled (see :class:`RequestQueue`)."""
         self._handlers[int(code)] = (handler, inspect.iscoroutinefunction(handler))
+        if queue is not None:
+            self.queues[int(code)] = queue
+        else:
+            self.queues.pop(int(code), None)
 
     def lookup(self, code: int) -> tuple[Handler, bool] | None:
         """The handler for ``code`` and whether it is a coroutine function."""
@@ -210,6 +348,10 @@ class RemotingConnection(asyncio.Protocol):
         self._out_bytes = 0
         #: Requests dispatched and not yet answered.
         self.pending_requests = 0
+        #: Of those, the ones waiting in a :class:`RequestQueue` (not counted against
+        #: ``max_pending_requests``: the queue has its own bounds, and reading must go on so that
+        #: other requests, heartbeats among them, are answered while sends wait).
+        self.queued = 0
         self._write_paused = False
         self._reading_paused = False
         #: Requests decoded while the bounds held reading; dispatched in order later.
@@ -219,6 +361,8 @@ class RemotingConnection(asyncio.Protocol):
         self.read_pauses = 0
         #: A response arrived on this connection (tells "refused at once" from "lost later").
         self._answered = False
+        #: When the bytes being decoded were read (loop clock): the arrival time of queued requests.
+        self._read_at = 0.0
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -241,6 +385,7 @@ class RemotingConnection(asyncio.Protocol):
             self.abort()
             return
         # Answers of inline handlers are queued and leave with one send at the end of the turn.
+        self._read_at = self._loop.time() if self._loop is not None else 0.0
         pending = self._pending
         flow = self._flow
         backlog = self._backlog
@@ -264,7 +409,7 @@ class RemotingConnection(asyncio.Protocol):
     def _must_hold(self, flow: FlowControl) -> bool:
         """Should requests wait (unsent replies above the mark, or too many being handled)?"""
         return (self._write_paused or self._out_bytes >= self._high
-                or self.pending_requests >= flow.max_pending_requests)
+                or self.pending_requests - self.queued >= flow.max_pending_requests)
 
     def _pause_reading(self) -> None:
         if self._reading_paused or self._closed or self._transport is None:
@@ -393,6 +538,17 @@ class RemotingConnection(asyncio.Protocol):
             )
             return
         handler, is_coroutine = entry
+        queues = self.processors.queues
+        if queues and self._flow is not None:
+            queue = queues.get(request.code)
+            if queue is not None:
+                queue.put(self._read_at, self, request, handler, is_coroutine)
+                return
+        self.invoke(request, handler, is_coroutine)
+
+    def invoke(self, request: RemotingCommand, handler: Handler, is_coroutine: bool) -> None:
+        """Run ``handler`` for a dispatched ``request`` (counted in ``pending_requests``; called by
+        a :class:`RequestQueue` when the request's turn comes)."""
         if is_coroutine:
             task = asyncio.get_running_loop().create_task(self._run(handler, request))
             self._tasks.add(task)

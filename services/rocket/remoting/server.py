@@ -9,7 +9,14 @@ from typing import cast
 
 from rocket.protocol.codes import ResponseCode
 from rocket.remoting.command import DEFAULT_MAX_FRAME_SIZE, RemotingCommand
-from rocket.remoting.connection import FlowControl, Handler, HandlerResult, Processors, RemotingConnection
+from rocket.remoting.connection import (
+    FlowControl,
+    Handler,
+    HandlerResult,
+    Processors,
+    RemotingConnection,
+    RequestQueue,
+)
 from rocket.remoting.tls import Listener, ServerTls
 
 log = logging.getLogger("rocket.remoting")
@@ -31,11 +38,12 @@ class HookedProcessors(Processors):
         self.inner = inner
         self.hook = hook
         self.observers = inner.observers
+        self.queues = inner.queues
         self._hooked: dict[int, tuple[Handler, bool]] = {}
 
-    def register(self, code: int, handler: Handler) -> None:
+    def register(self, code: int, handler: Handler, queue: RequestQueue | None = None) -> None:
         """Register on the inner table (and forget its hooked wrapper)."""
-        self.inner.register(code, handler)
+        self.inner.register(code, handler, queue)
         self._hooked.pop(int(code), None)
 
     def codes(self) -> list[int]:
@@ -122,9 +130,9 @@ class RemotingServer:
         self.tls = tls
         self._listener: Listener | None = None
 
-    def register(self, code: int, handler: Handler) -> None:
-        """Route requests with ``code`` to ``handler`` (see :class:`Processors`)."""
-        self.processors.register(code, handler)
+    def register(self, code: int, handler: Handler, queue: RequestQueue | None = None) -> None:
+        """Route requests with ``code`` to ``handler``, through ``queue`` if given (see :class:`Processors`)."""
+        self.processors.register(code, handler, queue)
 
     def _protocol(self) -> RemotingConnection:
         conn = RemotingConnection(
