@@ -539,7 +539,7 @@ class SendMessageProcessor:
 
     # -- batch -------------------------------------------------------------------------------
 
-    def _prepare_batch(  # noqa: C901 - hot: per batch, bench_broker
+    def _prepare_batch(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
         topic_config: TopicConfig,
     ) -> RemotingCommand | list[PutMessageRequest]:
@@ -605,18 +605,10 @@ class SendMessageProcessor:
                 )
             # The merged properties' values: the item's, else the batch's (props may be the item's own).
             get = props.get
-            keys = get(PROPERTY_KEYS)
-            if keys is None:
-                keys = batch_get(PROPERTY_KEYS)
-            tags = get(PROPERTY_TAGS)
-            if tags is None:
-                tags = batch_get(PROPERTY_TAGS)
-            uniq = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if uniq is None:
-                uniq = batch_get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            wait = get(PROPERTY_WAIT_STORE_MSG_OK)
-            if wait is None:
-                wait = batch_get(PROPERTY_WAIT_STORE_MSG_OK)
+            keys = get(PROPERTY_KEYS, batch_get(PROPERTY_KEYS))
+            tags = get(PROPERTY_TAGS, batch_get(PROPERTY_TAGS))
+            uniq = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, batch_get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+            wait = get(PROPERTY_WAIT_STORE_MSG_OK, batch_get(PROPERTY_WAIT_STORE_MSG_OK))
             add(PutMessageRequest(  # positional, as MessageInner.to_request builds one
                 topic, queue_id, item.body, encoded, item.flag, sys_flag, born, peer, reconsume, 0,
                 cached_tags_code(tags) if tags else 0,
