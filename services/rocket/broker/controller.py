@@ -177,7 +177,7 @@ class BrokerController:
             capacity=lambda: self.config.send_thread_pool_queue_capacity,
             max_bytes=lambda: self.config.max_in_flight_send_bytes,
             on_busy=lambda reason: self.metrics.send_rejected.labels(f"queue_{reason}").inc(),
-            gather=(self.store.gather_puts, self.store.release_puts),
+            gather=(self.store.commit_log.gather, self.store.commit_log.release),
         )
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientManageProcessor(self)
@@ -273,7 +273,7 @@ class BrokerController:
         p = Processors()
         # The appends of one read's sends become one CommitLog job, run (ASYNC_FLUSH) at the end of
         # the read, so that their answers leave with the read's write in the same loop turn.
-        p.gather = (self.store.gather_puts, self.store.release_puts)
+        p.gather = (self.store.commit_log.gather, self.store.commit_log.release)
         send = self.send_processor
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             p.register(code, send.process_send, self.send_queue)

@@ -44,7 +44,12 @@ Request queues (server side, :class:`RequestQueue`): codes registered with a que
 (the broker's sends) are handled as they are read for up to a slice of a few
 milliseconds per loop turn; past that they are queued, stamped with the time they
 were read, and handled in order in the next turns' slices, so that reading (and the requests of other codes on the same
-connection, such as heartbeats) goes on while the sends wait. As Apache RocketMQ's
+connection, such as heartbeats) goes on while the sends wait. A slice starts with a
+request handled at once; it ends after its length, or with the loop turn in which a
+request finds half of it gone (only then is a callback scheduled for the next turn, so
+that light traffic costs no loop turn of its own). One loop turn thus handles queued
+codes for at most about one slice (two, when a single stretch of other work of half a
+slice or more hides the turn's end), plus the request that runs past the end. As Apache RocketMQ's
 ``BrokerFastFailure``, a queued request that waited ``maxWait`` or longer is answered
 SYSTEM_BUSY (2) with ``[TIMEOUT_CLEAN_QUEUE]broker busy, ...`` instead of being handled,
 and one that finds the queue full (its capacity, as a thread pool's queue capacity)
@@ -150,8 +155,9 @@ class RequestQueue:
     ``sendThreadPoolQueueCapacity``, 10,000); ``max_bytes`` () -> body bytes it holds at most
     (beyond one request), likewise. These are called when used, so they follow the
     configuration. ``slice_seconds``: how long one turn of the event loop handles requests
-    of the queue before the rest wait for the next turn (reading goes on meanwhile); while
-    none wait and the slice is not used up, a request is handled as soon as it is read.
+    of the queue before the rest wait for the next turn (reading goes on meanwhile; see the
+    module docs for when a slice ends); while none wait and the slice is not used up, a
+    request is handled as soon as it is read.
     ``on_busy`` (reason ``"timeout"`` or ``"overload"``) counts refusals (metrics).
     ``gather``: ``(begin, end)`` called around each slice of queued requests handled in a
     later turn (as :attr:`Processors.gather` around a read).
@@ -181,7 +187,8 @@ class RequestQueue:
         # (read at, on the loop clock; connection; request; handler; is a coroutine function)
         self._entries: deque[tuple[float, RemotingConnection, RemotingCommand, Handler, bool]] = deque()
         self._scheduled = False
-        #: End of this loop turn's slice (perf_counter; 0: no slice started).
+        #: Start and end of the current slice (perf_counter; end 0: no slice started).
+        self._slice_start = 0.0
         self._slice_end = 0.0
         #: Requests answered SYSTEM_BUSY because they waited too long / found the queue full.
         self.timed_out = 0
@@ -197,9 +204,14 @@ class RequestQueue:
         entries = self._entries
         if not entries:
             now = time.perf_counter()
-            if not self._slice_end:
-                self._slice_end = now + self.slice_seconds
-                self._schedule()
+            if not self._scheduled:
+                if now >= self._slice_end:
+                    # No slice yet, or the last one's loop turn is over (a request of that turn
+                    # past its half would have scheduled its end): this request starts one.
+                    self._slice_start = now
+                    self._slice_end = now + self.slice_seconds
+                elif now - self._slice_start >= self.slice_seconds / 2:
+                    self._schedule()  # half of it is gone: it ends with this loop turn
             if now < self._slice_end:
                 conn.invoke(request, handler, is_coroutine)
                 return
@@ -232,7 +244,8 @@ class RequestQueue:
             return
         max_wait = self.max_wait()
         now = loop.time()
-        until = self._slice_end = time.perf_counter() + self.slice_seconds
+        self._slice_start = time.perf_counter()
+        until = self._slice_end = self._slice_start + self.slice_seconds
         gather = self.gather
         if gather is not None:
             gather[0]()

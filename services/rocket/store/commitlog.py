@@ -709,8 +709,9 @@ class CommitLog:
         self._cur = None
         self._job_running = True
         self._idle.clear()
-        if not self.sync_flush and all(c.seg.created for c in chunks) and (
-            sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX
+        if not self.sync_flush and (
+            (chunks[0].seg.created and len(chunks[0].buf) <= INLINE_WRITE_MAX) if len(chunks) == 1
+            else all(c.seg.created for c in chunks) and sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX
         ):
             self._finish_job(self._write_job(chunks, False))
             return

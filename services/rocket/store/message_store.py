@@ -343,15 +343,6 @@ class DefaultMessageStore:
             self.flush_commit_log_service.wake()
         return op.fut  # (None with ``done``)
 
-    def gather_puts(self) -> None:
-        """Puts from now until the matching :meth:`release_puts` share one CommitLog write job
-        (``CommitLog.gather``); the broker brackets the requests of each read with the two."""
-        self.commit_log.gather()
-
-    def release_puts(self) -> None:
-        """End :meth:`gather_puts`; starts the job of the gathered puts (``CommitLog.release``)."""
-        self.commit_log.release()
-
     async def put_message(self, req: PutMessageRequest) -> PutMessageResult:
         """Append one message; resolves once written (ASYNC_FLUSH) or fdatasync'd (SYNC_FLUSH and
         ``wait_store_msg_ok``). Failures come back as a status, never as an exception."""
