@@ -504,8 +504,16 @@ class RemotingConnection(asyncio.Protocol):
         if flow is None or self._closed:
             return
         backlog = self._backlog
-        while backlog and not self._must_hold(flow):
-            self._dispatch(backlog.popleft())
+        if backlog:
+            gather = self.processors.gather
+            if gather is not None:
+                gather[0]()
+            try:
+                while backlog and not self._must_hold(flow):
+                    self._dispatch(backlog.popleft())
+            finally:
+                if gather is not None:
+                    gather[1]()
         if backlog or self._must_hold(flow):
             return  # called again when a bound releases
         if self._reading_paused:
