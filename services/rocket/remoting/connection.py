@@ -449,9 +449,11 @@ class RemotingConnection(asyncio.Protocol):
                 else:
                     self._dispatch(cmd)
         finally:
-            if gather is not None:
-                gather[1]()  # (runs the gathered appends' job: their answers join this read's write)
-            self._reading = False
+            try:
+                if gather is not None:
+                    gather[1]()  # (runs the gathered appends' job: their answers join this read's write)
+            finally:
+                self._reading = False
         if self._out:
             self._flush()
         if backlog:
