@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocket.auth import AuthConfig, AuthMetadataStore, ServerAuth, inner_credentials
 from rocket.auth.http import HttpAuth
@@ -90,6 +90,9 @@ from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
 from rocket.store.timer import TIMER_TOPIC, TimerMessageStore
+
+if TYPE_CHECKING:
+    from rocket.broker.interfaces import PutDone
 
 log = logging.getLogger("rocket.broker")
 #: The properties that make a send a timer message (``rocket.broker.timer``).
@@ -174,6 +177,7 @@ class BrokerController:
             capacity=lambda: self.config.send_thread_pool_queue_capacity,
             max_bytes=lambda: self.config.max_in_flight_send_bytes,
             on_busy=lambda reason: self.metrics.send_rejected.labels(f"queue_{reason}").inc(),
+            gather=(self.store.commit_log.gather, self.store.commit_log.release),
         )
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientManageProcessor(self)
@@ -267,6 +271,9 @@ class BrokerController:
 
     def _processors(self, *, vip: bool) -> Processors:
         p = Processors()
+        # The appends of one read's sends become one CommitLog job, run (ASYNC_FLUSH) at the end of
+        # the read, so that their answers leave with the read's write in the same loop turn.
+        p.gather = (self.store.commit_log.gather, self.store.commit_log.release)
         send = self.send_processor
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             p.register(code, send.process_send, self.send_queue)
@@ -662,11 +669,10 @@ class BrokerController:
             return await self.ha.wait_replicated(result)
         return result
 
-    def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+    def put_nowait(self, inners: list[MessageInner], done: PutDone | None = None,
+                   ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
         """:meth:`put_message` (one message) or :meth:`put_messages` (a batch) without a coroutine,
-        for the send path: the store's result, or a future of it; on a SYNC_MASTER the future
-        resolves once a slave has the messages (or with the replication failure), as
-        :meth:`put_message`. Never None now (None meant: use :meth:`put_message`)."""
+        for the send path; see :meth:`put_batch_nowait` for ``done`` and what comes back."""
         if len(inners) == 1:
             rewritten = self._store_request(inners[0])
             if isinstance(rewritten, PutMessageResult):
@@ -674,17 +680,27 @@ class BrokerController:
             reqs = [rewritten.to_request()]
         else:
             reqs = [i.to_request() for i in inners]
-        return self.put_batch_nowait(reqs)
+        return self.put_batch_nowait(reqs, done)
 
-    def put_batch_nowait(self, reqs: list[PutMessageRequest]
-                         ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+    def put_batch_nowait(self, reqs: list[PutMessageRequest], done: PutDone | None = None,
+                         ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
         """:meth:`put_messages` without a coroutine (the send path's batches, already store
         requests: no delay or timer rewrite applies to them): the store's refusal, or a future
-        of the result (on a SYNC_MASTER, once a slave has them, as :meth:`put_nowait`)."""
-        put = self.store.put_messages_nowait(reqs)
+        of the result (on a SYNC_MASTER once a slave has them, as :meth:`put_messages`).
+
+        With ``done``: the refusal, or None, and ``done`` is called once on the loop with the
+        outcome: the result itself, as soon as the store resolves the put (the same call as the
+        write that stored it: no future, no loop turn in between), or, on a SYNC_MASTER, the
+        finished future of the final result (after the slave's acknowledgement)."""
         if self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs):
-            return self.ha.replicate_nowait(put)
-        return put
+            out = self.ha.replicate_nowait(self.store.put_messages_nowait(reqs))
+            if done is None or isinstance(out, PutMessageResult):
+                return out
+            out.add_done_callback(done)
+            return None
+        if done is not None:
+            return self.store.put_messages_callback(reqs, done)
+        return self.store.put_messages_nowait(reqs)
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""

@@ -63,7 +63,7 @@ _LONG_MIN = -LONG_MAX - 1
 _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class SendMessageRequestHeader:
     """Header of SEND_MESSAGE (10, long names), SEND_MESSAGE_V2 (310, ``a``..``n``)
     and SEND_BATCH_MESSAGE (320).
@@ -86,6 +86,25 @@ class SendMessageRequestHeader:
     unit_mode: bool
     max_reconsume_times: int | None
     batch: bool
+
+    def __init__(self, producer_group: str, topic: str, default_topic: str, default_topic_queue_nums: int,
+                 queue_id: int, sys_flag: int, born_timestamp: int, flag: int, properties: str,
+                 reconsume_times: int, unit_mode: bool, max_reconsume_times: int | None, batch: bool) -> None:
+        # Written out (``init=False``): compiled, this is native code; the ``__init__`` that
+        # ``dataclass`` generates stays interpreted even in a mypyc build (one per send).
+        self.producer_group = producer_group
+        self.topic = topic
+        self.default_topic = default_topic
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.flag = flag
+        self.properties = properties
+        self.reconsume_times = reconsume_times
+        self.unit_mode = unit_mode
+        self.max_reconsume_times = max_reconsume_times
+        self.batch = batch
 
     @classmethod
     def parse(cls, cmd: RemotingCommand) -> SendMessageRequestHeader:  # noqa: C901 - hot: per send, bench_broker

@@ -36,7 +36,7 @@ def cached_tags_code(tags: str | None) -> int:
     return code
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MessageInner:
     """A message to store: target, body as sent (maybe compressed), flags, properties.
 
@@ -57,6 +57,23 @@ class MessageInner:
     reconsume_times: int = 0
     tags_code: int | None = None
     encoded: str | None = None
+
+    def __init__(self, topic: str, queue_id: int, body: bytes, properties: dict[str, str] | None = None,
+                 flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0, born_host: str = "127.0.0.1:0",
+                 reconsume_times: int = 0, tags_code: int | None = None, encoded: str | None = None) -> None:
+        # Written out (``init=False``): compiled, this is native code; the ``__init__`` that
+        # ``dataclass`` generates stays interpreted even in a mypyc build (one per send).
+        self.topic = topic
+        self.queue_id = queue_id
+        self.body = body
+        self.properties = {} if properties is None else properties
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.tags_code = tags_code
+        self.encoded = encoded
 
     @property
     def delay_level(self) -> int:

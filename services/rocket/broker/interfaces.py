@@ -15,6 +15,7 @@ the controller, a processor, the transaction service or the replication manager.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from rocket.protocol import SubscriptionGroupConfig, TopicConfig
     from rocket.store import DefaultMessageStore
     from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult
+
+    #: The send path's completion callback (``BrokerController.put_batch_nowait``): called once with
+    #: the store's result, or (SYNC_MASTER) with the finished future of the replicated result.
+    PutDone = Callable[[PutMessageResult | asyncio.Future[PutMessageResult]], object]
 
 
 class MessageQueryStore(Protocol):
@@ -265,12 +270,15 @@ class SendBroker(BrokerCore, HasReplication, Puts, Protocol):
         """Store a batch (store requests to one queue)."""
         ...
 
-    def put_batch_nowait(self, reqs: list[PutMessageRequest]) -> PutMessageResult | asyncio.Future[PutMessageResult]:
-        """The batch fast path: the store's refusal now, or a future of the result."""
+    def put_batch_nowait(self, reqs: list[PutMessageRequest], done: PutDone | None = None,
+                         ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """The batch fast path: the store's refusal now, or a future of the result; with ``done``,
+        None and ``done`` gets the outcome."""
         ...
 
-    def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
-        """The fast path: a result now, a future, or None to take the slow path."""
+    def put_nowait(self, inners: list[MessageInner], done: PutDone | None = None,
+                   ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """The fast path: a result now, a future, or None when ``done`` gets the outcome."""
         ...
 
 

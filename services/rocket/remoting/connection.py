@@ -14,9 +14,13 @@ one may still answer later by returning an ``asyncio.Future`` of the response
 (no task is created for it), or by returning :data:`ANSWER_LATER` and calling
 :meth:`RemotingConnection.answer` itself (no future either).
 
-Writes are coalesced: every frame sent or answered during one loop turn goes
-out with a single ``transport.write`` at the end of that turn. Request
-timeouts are enforced by one timer per connection, armed for the earliest
+Writes are coalesced: the frames answered while the requests of one read are
+handled (with whatever those requests completed: see :attr:`Processors.gather`)
+go out with a single ``transport.write`` at the end of that read, in the same
+loop turn; every other frame sent or answered during a loop turn goes out with a
+single ``transport.write`` at the end of that turn. So one connection makes at
+most one write per read plus one per turn, however many requests it answers.
+Request timeouts are enforced by one timer per connection, armed for the earliest
 deadline of the requests in flight, not by one timer per request.
 
 Backpressure (server side, :class:`FlowControl`): a peer that sends requests
@@ -40,7 +44,12 @@ Request queues (server side, :class:`RequestQueue`): codes registered with a que
 (the broker's sends) are handled as they are read for up to a slice of a few
 milliseconds per loop turn; past that they are queued, stamped with the time they
 were read, and handled in order in the next turns' slices, so that reading (and the requests of other codes on the same
-connection, such as heartbeats) goes on while the sends wait. As Apache RocketMQ's
+connection, such as heartbeats) goes on while the sends wait. A slice starts with a
+request handled at once; it ends after its length, or with the loop turn in which a
+request finds half of it gone (only then is a callback scheduled for the next turn, so
+that light traffic costs no loop turn of its own). One loop turn thus handles queued
+codes for at most about one slice (two, when a single stretch of other work of half a
+slice or more hides the turn's end), plus the request that runs past the end. As Apache RocketMQ's
 ``BrokerFastFailure``, a queued request that waited ``maxWait`` or longer is answered
 SYSTEM_BUSY (2) with ``[TIMEOUT_CLEAN_QUEUE]broker busy, ...`` instead of being handled,
 and one that finds the queue full (its capacity, as a thread pool's queue capacity)
@@ -146,9 +155,12 @@ class RequestQueue:
     ``sendThreadPoolQueueCapacity``, 10,000); ``max_bytes`` () -> body bytes it holds at most
     (beyond one request), likewise. These are called when used, so they follow the
     configuration. ``slice_seconds``: how long one turn of the event loop handles requests
-    of the queue before the rest wait for the next turn (reading goes on meanwhile); while
-    none wait and the slice is not used up, a request is handled as soon as it is read.
+    of the queue before the rest wait for the next turn (reading goes on meanwhile; see the
+    module docs for when a slice ends); while none wait and the slice is not used up, a
+    request is handled as soon as it is read.
     ``on_busy`` (reason ``"timeout"`` or ``"overload"``) counts refusals (metrics).
+    ``gather``: ``(begin, end)`` called around each slice of queued requests handled in a
+    later turn (as :attr:`Processors.gather` around a read).
     """
 
     def __init__(
@@ -160,8 +172,11 @@ class RequestQueue:
         max_bytes: Callable[[], int] = lambda: 512 * 1024 * 1024,
         slice_seconds: float = 0.010,
         on_busy: Callable[[str], None] | None = None,
+        gather: tuple[Callable[[], None], Callable[[], None]] | None = None,
     ) -> None:
         self.name = name
+        #: Called around each slice of queued requests handled (as :attr:`Processors.gather`).
+        self.gather = gather
         self.max_wait = max_wait
         self.capacity = capacity
         self.max_bytes = max_bytes
@@ -172,7 +187,8 @@ class RequestQueue:
         # (read at, on the loop clock; connection; request; handler; is a coroutine function)
         self._entries: deque[tuple[float, RemotingConnection, RemotingCommand, Handler, bool]] = deque()
         self._scheduled = False
-        #: End of this loop turn's slice (perf_counter; 0: no slice started).
+        #: Start and end of the current slice (perf_counter; end 0: no slice started).
+        self._slice_start = 0.0
         self._slice_end = 0.0
         #: Requests answered SYSTEM_BUSY because they waited too long / found the queue full.
         self.timed_out = 0
@@ -188,9 +204,14 @@ class RequestQueue:
         entries = self._entries
         if not entries:
             now = time.perf_counter()
-            if not self._slice_end:
-                self._slice_end = now + self.slice_seconds
-                self._schedule()
+            if not self._scheduled:
+                if now >= self._slice_end:
+                    # No slice yet, or the last one's loop turn is over (a request of that turn
+                    # past its half would have scheduled its end): this request starts one.
+                    self._slice_start = now
+                    self._slice_end = now + self.slice_seconds
+                elif now - self._slice_start >= self.slice_seconds / 2:
+                    self._schedule()  # half of it is gone: it ends with this loop turn
             if now < self._slice_end:
                 conn.invoke(request, handler, is_coroutine)
                 return
@@ -223,7 +244,20 @@ class RequestQueue:
             return
         max_wait = self.max_wait()
         now = loop.time()
-        until = self._slice_end = time.perf_counter() + self.slice_seconds
+        self._slice_start = time.perf_counter()
+        until = self._slice_end = self._slice_start + self.slice_seconds
+        gather = self.gather
+        if gather is not None:
+            gather[0]()
+        try:
+            self._drain_slice(entries, max_wait, now, until)
+        finally:
+            if gather is not None:
+                gather[1]()
+        self._schedule()  # the next turn drains on (or starts a new slice when none wait)
+
+    def _drain_slice(self, entries: deque[tuple[float, RemotingConnection, RemotingCommand, Handler, bool]],
+                     max_wait: float | None, now: float, until: float) -> None:
         while entries:
             read_at, conn, request, handler, is_coroutine = entries.popleft()
             self._bytes -= len(request.body)
@@ -245,7 +279,6 @@ class RequestQueue:
             conn.invoke(request, handler, is_coroutine)
             if time.perf_counter() >= until:
                 break
-        self._schedule()  # the next turn drains on (or starts a new slice when none wait)
 
 
 class _AnswerLater:
@@ -273,6 +306,11 @@ class Processors:
         self.observers: list[Observer] = []
         #: Request code -> the :class:`RequestQueue` its requests wait in (server side).
         self.queues: dict[int, RequestQueue] = {}
+        #: ``(begin, end)`` called before and after the requests of one read are dispatched
+        #: (None: nothing). The broker gathers the CommitLog appends of a read into one write
+        #: job there, which ``end`` runs (ASYNC_FLUSH), so that the answers it completes leave
+        #: with the read's one write, in the same loop turn as the read.
+        self.gather: tuple[Callable[[], None], Callable[[], None]] | None = None
 
     def register(self, code: int, handler: Handler, queue: RequestQueue | None = None) -> None:
         """Route requests with ``code`` to ``handler`` (replacing any earlier one); with ``queue``,
@@ -338,6 +376,8 @@ class RemotingConnection(asyncio.Protocol):
         # Frames written during this loop turn, sent with one transport.write by _flush.
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        #: A read is being handled: frames queued now leave with its write (no turn scheduled).
+        self._reading = False
         # The one timeout timer: armed for the earliest deadline of the pending requests.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -384,23 +424,38 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("closing %s connection with %s: %s", self.role, self.peer, exc)
             self.abort()
             return
-        # Answers of inline handlers are queued and leave with one send at the end of the turn.
+        if not commands:
+            return
+        # Answers given while this read is handled are queued and leave with one write at its end.
         self._read_at = self._loop.time() if self._loop is not None else 0.0
         pending = self._pending
         flow = self._flow
         backlog = self._backlog
-        for cmd in commands:
-            if cmd.flag & FLAG_RESPONSE:
-                self._answered = True
-                entry = pending.pop(cmd.opaque, None)
-                if entry is not None and not entry[0].done():
-                    entry[0].set_result(cmd)
-            elif flow is None:
-                self._dispatch(cmd)
-            elif backlog or self._must_hold(flow):
-                backlog.append(cmd)
-            else:
-                self._dispatch(cmd)
+        gather = self.processors.gather
+        self._reading = True
+        if gather is not None:
+            gather[0]()
+        try:
+            for cmd in commands:
+                if cmd.flag & FLAG_RESPONSE:
+                    self._answered = True
+                    entry = pending.pop(cmd.opaque, None)
+                    if entry is not None and not entry[0].done():
+                        entry[0].set_result(cmd)
+                elif flow is None:
+                    self._dispatch(cmd)
+                elif backlog or self._must_hold(flow):
+                    backlog.append(cmd)
+                else:
+                    self._dispatch(cmd)
+        finally:
+            try:
+                if gather is not None:
+                    gather[1]()  # (runs the gathered appends' job: their answers join this read's write)
+            finally:
+                self._reading = False
+        if self._out:
+            self._flush()
         if backlog:
             self._pause_reading()
 
@@ -451,8 +506,16 @@ class RemotingConnection(asyncio.Protocol):
         if flow is None or self._closed:
             return
         backlog = self._backlog
-        while backlog and not self._must_hold(flow):
-            self._dispatch(backlog.popleft())
+        if backlog:
+            gather = self.processors.gather
+            if gather is not None:
+                gather[0]()
+            try:
+                while backlog and not self._must_hold(flow):
+                    self._dispatch(backlog.popleft())
+            finally:
+                if gather is not None:
+                    gather[1]()
         if backlog or self._must_hold(flow):
             return  # called again when a bound releases
         if self._reading_paused:
@@ -645,10 +708,11 @@ class RemotingConnection(asyncio.Protocol):
         return self._next_opaque
 
     def _send(self, data: bytes) -> None:
-        """Queue ``data`` for the one write at the end of this loop turn (dropped when closed)."""
+        """Queue ``data`` for the one write at the end of the read being handled, else at the end
+        of this loop turn (dropped when closed)."""
         self._out.append(data)
         self._out_bytes += len(data)
-        if not self._flush_scheduled:
+        if not (self._flush_scheduled or self._reading):
             self._flush_scheduled = True
             assert self._loop is not None
             self._loop.call_soon(self._flush)

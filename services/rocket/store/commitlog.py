@@ -128,21 +128,49 @@ class DispatchBatch:
 
 
 class PutOp:
-    """One pending put: resolved (``fut``) once ``end`` is committed, or flushed when ``sync``."""
+    """One pending put: resolved once ``end`` is committed, or flushed when ``sync``.
 
-    __slots__ = ("deadline", "end", "first_queue_offset", "fut", "queue_key", "result", "store_timestamp", "sync")
+    The outcome goes to ``fut`` (an ``asyncio.Future``, for callers that await it) or, when
+    ``fut`` is None, to ``done(result)``, called once on the loop in the call that resolves the
+    put (no loop turn in between: the send path answers from it). ``resolved`` is True once
+    either happened (or ``fut`` was cancelled by its waiter).
+    """
 
-    def __init__(self, end: int, fut: asyncio.Future[PutMessageResult], result: PutMessageResult, sync: bool,
+    __slots__ = ("deadline", "done", "end", "first_queue_offset", "fut", "queue_key", "resolved", "result",
+                 "store_timestamp", "sync")
+
+    def __init__(self, end: int, fut: asyncio.Future[PutMessageResult] | None, result: PutMessageResult, sync: bool,
                  deadline: float, queue_key: tuple[str, int] | None, first_queue_offset: int,
-                 store_timestamp: int) -> None:
+                 store_timestamp: int, done: Callable[[PutMessageResult], object] | None = None) -> None:
         self.end = end
         self.fut = fut
+        self.done = done
+        self.resolved = False
         self.result = result
         self.sync = sync
         self.deadline = deadline
         self.queue_key = queue_key
         self.first_queue_offset = first_queue_offset
         self.store_timestamp = store_timestamp
+
+    def resolve(self, result: PutMessageResult) -> None:
+        """Deliver ``result`` (once; later calls do nothing). An exception of ``done`` is logged:
+        it must not stop the CommitLog from resolving the puts after this one."""
+        if self.resolved:
+            return
+        self.resolved = True
+        fut = self.fut
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(result)
+            return
+        done = self.done
+        if done is not None:
+            self.done = None
+            try:
+                done(result)
+            except Exception:
+                log.exception("put completion callback %r failed", done)
 
 
 class _Chunk:
@@ -280,6 +308,8 @@ class CommitLog:
         self._cur: _Chunk | None = None
         self._job_running = False
         self._start_scheduled = False
+        #: Open :meth:`gather` calls: while > 0, puts do not start or schedule a job.
+        self._gathering = 0
         self._flush_lock: asyncio.Lock | None = None
         self._unsynced: list[Segment] = []  # writer thread only
         self._writer = _WriterThread("rocket-commitlog-writer")
@@ -542,9 +572,11 @@ class CommitLog:
         return seg
 
     def put(self, reqs: Sequence[PutMessageRequest], props: Sequence[bytes], topic: str, queue_id: int,
-            store_timestamp: int, sync: bool, deadline: float) -> PutOp | PutMessageResult:
+            store_timestamp: int, sync: bool, deadline: float,
+            done: Callable[[PutMessageResult], object] | None = None) -> PutOp | PutMessageResult:
         """Append ``reqs`` (all to ``topic``/``queue_id``; ``props`` their encoded properties)
-        contiguously; returns the pending op.
+        contiguously; returns the pending op, whose ``fut`` resolves with the outcome, or, with
+        ``done``, which is called with it instead (see :class:`PutOp`; never from inside this call).
 
         Returns a :class:`PutMessageResult` instead when the batch cannot be
         encoded (MESSAGE_ILLEGAL). The caller checked sizes and state.
@@ -607,10 +639,11 @@ class CommitLog:
         self.dispatch_batches.append(DispatchBatch(
             start, phys, topic, queue_id, first_qoff, phys_list, sizes, tags, keys, uniq, store_timestamp, sys_flags,
         ))
-        op = PutOp(phys, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
-                   deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)
+        op = PutOp(phys, None if done is not None else self._loop.create_future(),
+                   PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
+                   deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
         self._ops.append(op)
-        if not (self._job_running or self._start_scheduled):
+        if not (self._job_running or self._start_scheduled or self._gathering):
             if self.sync_flush:
                 self._start_job()
             else:  # written on the loop: gather this turn's puts into one job first
@@ -652,6 +685,21 @@ class CommitLog:
 
     # -- the writer ------------------------------------------------------------------------
 
+    def gather(self) -> None:
+        """Hold back the start of a write job until the matching :meth:`release`: the puts in
+        between go into one job (the requests of one read, or of one request-queue slice).
+        Calls nest."""
+        self._gathering += 1
+
+    def release(self) -> None:
+        """End a :meth:`gather`: when it was the outermost and puts wait, start their job now (an
+        ASYNC_FLUSH job into existing files runs right here and resolves its puts before this
+        returns; a SYNC_FLUSH one goes to the writer thread). A job already running or scheduled
+        takes them when it is done instead."""
+        self._gathering -= 1
+        if not self._gathering and self._chunks and not (self._job_running or self._start_scheduled):
+            self._start_job()
+
     def _start_job(self) -> None:
         if self._job_running or self._start_scheduled or not self._chunks:
             return
@@ -661,8 +709,9 @@ class CommitLog:
         self._cur = None
         self._job_running = True
         self._idle.clear()
-        if not self.sync_flush and all(c.seg.created for c in chunks) and (
-            sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX
+        if not self.sync_flush and (
+            (chunks[0].seg.created and len(chunks[0].buf) <= INLINE_WRITE_MAX) if len(chunks) == 1
+            else all(c.seg.created for c in chunks) and sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX
         ):
             self._finish_job(self._write_job(chunks, False))
             return
@@ -777,6 +826,8 @@ class CommitLog:
         self._start_job()
 
     def _resolve_ops(self, sync_error: OSError | None = None) -> None:
+        # Each op leaves the queue before it is resolved: a ``done`` callback may put again (and
+        # an ASYNC_FLUSH job may then run and resolve ops inside it) without seeing it twice.
         ops = self._ops
         committed = self.committed
         flushed = self.flushed
@@ -787,14 +838,14 @@ class CommitLog:
             if op.sync and op.end > flushed:
                 if sync_error is None:
                     break
-                if not op.fut.done():
-                    op.fut.set_result(PutMessageResult(
-                        PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages,
-                        f"stored, but fdatasync failed: {sync_error}",
-                    ))
-            elif not op.fut.done():
-                op.fut.set_result(op.result)
-            ops.popleft()
+                ops.popleft()
+                op.resolve(PutMessageResult(
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages,
+                    f"stored, but fdatasync failed: {sync_error}",
+                ))
+            else:
+                ops.popleft()
+                op.resolve(op.result)
 
     def _rollback(self, res: _JobResult) -> None:
         """Fail every put past ``res.ok_until`` and move the write position back there."""
@@ -817,8 +868,7 @@ class CommitLog:
             if op.queue_key is not None and op.queue_key not in restored:
                 self.topic_queue_table[op.queue_key] = op.first_queue_offset
                 restored.add(op.queue_key)
-            if not op.fut.done():
-                op.fut.set_result(PutMessageResult(status, [], remark))
+        # The log is rolled back before anyone hears of the failure (a callback may put again).
         self._ops = deque(op for op in self._ops if op.end <= ok_until)
         self._chunks = []
         self._cur = None
@@ -831,6 +881,8 @@ class CommitLog:
         ):
             seg = self.segments.pop()
             seg.close()
+        for op in failed:
+            op.resolve(PutMessageResult(status, [], remark))
 
     def _log_error(self, text: str) -> None:
         now = time.monotonic()
@@ -840,15 +892,15 @@ class CommitLog:
 
     def expire_ops(self, now: float) -> None:
         """Answer FLUSH_DISK_TIMEOUT to sync puts past their deadline (they stay stored)."""
-        for op in self._ops:
+        for op in list(self._ops):  # (a copy: a callback may put again)
             if op.deadline > now:
                 break
-            if op.sync and not op.fut.done() and op.end <= self.committed:
-                op.fut.set_result(PutMessageResult(
+            if op.sync and not op.resolved and op.end <= self.committed:
+                op.resolve(PutMessageResult(
                     PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages, "stored, fdatasync not done in time",
                 ))
-            elif op.sync and not op.fut.done():
-                op.fut.set_result(PutMessageResult(
+            elif op.sync and not op.resolved:
+                op.resolve(PutMessageResult(
                     PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages, "stored, not yet written in time",
                 ))
 

@@ -288,7 +288,9 @@ class DefaultMessageStore:
         self.stats.put_rejected += 1
         return PutMessageResult(status, remark=remark)
 
-    def _put(self, reqs: list[PutMessageRequest]) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+    def _put(self, reqs: list[PutMessageRequest], done: Callable[[PutMessageResult], object] | None = None,
+             ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """The refusal, or (accepted) the future of the outcome, or None when ``done`` gets it."""
         if not self._running:
             return self._reject(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
         cfg = self.config
@@ -330,7 +332,7 @@ class DefaultMessageStore:
             sync = sync or r.wait_store_msg_ok
         sync = sync and cl.sync_flush
         op = cl.put(reqs, props, topic, queue_id, int(self.clock() * 1000), sync,
-                    time.monotonic() + cfg.sync_flush_timeout)
+                    time.monotonic() + cfg.sync_flush_timeout, done)
         if isinstance(op, PutMessageResult):
             self.stats.put_rejected += 1
             return op
@@ -339,7 +341,7 @@ class DefaultMessageStore:
         st.put_messages += len(reqs)
         if unflushed > cfg.max_pending_flush_bytes // 4 and not cl.sync_flush:
             self.flush_commit_log_service.wake()
-        return op.fut
+        return op.fut  # (None with ``done``)
 
     async def put_message(self, req: PutMessageRequest) -> PutMessageResult:
         """Append one message; resolves once written (ASYNC_FLUSH) or fdatasync'd (SYNC_FLUSH and
@@ -347,6 +349,7 @@ class DefaultMessageStore:
         r = self._put([req])
         if isinstance(r, PutMessageResult):
             return r
+        assert r is not None
         return await r
 
     async def put_messages(self, reqs: list[PutMessageRequest]) -> PutMessageResult:
@@ -355,6 +358,7 @@ class DefaultMessageStore:
         r = self._put(reqs)
         if isinstance(r, PutMessageResult):
             return r
+        assert r is not None
         return await r
 
     def put_messages_nowait(self, reqs: list[PutMessageRequest]
@@ -362,7 +366,18 @@ class DefaultMessageStore:
         """:meth:`put_messages` (or :meth:`put_message` for one request) without a coroutine:
         the result at once when the put is refused, else a future of it (for callers on the
         loop that answer from a callback)."""
-        return self._put(reqs)
+        r = self._put(reqs)
+        assert r is not None
+        return r
+
+    def put_messages_callback(self, reqs: list[PutMessageRequest], done: Callable[[PutMessageResult], object]
+                              ) -> PutMessageResult | None:
+        """:meth:`put_messages_nowait` without a future: the result at once when the put is
+        refused; else None, and ``done(result)`` is called once on the loop when the put is
+        resolved, with what the future would have held (never from inside this call). The send
+        path answers from ``done``, in the same loop turn as the write that stored the messages."""
+        r = self._put(reqs, done)
+        return r if isinstance(r, PutMessageResult) else None
 
     # -- get ---------------------------------------------------------------------------------------------
 
@@ -583,6 +598,7 @@ class DefaultMessageStore:
             return False
         if fresh and offset:
             self.reput_from_offset = offset
+        assert op.fut is not None
         res = await op.fut
         return res.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
