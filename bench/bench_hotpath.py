@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rocket.message import Message, encode_batch, encode_properties, new_uniq_id
+from rocket.message import Message, decode_properties, encode_batch, encode_properties, new_uniq_id
 from rocket.remoting import RemotingCommand
 from rocket.remoting.command import encode
 from rocket.remoting.connection import FlowControl, RemotingConnection
@@ -88,7 +88,20 @@ def _send_header(queue_id: int, properties: str, batch: bool) -> dict[str, str]:
             "m": "true" if batch else "false"}
 
 
-async def _run_mode(flush: str, singles: int, batches: int) -> dict[str, float]:
+def _batch_frames_props(shape: str) -> tuple[str, list[str]]:
+    """The batch header's properties and a function of the items' properties for ``shape``:
+    ``"ours"`` (our client: WAIT on the batch, UNIQ_KEY on each item) or ``"java"`` (Apache's
+    Java client, ``DefaultMQProducer.batch`` of ``new Message(topic, "bench", body)``: the batch
+    carries its own UNIQ_KEY and WAIT, each item UNIQ_KEY, WAIT and TAGS, in the order of
+    Java's ``HashMap``)."""
+    if shape == "java":
+        return encode_properties({"UNIQ_KEY": new_uniq_id(), "WAIT": "true"}), [
+            encode_properties({"UNIQ_KEY": new_uniq_id(), "WAIT": "true", "TAGS": "bench"}) for _ in range(32)]
+    return encode_properties({"WAIT": "true"}), [encode_properties({"UNIQ_KEY": new_uniq_id()}) for _ in range(32)]
+
+
+async def _run_mode(flush: str, singles: int, batches: int, with_pulls: bool = True,
+                    shape: str = "ours", build: int = 0) -> dict[str, float]:
     from rocket.broker.config import BrokerConfig
     from rocket.broker.controller import BrokerController
     from rocket.local import find_free_base_port, ports_for
@@ -140,15 +153,18 @@ async def _run_mode(flush: str, singles: int, batches: int) -> dict[str, float]:
                   f"{messages / wall:>9,.0f} msgs/s in-process, load average {os.getloadavg()[0]:.1f}", flush=True)
 
         await feed([frame(310, _send_header(0, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true", False), BODY)], 1)
-        await phase("single", [frame(310, _send_header(k % QUEUES, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true",
+        if singles:
+            await phase("single", [frame(310, _send_header(k % QUEUES, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true",
                                                         False), BODY) for k in range(singles)], 64, singles)
-        batch_props = encode_properties({"WAIT": "true"})
-        batch_frames = [
-            frame(320, _send_header(k % QUEUES, batch_props, True),
-                  encode_batch([Message(TOPIC, BODY, 0, {"UNIQ_KEY": new_uniq_id()}) for _ in range(32)]))
-            for k in range(batches)
-        ]
-        await phase("batch", batch_frames, 16, batches * 32)
+        batch_frames = []
+        for k in range(max(batches, build)):  # (build: the same client-side work for runs that feed fewer)
+            batch_props, item_props = _batch_frames_props(shape)
+            batch_frames.append(frame(320, _send_header(k % QUEUES, batch_props, True), encode_batch(
+                [Message(TOPIC, BODY, 0, decode_properties(p)) for p in item_props])))
+        if batches:
+            await phase("batch", batch_frames[:batches], 16, batches * 32)
+        if not with_pulls:
+            return figures
         stored = {q: broker.store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES)}
         pulls = [
             frame(11, {"consumerGroup": "bench-hotpath", "topic": TOPIC, "queueId": str(q), "queueOffset": str(off),
@@ -173,3 +189,26 @@ def run(short: bool) -> None:
           f"of 32, then pulls of 32; 1 KiB bodies, {QUEUES} queues", flush=True)
     for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         run_loop(_run_mode(flush, singles, batches))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.bench_hotpath --batches N --build M [--shape java|ours] [--flush ...]``: only
+    the batch phase (no single sends, no pulls), for instruction counts under
+    ``valgrind --tool=callgrind``: the difference between two runs with different ``N``, divided by
+    the difference in messages, is the broker's instructions per batched message."""
+    import argparse
+
+    from rocket.runtime import run as run_loop
+
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_hotpath")
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--build", type=int, default=0,
+                        help="batches to build (at least --batches): equal client work for runs compared")
+    parser.add_argument("--shape", choices=("ours", "java"), default="ours")
+    parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
+    args = parser.parse_args(argv)
+    run_loop(_run_mode(args.flush, 0, args.batches, with_pulls=False, shape=args.shape, build=args.build))
+
+
+if __name__ == "__main__":
+    main()
