@@ -100,49 +100,88 @@ def _batch_frames_props(shape: str) -> tuple[str, list[str]]:
     return encode_properties({"WAIT": "true"}), [encode_properties({"UNIQ_KEY": new_uniq_id()}) for _ in range(32)]
 
 
-async def _run_mode(flush: str, singles: int, batches: int, with_pulls: bool = True,
-                    shape: str = "ours", build: int = 0) -> dict[str, float]:
-    from rocket.broker.config import BrokerConfig
-    from rocket.broker.controller import BrokerController
-    from rocket.local import find_free_base_port, ports_for
-    from rocket.nameserver.config import NameServerConfig
-    from rocket.nameserver.server import NameServer
-    from rocket.store.api import FlushDiskType
+class _Hotpath:
+    """A NameServer and a broker in this process and a server connection to feed frames to
+    (:meth:`start`, :meth:`stop`)."""
 
-    root = Path(tempfile.mkdtemp(prefix="rocket-bench-hotpath-"))
-    ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=0))
-    await ns.start()
-    port, _http = ports_for(find_free_base_port())["broker-a"]  # a free listen port with free VIP and HA ports
-    cfg = BrokerConfig(broker_name="hotpath", listen_port=port, namesrv_addr=f"127.0.0.1:{ns.port}",
-                       store_path_root_dir=str(root), bind_address="127.0.0.1", vip_channel_enable=False,
-                       flush_disk_type=FlushDiskType(flush), http_port=0)
-    broker = BrokerController(cfg)
-    await broker.start()
-    figures: dict[str, float] = {}
-    try:
+    def __init__(self, flush: str) -> None:
+        self.flush = flush
+        self.opaque = 0
+        self.transport = _CountingTransport()
+
+    async def start(self, quiet: bool = False) -> None:
+        """Start both; ``quiet``: no re-registration with the NameServer while measuring (its
+        periodic work would count, in proportion to the run's duration, not its messages), and no
+        fast failure of sends waiting in the send queue (under valgrind the wait exceeds
+        ``waitTimeMillsInSendQueue`` and sends would be answered SYSTEM_BUSY, not stored)."""
+        from rocket.broker.config import BrokerConfig
+        from rocket.broker.controller import BrokerController
+        from rocket.local import find_free_base_port, ports_for
+        from rocket.nameserver.config import NameServerConfig
+        from rocket.nameserver.server import NameServer
+        from rocket.store.api import FlushDiskType
+
+        self.root = Path(tempfile.mkdtemp(prefix="rocket-bench-hotpath-"))
+        self.ns = NameServer(NameServerConfig(host="127.0.0.1", port=0, http_port=0))
+        await self.ns.start()
+        port, _http = ports_for(find_free_base_port())["broker-a"]  # a free listen port with free VIP and HA ports
+        cfg = BrokerConfig(broker_name="hotpath", listen_port=port, namesrv_addr=f"127.0.0.1:{self.ns.port}",
+                           store_path_root_dir=str(self.root), bind_address="127.0.0.1", vip_channel_enable=False,
+                           flush_disk_type=FlushDiskType(self.flush), http_port=0,
+                           wait_time_mills_in_send_queue=3_600_000 if quiet else 200)
+        self.broker = broker = BrokerController(cfg)
+        await broker.start()
+        if quiet:
+            async def registered() -> None:
+                return None
+            broker.register_broker_all = registered  # type: ignore[method-assign]
         broker.metadata.topic_configs.put(broker.new_topic_config(TOPIC, read_queue_nums=QUEUES,
                                                                   write_queue_nums=QUEUES))
         assert broker.remoting is not None
-        conn = RemotingConnection(broker.remoting.processors, role="server", flow_control=FlowControl())
-        transport = _CountingTransport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
-        opaque = 0
+        self.conn = RemotingConnection(broker.remoting.processors, role="server", flow_control=FlowControl())
+        self.conn.connection_made(self.transport)  # type: ignore[arg-type]
 
-        def frame(code: int, ext: dict[str, str], body: bytes) -> bytes:
-            nonlocal opaque
-            opaque += 1
-            return encode(RemotingCommand(code=code, ext_fields=ext, body=body, opaque=opaque))
+    async def stop(self) -> None:
+        """Stop both and remove the store."""
+        await self.broker.shutdown()
+        await self.ns.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
-        async def feed(frames: list[bytes], per_read: int) -> None:
-            loop = asyncio.get_running_loop()
-            for i in range(0, len(frames), per_read):
-                chunk = frames[i:i + per_read]
-                transport.target = transport.answers + len(chunk)
-                transport.waiter = loop.create_future()
-                conn.data_received(b"".join(chunk))
-                if transport.answers < transport.target:
-                    await transport.waiter
+    def frame(self, code: int, ext: dict[str, str], body: bytes) -> bytes:
+        """One request frame (the next opaque)."""
+        self.opaque += 1
+        return encode(RemotingCommand(code=code, ext_fields=ext, body=body, opaque=self.opaque))
 
+    def batch_frames(self, count: int, shape: str) -> list[bytes]:
+        """``count`` SEND_BATCH_MESSAGE frames of 32 x 1 KiB with the properties of ``shape``."""
+        out = []
+        for k in range(count):
+            batch_props, item_props = _batch_frames_props(shape)
+            out.append(self.frame(320, _send_header(k % QUEUES, batch_props, True), encode_batch(
+                [Message(TOPIC, BODY, 0, decode_properties(p)) for p in item_props])))
+        return out
+
+    async def feed(self, frames: list[bytes], per_read: int) -> None:
+        """Feed ``frames``, ``per_read`` at a time, each time until all of them are answered."""
+        loop = asyncio.get_running_loop()
+        transport = self.transport
+        for i in range(0, len(frames), per_read):
+            chunk = frames[i:i + per_read]
+            transport.target = transport.answers + len(chunk)
+            transport.waiter = loop.create_future()
+            self.conn.data_received(b"".join(chunk))
+            if transport.answers < transport.target:
+                await transport.waiter
+
+
+async def _run_mode(flush: str, singles: int, batches: int) -> dict[str, float]:
+    hot = _Hotpath(flush)
+    await hot.start()
+    broker = hot.broker
+    frame = hot.frame
+    feed = hot.feed
+    figures: dict[str, float] = {}
+    try:
         async def phase(name: str, frames: list[bytes], per_read: int, messages: int) -> None:
             await asyncio.sleep(0.2)
             cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -153,18 +192,9 @@ async def _run_mode(flush: str, singles: int, batches: int, with_pulls: bool = T
                   f"{messages / wall:>9,.0f} msgs/s in-process, load average {os.getloadavg()[0]:.1f}", flush=True)
 
         await feed([frame(310, _send_header(0, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true", False), BODY)], 1)
-        if singles:
-            await phase("single", [frame(310, _send_header(k % QUEUES, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true",
+        await phase("single", [frame(310, _send_header(k % QUEUES, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true",
                                                         False), BODY) for k in range(singles)], 64, singles)
-        batch_frames = []
-        for k in range(max(batches, build)):  # (build: the same client-side work for runs that feed fewer)
-            batch_props, item_props = _batch_frames_props(shape)
-            batch_frames.append(frame(320, _send_header(k % QUEUES, batch_props, True), encode_batch(
-                [Message(TOPIC, BODY, 0, decode_properties(p)) for p in item_props])))
-        if batches:
-            await phase("batch", batch_frames[:batches], 16, batches * 32)
-        if not with_pulls:
-            return figures
+        await phase("batch", hot.batch_frames(batches, "ours"), 16, batches * 32)
         stored = {q: broker.store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES)}
         pulls = [
             frame(11, {"consumerGroup": "bench-hotpath", "topic": TOPIC, "queueId": str(q), "queueOffset": str(off),
@@ -174,9 +204,7 @@ async def _run_mode(flush: str, singles: int, batches: int, with_pulls: bool = T
         ]
         await phase("pull", pulls, 16, sum(stored.values()))
     finally:
-        await broker.shutdown()
-        await ns.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        await hot.stop()
     return figures
 
 
@@ -193,21 +221,45 @@ def run(short: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m bench.bench_hotpath --batches N --build M [--shape java|ours] [--flush ...]``: only
-    the batch phase (no single sends, no pulls), for instruction counts under
-    ``valgrind --tool=callgrind``: the difference between two runs with different ``N``, divided by
-    the difference in messages, is the broker's instructions per batched message."""
+    the batch phase, for instruction counts: ``valgrind --tool=callgrind`` of two runs that build
+    the same M batches and feed different N; the difference of their counts divided by the
+    difference in messages is the broker's instructions per batched message (the broker does not
+    re-register with the NameServer meanwhile: that periodic work would count by duration)."""
     import argparse
-
-    from rocket.runtime import run as run_loop
 
     parser = argparse.ArgumentParser(prog="python -m bench.bench_hotpath")
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--build", type=int, default=0,
-                        help="batches to build (at least --batches): equal client work for runs compared")
+                        help="batches to build (at least --batches): the same client-side work in runs that feed "
+                             "different numbers, so that their difference is the broker's work alone")
     parser.add_argument("--shape", choices=("ours", "java"), default="ours")
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
     args = parser.parse_args(argv)
-    run_loop(_run_mode(args.flush, 0, args.batches, with_pulls=False, shape=args.shape, build=args.build))
+    try:
+        import uvloop
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    hot = _Hotpath(args.flush)
+    loop.run_until_complete(hot.start(quiet=True))
+    try:
+        loop.run_until_complete(hot.feed([hot.frame(310, _send_header(
+            0, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true", False), BODY)], 1))
+        loop.run_until_complete(hot.feed(hot.batch_frames(2, args.shape), 16))  # (caches warm)
+        frames = hot.batch_frames(max(args.batches, args.build), args.shape)[:args.batches]
+        cpu = time.process_time()
+        before = hot.broker.store.stats.put_messages
+        loop.run_until_complete(hot.feed(frames, 16))
+        cpu = time.process_time() - cpu
+        stored = hot.broker.store.stats.put_messages - before
+        if stored != args.batches * 32:
+            raise SystemExit(f"{stored} messages stored, not {args.batches * 32}: some sends were refused")
+        print(f"[{args.flush}] {args.batches} batches of 32 ({args.shape}): {cpu / args.batches / 32 * 1e6:.2f} us "
+              f"of CPU per message", flush=True)
+    finally:
+        loop.run_until_complete(hot.stop())
+        loop.close()
 
 
 if __name__ == "__main__":

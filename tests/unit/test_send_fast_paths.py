@@ -151,7 +151,10 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
         batch_text = rng.choice(["", "WAIT\x01true", "WAIT\x01true\x02UNIQ_KEY\x01B", text()])
         if decode_properties(batch_text).get("DELAY", "0") not in ("", "0"):
             continue
-        item_texts = [rng.choice(["UNIQ_KEY\x01I1", "", text()]) for _ in range(3)]
+        item_texts = [rng.choice(["UNIQ_KEY\x01I1", "", text(), f"UNIQ_KEY\x01U{rng.randrange(99)}",
+                                  f"UNIQ_KEY\x01{rng.choice(['', 'U1', 'U22'])}\x02WAIT\x01true\x02TAGS\x01t",
+                                  f"{text()}\x02UNIQ_KEY\x01U{rng.randrange(9)}\x02{text()}"])
+                      for _ in range(rng.randrange(1, 6))]
         # Items as MessageDecoder.encodeMessages lays them out, with these raw properties strings.
         body = b"".join(struct.pack(">iiiii", 23 + len(t), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(t)) + t.encode()
                         for t in item_texts)
@@ -164,6 +167,10 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
         if isinstance(got, RemotingCommand):
             assert any(decode_properties(r[0]).get("DELAY", "0") not in ("", "0") for r in refs), got.remark
             continue
-        assert [(r.properties, r.keys, r.tags_code, r.uniq_key, r.wait_store_msg_ok) for r in got] == refs
+        # (the store waits for a flush when any message's WAIT is not "false")
+        assert [(p.decode(), k, t, u) for p, k, t, u in zip(got.properties, got.keys, got.tags_codes, got.uniq_keys,
+                                                             strict=True)] == [r[:4] for r in refs]
+        assert got.wait_store_msg_ok == any(r[4] for r in refs)
+        assert got.indexed == any(r[1] or r[3] for r in refs)
         checked += 1
     assert checked > 2000

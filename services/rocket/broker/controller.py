@@ -88,7 +88,7 @@ from rocket.remoting import (
 from rocket.remoting.connection import RequestQueue
 from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
-from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
+from rocket.store.api import BrokerRole, PutMessageBatch, PutMessageRequest, PutMessageResult, PutMessageStatus
 from rocket.store.timer import TIMER_TOPIC, TimerMessageStore
 
 log = logging.getLogger("rocket.broker")
@@ -683,6 +683,16 @@ class BrokerController:
         of the result (on a SYNC_MASTER, once a slave has them, as :meth:`put_nowait`)."""
         put = self.store.put_messages_nowait(reqs)
         if self.config.broker_role is BrokerRole.SYNC_MASTER and any(r.wait_store_msg_ok for r in reqs):
+            return self.ha.replicate_nowait(put)
+        return put
+
+    def put_message_batch_nowait(self, batch: PutMessageBatch
+                                 ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """:meth:`put_batch_nowait` for a batch send's :class:`PutMessageBatch` (no object per
+        message): the store's refusal, or a future of the result (on a SYNC_MASTER, once a slave
+        has them)."""
+        put = self.store.put_batch_nowait(batch)
+        if self.config.broker_role is BrokerRole.SYNC_MASTER and batch.wait_store_msg_ok:
             return self.ha.replicate_nowait(put)
         return put
 

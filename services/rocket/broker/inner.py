@@ -7,7 +7,9 @@ the delay rewrite and turns it into a store :class:`PutMessageRequest`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
@@ -101,3 +103,72 @@ class MessageInner:
             get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
             wait is None or wait.lower() != "false",
         )
+
+
+#: A batch item's stored form (worked out by ``rocket.broker.processor.send``): ``(before, after,
+#: room, tags code, KEYS list, UNIQ_KEY, wait)``: an item whose properties have this form is stored
+#: as ``before + its UNIQ_KEY value + after`` when that value has at most ``room`` bytes; one
+#: without a UNIQ_KEY value of its own as ``before`` with UNIQ_KEY ``UNIQ_KEY`` (the batch's, if any).
+#: Tags code, keys and wait are its merged properties'.
+ItemForm = tuple[bytes, bytes, int, int, list[str], str | None, bool]
+_UNIQ_PIECE: Final = b"UNIQ_KEY\x01"
+
+
+def apply_item_forms(
+    raw_props: list[bytes], start: int, forms: dict[bytes, ItemForm | None],
+    form_of: Callable[[bytes, int], ItemForm | None], props: list[bytes], tags_codes: list[int],
+    keys: list[list[str]], uniq_keys: list[str | None],
+) -> tuple[int, bool, bool]:
+    """Append the stored properties, tags code, keys and UNIQ_KEY of batch items ``start``, ...
+    (their properties strings ``raw_props``) to the four lists, by their forms.
+
+    An item's form is keyed by its properties with the UNIQ_KEY value cut out (the first
+    ``UNIQ_KEY`` piece); ``forms`` caches them, ``form_of(rest, cut)`` works a missing one out
+    (``cut``: where the value was, -1 for none; None: no form). Stops at the first item without
+    a form or whose UNIQ_KEY value does not fit. Returns ``(index of that item, or
+    len(raw_props), some item waits for the store, some item has KEYS or a UNIQ_KEY)``.
+    """
+    wait = False
+    indexed = False
+    uniq_piece = _UNIQ_PIECE
+    n = len(raw_props)
+    index = start
+    while index < n:
+        raw = raw_props[index]
+        i = raw.find(uniq_piece)
+        value: bytes | None = None
+        rest = raw
+        cut = -1
+        if i >= 0 and (i == 0 or raw[i - 1] == 2):
+            j = i + len(uniq_piece)
+            k = raw.find(b"\x02", j)
+            if k < 0:
+                value = raw[j:]
+                rest = raw[:j]
+            else:
+                value = raw[j:k]
+                rest = raw[:j] + raw[k:]
+            cut = j
+        if rest in forms:
+            form = forms[rest]
+        else:
+            form = forms[rest] = form_of(rest, cut)
+        if form is None:
+            break
+        before, after, room, tags_code, item_keys, uniq, item_wait = form
+        if value is None:
+            props.append(before)
+        else:
+            if len(value) > room:
+                break
+            props.append(before + value + after)
+            uniq = value.decode() or None
+        tags_codes.append(tags_code)
+        keys.append(item_keys)
+        uniq_keys.append(uniq)
+        if item_wait:
+            wait = True
+        if uniq is not None or item_keys:
+            indexed = True
+        index += 1
+    return index, wait, indexed

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rocket.broker.topics import TopicManager
     from rocket.protocol import SubscriptionGroupConfig, TopicConfig
     from rocket.store import DefaultMessageStore
-    from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult
+    from rocket.store.api import BrokerRole, PutMessageBatch, PutMessageRequest, PutMessageResult
 
 
 class MessageQueryStore(Protocol):
@@ -267,6 +267,10 @@ class SendBroker(BrokerCore, HasReplication, Puts, Protocol):
 
     def put_batch_nowait(self, reqs: list[PutMessageRequest]) -> PutMessageResult | asyncio.Future[PutMessageResult]:
         """The batch fast path: the store's refusal now, or a future of the result."""
+        ...
+
+    def put_message_batch_nowait(self, batch: PutMessageBatch) -> PutMessageResult | asyncio.Future[PutMessageResult]:
+        """A batch send's messages: the store's refusal now, or a future of the result."""
         ...
 
     def put_nowait(self, inners: list[MessageInner]) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:

@@ -60,6 +60,7 @@ from rocket.store import files
 from rocket.store.api import (
     FlushDiskType,
     MessageStoreConfig,
+    PutMessageBatch,
     PutMessageRequest,
     PutMessageResult,
     PutMessageStatus,
@@ -610,6 +611,62 @@ class CommitLog:
         op = PutOp(phys, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
                    deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)
         self._ops.append(op)
+        if not (self._job_running or self._start_scheduled):
+            if self.sync_flush:
+                self._start_job()
+            else:  # written on the loop: gather this turn's puts into one job first
+                self._start_scheduled = True
+                self._loop.call_soon(self._deferred_start)
+        return op
+
+    def put_batch(self, batch: PutMessageBatch, store_timestamp: int, sync: bool,
+                  deadline: float) -> PutOp | PutMessageResult:
+        """:meth:`put` for a batch send's :class:`PutMessageBatch` (all to its topic and queue):
+        the same records and outcome, without an object per message."""
+        assert self._loop is not None
+        enc = self.encoder
+        topic = batch.topic
+        queue_id = batch.queue_id
+        tail = self._tails.get(topic)
+        if tail is None:
+            tail = self._tails[topic] = topic_tail(topic)
+        try:
+            born = enc.born_bytes(batch.born_host)
+        except ValueError as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad born host: {exc}")
+        fixed = enc.fixed[len(born)] + len(tail)
+        sizes = [fixed + len(b) + len(p) for b, p in zip(batch.bodies, batch.properties, strict=True)]
+        total = sum(sizes)
+        if total + BLANK_MARKER.size > self.segment_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"{total} bytes do not fit in one CommitLog file of {self.segment_size} bytes",
+            )
+        seg = self.segments[-1] if self.segments else None
+        pos = self.append_offset
+        if seg is None or not (seg.start <= pos and pos + total + BLANK_MARKER.size <= seg.end):
+            seg = self._segment_for(total)
+        chunk = self._cur
+        if chunk is None or chunk.seg is not seg:
+            chunk = self._chunk(seg)
+        start = self.append_offset
+        key = (topic, queue_id)
+        first_qoff = self.topic_queue_table.get(key, 0)
+        appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
+            chunk.buf, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
+            batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
+        phys = start + total
+        self.topic_queue_table[key] = qoff
+        self.append_offset = chunk.end = phys
+        self.dispatch_batches.append(DispatchBatch(
+            start, phys, topic, queue_id, first_qoff, phys_list, sizes, batch.tags_codes,
+            batch.keys if batch.indexed else None, batch.uniq_keys if batch.indexed else None, store_timestamp,
+            sys_flags,
+        ))
+        op = PutOp(phys, self._loop.create_future(), PutMessageResult(PutMessageStatus.PUT_OK, appended, "", msg_ids),
+                   sync, deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp)
+        self._ops.append(op)
+        # (as in put)
         if not (self._job_running or self._start_scheduled):
             if self.sync_flush:
                 self._start_job()
