@@ -225,15 +225,34 @@ def reput_request(msg: MessageExt, topic: str, queue_id: int, properties: dict[s
     )
 
 
-@dataclass(slots=True)
 class AppendedMessage:
-    """Where one message landed."""
+    """Where one message landed: physical offset and size of its record, queue offset, store time
+    (ms) and ``msg_id``, its offsetMsgId (``MessageDecoder.createMessageId``).
 
-    physical_offset: int
-    size: int
-    queue_offset: int
-    store_timestamp: int
-    msg_id: str  # offsetMsgId (MessageDecoder.createMessageId)
+    A plain class, not a dataclass: the store makes one per stored message, and a dataclass's
+    generated ``__init__`` stays interpreted Python in the compiled form of this module
+    (:mod:`rocket.compiled`)."""
+
+    __slots__ = ("msg_id", "physical_offset", "queue_offset", "size", "store_timestamp")
+
+    def __init__(self, physical_offset: int, size: int, queue_offset: int, store_timestamp: int, msg_id: str) -> None:
+        self.physical_offset = physical_offset
+        self.size = size
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.msg_id = msg_id
+
+    def _fields(self) -> tuple[int, int, int, int, str]:
+        return self.physical_offset, self.size, self.queue_offset, self.store_timestamp, self.msg_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AppendedMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return (f"AppendedMessage(physical_offset={self.physical_offset}, size={self.size}, "
+                f"queue_offset={self.queue_offset}, store_timestamp={self.store_timestamp}, msg_id={self.msg_id!r})")
 
 
 @dataclass(slots=True)

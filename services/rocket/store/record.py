@@ -21,6 +21,7 @@ of their digits).
 
 from __future__ import annotations
 
+import mmap
 import operator
 import struct
 import sys
@@ -173,6 +174,67 @@ def _chunk_value(chunk: str) -> int:
         _chunks.clear()
     _chunks[chunk] = v
     return v
+
+
+def index_entries(topics: list[str], phys: list[int], store_timestamps: list[int], uniq_keys: list[str | None],
+                  keys: Sequence[Sequence[str] | str], last: int) -> tuple[list[int], list[int], list[int], int]:
+    """The IndexFile entries of messages in CommitLog order (``IndexService.buildIndex``, parallel
+    lists, one item per message): for each message past physical offset ``last``, its UNIQ_KEY then
+    each of its keys (``keys`` items: a KEYS list or the raw space-separated property).
+    Returns ``(key hashes, physical offsets, store times, newest indexed offset)``."""
+    hashes: list[int] = []
+    offsets: list[int] = []
+    times: list[int] = []
+    for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
+        if p <= last:
+            continue
+        if u:
+            last = p
+            hashes.append(index_key_hash(t, u))
+            offsets.append(p)
+            times.append(ts)
+        if k:
+            last = p
+            for key in k.split(" ") if isinstance(k, str) else k:
+                if key:
+                    hashes.append(index_key_hash(t, key))
+                    offsets.append(p)
+                    times.append(ts)
+    return hashes, offsets, times, last
+
+
+_INDEX_ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex (IndexFile)
+
+
+def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_timestamp: int, count: int,
+                      hashes: list[int], phys: list[int], store_timestamps: list[int]) -> tuple[int, int]:
+    """Write IndexFile entries ``count``, ``count + 1``, ... for ``(hashes[i], phys[i],
+    store_timestamps[i])`` into ``mm`` (the file's writable mapping: the 40-byte header,
+    ``slot_num`` int32 hash slots, then 20-byte entries from ``entries_at``), linking each into its
+    hash slot's chain as ``IndexFile.putKey`` does (time in seconds since ``begin_timestamp``).
+    The caller checked that they fit. Returns ``(next entry number, hash slots newly used)``."""
+    unpack_int = _INT.unpack_from
+    pack_int = _INT.pack_into
+    pack_entry = _INDEX_ENTRY.pack_into
+    at = entries_at + count * 20
+    new_slots = 0
+    last_ts = -1
+    diff = 0
+    for h, p, ts in zip(hashes, phys, store_timestamps, strict=True):
+        if ts != last_ts:
+            last_ts = ts
+            diff = 0 if begin_timestamp <= 0 or ts < begin_timestamp else min((ts - begin_timestamp) // 1000,
+                                                                                  0x7FFFFFFF)
+        slot_pos = 40 + (h % slot_num) * 4
+        slot_value: int = unpack_int(mm, slot_pos)[0]
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+            new_slots += 1
+        pack_entry(mm, at, h, p, diff, slot_value)
+        pack_int(mm, slot_pos, count)
+        count += 1
+        at += 20
+    return count, new_slots
 
 
 class RecordEncoder:
@@ -342,6 +404,8 @@ class RecordEncoder:
         tl = len(topic_tail)
         phys_list: list[int] = []
         add_phys = phys_list.append
+        records: list[bytes] = []
+        add_record = records.append
         phys = physical_offset
         for body, p, flag, size in zip(bodies, props, flags, sizes, strict=True):
             n = len(body)
@@ -349,11 +413,13 @@ class RecordEncoder:
             if n != last_n or pl != last_pl:  # a batch's lengths rarely change
                 rs = record_struct(bl, n, tl, pl)
                 last_n, last_pl = n, pl
-            buf += rs.pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, q, phys, sf,
-                          born_timestamp, born, store_timestamp, store, reconsume_times, 0, n, body, topic_tail, pl, p)
+            add_record(rs.pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, q, phys, sf,
+                               born_timestamp, born, store_timestamp, store, reconsume_times, 0, n, body, topic_tail,
+                               pl, p))
             add_phys(phys)
             phys += size
             q += step
+        buf += b"".join(records)  # (one append: growing the chunk record by record costs more than the join)
         # Every offsetMsgId at once: store host + offset, packed for all, in hex with a comma between ids.
         count = len(phys_list)
         id_len = len(store) + 8
