@@ -23,6 +23,7 @@ code (and the CPU's speed), so it is the one to compare commits with.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import tempfile
@@ -88,6 +89,18 @@ def _send_header(queue_id: int, properties: str, batch: bool) -> dict[str, str]:
             "m": "true" if batch else "false"}
 
 
+_UNIQ_PREFIX = new_uniq_id()[:20]
+_uniq_count = itertools.count()
+
+
+def _uniq_id() -> str:
+    """A UNIQ_KEY as ``MessageClientIDSetter`` makes them (``new_uniq_id``), for a producer sending
+    16 messages per millisecond: the same keys whatever the speed of the run (the IndexFile's key
+    hashing caches by prefix, so the keys' time digits change its work)."""
+    n = next(_uniq_count)
+    return f"{_UNIQ_PREFIX}{n // 16:08X}{n & 0xFFFF:04X}"
+
+
 def _batch_frames_props(shape: str) -> tuple[str, list[str]]:
     """The batch header's properties and a function of the items' properties for ``shape``:
     ``"ours"`` (our client: WAIT on the batch, UNIQ_KEY on each item) or ``"java"`` (Apache's
@@ -95,9 +108,9 @@ def _batch_frames_props(shape: str) -> tuple[str, list[str]]:
     carries its own UNIQ_KEY and WAIT, each item UNIQ_KEY, WAIT and TAGS, in the order of
     Java's ``HashMap``)."""
     if shape == "java":
-        return encode_properties({"UNIQ_KEY": new_uniq_id(), "WAIT": "true"}), [
-            encode_properties({"UNIQ_KEY": new_uniq_id(), "WAIT": "true", "TAGS": "bench"}) for _ in range(32)]
-    return encode_properties({"WAIT": "true"}), [encode_properties({"UNIQ_KEY": new_uniq_id()}) for _ in range(32)]
+        return encode_properties({"UNIQ_KEY": _uniq_id(), "WAIT": "true"}), [
+            encode_properties({"UNIQ_KEY": _uniq_id(), "WAIT": "true", "TAGS": "bench"}) for _ in range(32)]
+    return encode_properties({"WAIT": "true"}), [encode_properties({"UNIQ_KEY": _uniq_id()}) for _ in range(32)]
 
 
 class _Hotpath:

@@ -407,15 +407,22 @@ class RecordEncoder:
         records: list[bytes] = []
         add_record = records.append
         phys = physical_offset
+        # The fields every record shares, as objects once (compiled, an int is boxed at each use).
+        magic: object = MESSAGE_MAGIC_CODE
+        queue: object = queue_id
+        flags_bits: object = sf
+        born_ms: object = born_timestamp
+        store_ms: object = store_timestamp
+        reconsumed: object = reconsume_times
+        zero: object = 0
         for body, p, flag, size in zip(bodies, props, flags, sizes, strict=True):
             n = len(body)
             pl = len(p)
             if n != last_n or pl != last_pl:  # a batch's lengths rarely change
                 rs = record_struct(bl, n, tl, pl)
                 last_n, last_pl = n, pl
-            add_record(rs.pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, q, phys, sf,
-                               born_timestamp, born, store_timestamp, store, reconsume_times, 0, n, body, topic_tail,
-                               pl, p))
+            add_record(rs.pack(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys, flags_bits, born_ms, born,
+                               store_ms, store, reconsumed, zero, n, body, topic_tail, pl, p))
             add_phys(phys)
             phys += size
             q += step
