@@ -133,28 +133,43 @@ def apply_item_forms(
     uniq_piece = _UNIQ_PIECE
     n = len(raw_props)
     index = start
+    # The previous item's properties around its UNIQ_KEY value, and its form: an item that starts
+    # and ends the same, with no separator in between, has that form too (same cut, same rest).
+    head = b""
+    tail = b""
+    last: ItemForm | None = None
     while index < n:
         raw = raw_props[index]
-        i = raw.find(uniq_piece)
         value: bytes | None = None
-        rest = raw
-        cut = -1
-        if i >= 0 and (i == 0 or raw[i - 1] == 2):
-            j = i + len(uniq_piece)
-            k = raw.find(b"\x02", j)
-            if k < 0:
-                value = raw[j:]
-                rest = raw[:j]
-            else:
-                value = raw[j:k]
-                rest = raw[:j] + raw[k:]
-            cut = j
-        if rest in forms:
-            form = forms[rest]
-        else:
-            form = forms[rest] = form_of(rest, cut)
+        form: ItemForm | None = None
+        if last is not None and raw.startswith(head) and raw.endswith(tail) and len(raw) >= len(head) + len(tail):
+            value = raw[len(head):len(raw) - len(tail)]
+            if b"\x02" not in value:
+                form = last
         if form is None:
-            break
+            value = None
+            rest = raw
+            cut = -1
+            i = raw.find(uniq_piece)
+            if i >= 0 and (i == 0 or raw[i - 1] == 2):
+                j = i + len(uniq_piece)
+                k = raw.find(b"\x02", j)
+                head = raw[:j]
+                if k < 0:
+                    value = raw[j:]
+                    tail = b""
+                else:
+                    value = raw[j:k]
+                    tail = raw[k:]
+                rest = head + tail
+                cut = j
+            if rest in forms:
+                form = forms[rest]
+            else:
+                form = forms[rest] = form_of(rest, cut)
+            last = form if cut >= 0 else None
+            if form is None:
+                break
         before, after, room, tags_code, item_keys, uniq, item_wait = form
         if value is None:
             props.append(before)
