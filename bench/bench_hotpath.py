@@ -14,7 +14,9 @@ the CommitLog writer included). Phases, for ASYNC_FLUSH and SYNC_FLUSH:
 2. **batch**: SEND_BATCH_MESSAGE of 32 x 1 KiB, 16 per read;
 3. **pull**: PULL_MESSAGE of 32 from every queue until everything was read.
 
-Run: ``python -m bench hotpath [--short]`` (``make bench BENCH=hotpath``). The
+Run: ``python -m bench hotpath [--short]`` (``make bench BENCH=hotpath``); the batch phase
+alone, for instruction counts: ``python -m bench.bench_hotpath --batches N --build M --shape
+java|ours`` (see :func:`main`). The
 per-message CPU of ``make bench BENCH=broker`` includes syscalls and, on a
 loaded machine, far more wake-ups per message; this one moves only with the
 code (and the CPU's speed), so it is the one to compare commits with.
