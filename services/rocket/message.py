@@ -650,3 +650,51 @@ def decode_batch(data: bytes) -> list[BatchItem]:
         add(BatchItem(flag, data[pos + 20 : p], props))
         pos = item_end
     return items
+
+
+def split_batch(data: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
+    """:func:`decode_batch` as parallel lists ``(flags, bodies, properties)``, the properties
+    strings left as their UTF-8 bytes (checked to be UTF-8), no object per item.
+
+    Raises ``MessageFormatError`` as :func:`decode_batch` does.
+    """
+    flags: list[int] = []
+    bodies: list[bytes] = []
+    props: list[bytes] = []
+    add_flag = flags.append
+    add_body = bodies.append
+    add_props = props.append
+    head = _BATCH_ITEM_HEAD.unpack_from
+    short = _SHORT.unpack_from
+    pos = 0
+    end = len(data)
+    if end == 0:
+        raise MessageFormatError("batch body is empty")
+    total: int
+    flag: int
+    body_len: int
+    props_len: int
+    while pos < end:
+        if end - pos < 22:
+            raise MessageFormatError(f"batch item at {pos}: truncated header")
+        total, _magic, _crc, flag, body_len = head(data, pos)
+        item_end = pos + total
+        if total < 22 or item_end > end:
+            raise MessageFormatError(f"batch item at {pos}: total size {total} out of range")
+        p = pos + 20 + body_len
+        if body_len < 0 or p + 2 > item_end:
+            raise MessageFormatError(f"batch item at {pos}: body length {body_len} out of range")
+        (props_len,) = short(data, p)
+        if props_len < 0 or p + 2 + props_len != item_end:
+            raise MessageFormatError(f"batch item at {pos}: properties length {props_len} out of range")
+        raw = data[p + 2 : item_end]
+        if not raw.isascii():
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                raise MessageFormatError(f"batch item at {pos}: properties are not UTF-8") from None
+        add_flag(flag)
+        add_body(data[pos + 20 : p])
+        add_props(raw)
+        pos = item_end
+    return flags, bodies, props

@@ -25,6 +25,7 @@ from rocket.message import Message, decode_properties, encode_properties
 from rocket.protocol import TopicConfig
 from rocket.remoting import RemotingCommand
 from rocket.remoting.command import FrameDecoder, FrameError, encode
+from rocket.store.api import PutMessageBatch
 
 
 def test_send_ok_frame_is_the_encoded_response() -> None:
@@ -151,7 +152,10 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
         batch_text = rng.choice(["", "WAIT\x01true", "WAIT\x01true\x02UNIQ_KEY\x01B", text()])
         if decode_properties(batch_text).get("DELAY", "0") not in ("", "0"):
             continue
-        item_texts = [rng.choice(["UNIQ_KEY\x01I1", "", text()]) for _ in range(3)]
+        item_texts = [rng.choice(["UNIQ_KEY\x01I1", "", text(), f"UNIQ_KEY\x01U{rng.randrange(99)}",
+                                  f"UNIQ_KEY\x01{rng.choice(['', 'U1', 'U22'])}\x02WAIT\x01true\x02TAGS\x01t",
+                                  f"{text()}\x02UNIQ_KEY\x01U{rng.randrange(9)}\x02{text()}"])
+                      for _ in range(rng.randrange(1, 6))]
         # Items as MessageDecoder.encodeMessages lays them out, with these raw properties strings.
         body = b"".join(struct.pack(">iiiii", 23 + len(t), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(t)) + t.encode()
                         for t in item_texts)
@@ -164,6 +168,50 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
         if isinstance(got, RemotingCommand):
             assert any(decode_properties(r[0]).get("DELAY", "0") not in ("", "0") for r in refs), got.remark
             continue
-        assert [(r.properties, r.keys, r.tags_code, r.uniq_key, r.wait_store_msg_ok) for r in got] == refs
+        # (the store waits for a flush when any message's WAIT is not "false")
+        assert [(p.decode(), k, t, u) for p, k, t, u in zip(got.properties, got.keys, got.tags_codes, got.uniq_keys,
+                                                             strict=True)] == [r[:4] for r in refs]
+        assert got.wait_store_msg_ok == any(r[4] for r in refs)
+        assert got.indexed == any(r[1] or r[3] for r in refs)
         checked += 1
     assert checked > 2000
+
+
+def test_java_client_batches_are_stored_with_the_merged_properties() -> None:
+    """Batches as Apache's Java client sends them (``DefaultMQProducer.batch``: UNIQ_KEY and WAIT on the
+    batch, UNIQ_KEY, WAIT and TAGS on each item, in ``HashMap`` order), with items of other forms mixed in:
+    a second UNIQ_KEY, another tag, KEYS, a UNIQ_KEY last or empty, a DELAY (refused with its index)."""
+    broker = SimpleNamespace(config=SimpleNamespace(broker_cluster_name="DefaultCluster", max_message_size=1 << 22))
+    processor = SendMessageProcessor(broker)  # type: ignore[arg-type]
+    conn = SimpleNamespace(peer="127.0.0.1:5555")
+    topic_config = TopicConfig("T", read_queue_nums=4, write_queue_nums=4)
+    batch_text = "UNIQ_KEY\x017F0000010B5C1B6C0000BATCH0000\x02WAIT\x01true"
+    usual = [f"UNIQ_KEY\x017F0000010B5C1B6C0000{i:012X}\x02WAIT\x01true\x02TAGS\x01bench" for i in range(32)]
+    odd = {3: "UNIQ_KEY\x01A\x02WAIT\x01true\x02TAGS\x01bench\x02UNIQ_KEY\x01B",
+           7: "UNIQ_KEY\x01C\x02WAIT\x01true\x02TAGS\x01other",
+           8: "UNIQ_KEY\x01D\x02WAIT\x01true\x02TAGS\x01other",
+           12: "KEYS\x01k1 k2\x02UNIQ_KEY\x01E\x02WAIT\x01false\x02TAGS\x01bench",
+           13: "WAIT\x01true\x02TAGS\x01bench\x02UNIQ_KEY\x01F",
+           14: "UNIQ_KEY\x01\x02WAIT\x01true\x02TAGS\x01bench",
+           20: "WAIT\x01true\x02TAGS\x01bench"}
+    for delayed in (False, True):
+        texts = [odd.get(i, t) for i, t in enumerate(usual)]
+        if delayed:
+            texts[25] = "UNIQ_KEY\x01G\x02WAIT\x01true\x02DELAY\x013"
+        raw = [t.encode() for t in texts]
+        body = b"".join(struct.pack(">iiiii", 23 + len(r), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(r)) + r
+                        for r in raw)
+        ext = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "1", "h": "0",
+               "i": batch_text, "j": "0", "m": "true"}
+        request = RemotingCommand(code=320, ext_fields=ext, body=body)
+        got = processor._prepare_batch(request, conn, SendMessageRequestHeader.parse(request),  # type: ignore[arg-type]
+                                       topic_config)
+        if delayed:
+            assert isinstance(got, RemotingCommand)
+            assert got.remark == "batch message 25 cannot be delayed (DELAY is set)"
+            continue
+        assert isinstance(got, PutMessageBatch)
+        refs = [_batch_reference(batch_text, t) for t in texts]
+        assert [(p.decode(), k, t, u) for p, k, t, u in zip(got.properties, got.keys, got.tags_codes, got.uniq_keys,
+                                                             strict=True)] == [r[:4] for r in refs]
+        assert (got.uniq_keys[3], got.uniq_keys[14], got.uniq_keys[20]) == ("B", None, "7F0000010B5C1B6C0000BATCH0000")

@@ -160,6 +160,8 @@ async def test_dispatch_listener_and_queue_listing(tmp_path: Path) -> None:
                                   make_request("T", 3, tags="A")])
         assert seen == [("T", 3, 0, tags_hash_code("A")), ("T", 3, 2, tags_hash_code("B")),
                         ("T", 3, 3, tags_hash_code("A"))]
+        await store.put_messages([make_request("T", 3, tags="C") for _ in range(3)])  # one tag code: the last only
+        assert seen[3:] == [("T", 3, 6, tags_hash_code("C"))]
         await store.put_message(make_request("U", 1))
         assert store.queue_ids("T") == [3] and store.queue_ids("nope") == []
         store.delete_topics(["T"])

@@ -83,6 +83,34 @@ def test_encoder_matches_reference_encode_record(req: PutMessageRequest, store_h
         assert check_record(memoryview(bytes(damaged)), 0, False, phys) == len(ours)
 
 
+@settings(max_examples=150, deadline=None)
+@given(reqs=st.lists(requests(), min_size=1, max_size=5), store_host=hosts, qoff=st.integers(0, 2**40),
+       phys=st.integers(0, 2**40), ts=st.integers(0, 2**62), tran=st.sampled_from([0, 0x4, 0x8, 0xC]))
+def test_batch_encoder_matches_the_encoder_of_store_requests(reqs: list[PutMessageRequest], store_host: str,
+                                                              qoff: int, phys: int, ts: int, tran: int) -> None:
+    """A batch send's records (:class:`PutMessageBatch`: shared topic, queue, born host, sysFlag, born time
+    and reconsume times) are byte for byte what the same store requests give, with the same answer (offsets,
+    queue offsets, ids), the ids also joined by commas; transactional prepared/rollback ones take no
+    queue offset."""
+    first = reqs[0]
+    same = [PutMessageRequest(first.topic, first.queue_id, r.body, r.properties, r.flag, first.sys_flag | tran,
+                              first.born_timestamp, first.born_host, first.reconsume_times, 0) for r in reqs]
+    enc = RecordEncoder(store_host)
+    born = enc.born_bytes(first.born_host)
+    tail = bytes((len(first.topic.encode()),)) + first.topic.encode()
+    props = [r.properties.encode() for r in same]
+    sizes = [enc.fixed[len(born)] + len(tail) + len(r.body) + len(p) for r, p in zip(same, props, strict=True)]
+    ref_buf = bytearray()
+    ref = enc.encode_batch_into(ref_buf, same, [born] * len(same), props, sizes, tail, first.queue_id, qoff, phys, ts)
+    buf = bytearray(b"x")
+    appended, phys_list, next_qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
+        buf, [r.body for r in same], props, [r.flag for r in same], sizes, born, first.sys_flag | tran,
+        first.born_timestamp, first.reconsume_times, tail, first.queue_id, qoff, phys, ts)
+    assert bytes(buf) == b"x" + bytes(ref_buf)
+    assert (appended, phys_list, next_qoff, sys_flags) == ref
+    assert msg_ids == ",".join(m.msg_id for m in appended)
+
+
 @settings(max_examples=100, deadline=None)
 @given(tags=st.one_of(st.none(), prop_text.filter(bool)),
        keys=st.lists(st.text("abcdef0123", min_size=1, max_size=6), max_size=3),

@@ -88,7 +88,7 @@ from rocket.remoting import (
 from rocket.remoting.connection import RequestQueue
 from rocket.remoting.tls import is_tls_key
 from rocket.store import DefaultMessageStore
-from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
+from rocket.store.api import BrokerRole, PutMessageBatch, PutMessageRequest, PutMessageResult, PutMessageStatus
 from rocket.store.timer import TIMER_TOPIC, TimerMessageStore
 
 if TYPE_CHECKING:
@@ -701,6 +701,21 @@ class BrokerController:
         if done is not None:
             return self.store.put_messages_callback(reqs, done)
         return self.store.put_messages_nowait(reqs)
+
+    def put_message_batch_nowait(self, batch: PutMessageBatch, done: PutDone | None = None,
+                                 ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """:meth:`put_batch_nowait` for a batch send's :class:`PutMessageBatch` (no object per
+        message): the store's refusal, or a future of the result (on a SYNC_MASTER, once a slave
+        has them); with ``done``, None and ``done`` gets the outcome, as :meth:`put_batch_nowait`."""
+        if self.config.broker_role is BrokerRole.SYNC_MASTER and batch.wait_store_msg_ok:
+            put = self.store.put_batch_nowait(batch)
+            assert put is not None
+            out = self.ha.replicate_nowait(put)
+            if done is None or isinstance(out, PutMessageResult):
+                return out
+            out.add_done_callback(done)
+            return None
+        return self.store.put_batch_nowait(batch, done)
 
     def record_put(self, topic: str, count: int, nbytes: int) -> None:
         """Account messages stored to ``topic``."""

@@ -7,7 +7,9 @@ the delay rewrite and turns it into a store :class:`PutMessageRequest`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from rocket.message import (
     MAX_PROPERTIES_SIZE,
@@ -118,3 +120,87 @@ class MessageInner:
             get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
             wait is None or wait.lower() != "false",
         )
+
+
+#: A batch item's stored form (worked out by ``rocket.broker.processor.send``): ``(before, after,
+#: room, tags code, KEYS list, UNIQ_KEY, wait)``: an item whose properties have this form is stored
+#: as ``before + its UNIQ_KEY value + after`` when that value has at most ``room`` bytes; one
+#: without a UNIQ_KEY value of its own as ``before`` with UNIQ_KEY ``UNIQ_KEY`` (the batch's, if any).
+#: Tags code, keys and wait are its merged properties'.
+ItemForm = tuple[bytes, bytes, int, int, list[str], str | None, bool]
+_UNIQ_PIECE: Final = b"UNIQ_KEY\x01"
+
+
+def apply_item_forms(
+    raw_props: list[bytes], start: int, forms: dict[bytes, ItemForm | None],
+    form_of: Callable[[bytes, int], ItemForm | None], props: list[bytes], tags_codes: list[int],
+    keys: list[list[str]], uniq_keys: list[str | None],
+) -> tuple[int, bool, bool]:
+    """Append the stored properties, tags code, keys and UNIQ_KEY of batch items ``start``, ...
+    (their properties strings ``raw_props``) to the four lists, by their forms.
+
+    An item's form is keyed by its properties with the UNIQ_KEY value cut out (the first
+    ``UNIQ_KEY`` piece); ``forms`` caches them, ``form_of(rest, cut)`` works a missing one out
+    (``cut``: where the value was, -1 for none; None: no form). Stops at the first item without
+    a form or whose UNIQ_KEY value does not fit. Returns ``(index of that item, or
+    len(raw_props), some item waits for the store, some item has KEYS or a UNIQ_KEY)``.
+    """
+    wait = False
+    indexed = False
+    uniq_piece = _UNIQ_PIECE
+    n = len(raw_props)
+    index = start
+    # The previous item's properties around its UNIQ_KEY value, and its form: an item that starts
+    # and ends the same, with no separator in between, has that form too (same cut, same rest).
+    head = b""
+    tail = b""
+    last: ItemForm | None = None
+    while index < n:
+        raw = raw_props[index]
+        value: bytes | None = None
+        form: ItemForm | None = None
+        if last is not None and raw.startswith(head) and raw.endswith(tail) and len(raw) >= len(head) + len(tail):
+            value = raw[len(head):len(raw) - len(tail)]
+            if b"\x02" not in value:
+                form = last
+        if form is None:
+            value = None
+            rest = raw
+            cut = -1
+            i = raw.find(uniq_piece)
+            if i >= 0 and (i == 0 or raw[i - 1] == 2):
+                j = i + len(uniq_piece)
+                k = raw.find(b"\x02", j)
+                head = raw[:j]
+                if k < 0:
+                    value = raw[j:]
+                    tail = b""
+                else:
+                    value = raw[j:k]
+                    tail = raw[k:]
+                rest = head + tail
+                cut = j
+            if rest in forms:
+                form = forms[rest]
+            else:
+                form = forms[rest] = form_of(rest, cut)
+            last = form if cut >= 0 else None
+            if form is None:
+                break
+        before, after, room, tags_code, item_keys, uniq, item_wait = form
+        if value is None:
+            props.append(before)
+        else:
+            if len(value) > room:
+                break
+            props.append(before + value + after)
+            uniq = value.decode() or None
+        tags_codes.append(tags_code)
+        keys.append(item_keys)
+        uniq_keys.append(uniq)
+        if item_wait:
+            wait = True
+        if uniq is not None or item_keys:
+            indexed = True
+        index += 1
+    return index, wait, indexed

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from rocket.broker.topics import TopicManager
     from rocket.protocol import SubscriptionGroupConfig, TopicConfig
     from rocket.store import DefaultMessageStore
-    from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult
+    from rocket.store.api import BrokerRole, PutMessageBatch, PutMessageRequest, PutMessageResult
 
     #: The send path's completion callback (``BrokerController.put_batch_nowait``): called once with
     #: the store's result, or (SYNC_MASTER) with the finished future of the replicated result.
@@ -274,6 +274,12 @@ class SendBroker(BrokerCore, HasReplication, Puts, Protocol):
                          ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
         """The batch fast path: the store's refusal now, or a future of the result; with ``done``,
         None and ``done`` gets the outcome."""
+        ...
+
+    def put_message_batch_nowait(self, batch: PutMessageBatch, done: PutDone | None = None,
+                                 ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """A batch send's messages: the store's refusal now, or a future of the result; with
+        ``done``, None and ``done`` gets the outcome."""
         ...
 
     def put_nowait(self, inners: list[MessageInner], done: PutDone | None = None,

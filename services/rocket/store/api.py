@@ -157,6 +157,50 @@ class PutMessageRequest:
     wait_store_msg_ok: bool = True
 
 
+@dataclass(slots=True)
+class PutMessageBatch:
+    """The messages of one batch send to append to ONE queue (SEND_BATCH_MESSAGE): what all of
+    them share once, what differs in parallel lists (index i = message i), so that a batch costs
+    no object per message before it is stored.
+
+    ``properties[i]`` is message i's encoded properties string in UTF-8, exactly as it will be
+    stored; ``tags_codes``, ``keys`` and ``uniq_keys`` are what the ConsumeQueue and the IndexFile
+    take from them (as in :class:`PutMessageRequest`; ``keys[i]`` may be one list object shared by
+    several messages: it is only read). ``wait_store_msg_ok`` is False when no message's WAIT
+    property is other than "false" (no waiting for a flush, as for a batch of such requests).
+    ``indexed`` is False when no message has KEYS or a UNIQ_KEY (no IndexFile work).
+    """
+
+    topic: str
+    queue_id: int
+    bodies: list[bytes]
+    properties: list[bytes]
+    flags: list[int]
+    tags_codes: list[int]
+    keys: list[list[str]]
+    uniq_keys: list[str | None]
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    wait_store_msg_ok: bool = True
+    indexed: bool = True
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def to_requests(self) -> list[PutMessageRequest]:
+        """The same messages as one :class:`PutMessageRequest` each (``wait_store_msg_ok`` as
+        the batch's)."""
+        return [
+            PutMessageRequest(self.topic, self.queue_id, body, props.decode(), flag, self.sys_flag,
+                              self.born_timestamp, self.born_host, self.reconsume_times, 0, tags, list(keys),
+                              uniq, self.wait_store_msg_ok)
+            for body, props, flag, tags, keys, uniq in zip(
+                self.bodies, self.properties, self.flags, self.tags_codes, self.keys, self.uniq_keys, strict=True)
+        ]
+
+
 def reput_request(msg: MessageExt, topic: str, queue_id: int, properties: dict[str, str]) -> PutMessageRequest:
     """The put of a stored message ``msg`` again, to ``topic``/``queue_id`` with ``properties`` (the
     delayed-delivery and timer services' re-put: RocketMQ's ``ScheduleMessageService``
@@ -181,15 +225,34 @@ def reput_request(msg: MessageExt, topic: str, queue_id: int, properties: dict[s
     )
 
 
-@dataclass(slots=True)
 class AppendedMessage:
-    """Where one message landed."""
+    """Where one message landed: physical offset and size of its record, queue offset, store time
+    (ms) and ``msg_id``, its offsetMsgId (``MessageDecoder.createMessageId``).
 
-    physical_offset: int
-    size: int
-    queue_offset: int
-    store_timestamp: int
-    msg_id: str  # offsetMsgId (MessageDecoder.createMessageId)
+    A plain class, not a dataclass: the store makes one per stored message, and a dataclass's
+    generated ``__init__`` stays interpreted Python in the compiled form of this module
+    (:mod:`rocket.compiled`)."""
+
+    __slots__ = ("msg_id", "physical_offset", "queue_offset", "size", "store_timestamp")
+
+    def __init__(self, physical_offset: int, size: int, queue_offset: int, store_timestamp: int, msg_id: str) -> None:
+        self.physical_offset = physical_offset
+        self.size = size
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.msg_id = msg_id
+
+    def _fields(self) -> tuple[int, int, int, int, str]:
+        return self.physical_offset, self.size, self.queue_offset, self.store_timestamp, self.msg_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AppendedMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return (f"AppendedMessage(physical_offset={self.physical_offset}, size={self.size}, "
+                f"queue_offset={self.queue_offset}, store_timestamp={self.store_timestamp}, msg_id={self.msg_id!r})")
 
 
 @dataclass(slots=True)
@@ -204,6 +267,9 @@ class PutMessageResult:
     status: PutMessageStatus
     messages: list[AppendedMessage] = field(default_factory=list)
     remark: str = ""
+    #: The ``msg_id`` of every message, joined by commas (what a batch send answers), when the
+    #: store made it at once; "" otherwise (join them from ``messages``).
+    msg_ids: str = ""
 
     @property
     def ok(self) -> bool:

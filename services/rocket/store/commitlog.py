@@ -60,6 +60,7 @@ from rocket.store import files
 from rocket.store.api import (
     FlushDiskType,
     MessageStoreConfig,
+    PutMessageBatch,
     PutMessageRequest,
     PutMessageResult,
     PutMessageStatus,
@@ -639,9 +640,17 @@ class CommitLog:
         self.dispatch_batches.append(DispatchBatch(
             start, phys, topic, queue_id, first_qoff, phys_list, sizes, tags, keys, uniq, store_timestamp, sys_flags,
         ))
-        op = PutOp(phys, None if done is not None else self._loop.create_future(),
-                   PutMessageResult(PutMessageStatus.PUT_OK, appended), sync,
-                   deadline, key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
+        return self._queue_op(phys, PutMessageResult(PutMessageStatus.PUT_OK, appended), sync, deadline,
+                              key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
+
+    def _queue_op(self, end: int, result: PutMessageResult, sync: bool, deadline: float,
+                  queue_key: tuple[str, int] | None, first_queue_offset: int, store_timestamp: int,
+                  done: Callable[[PutMessageResult], object] | None) -> PutOp:
+        """The pending op of an append ending at ``end`` (a future, or ``done``), queued; starts
+        the job that writes it unless one runs, is scheduled, or a read is gathering puts."""
+        assert self._loop is not None
+        op = PutOp(end, None if done is not None else self._loop.create_future(), result, sync, deadline,
+                   queue_key, first_queue_offset, store_timestamp, done)
         self._ops.append(op)
         if not (self._job_running or self._start_scheduled or self._gathering):
             if self.sync_flush:
@@ -650,6 +659,53 @@ class CommitLog:
                 self._start_scheduled = True
                 self._loop.call_soon(self._deferred_start)
         return op
+
+    def put_batch(self, batch: PutMessageBatch, store_timestamp: int, sync: bool, deadline: float,
+                  done: Callable[[PutMessageResult], object] | None = None) -> PutOp | PutMessageResult:
+        """:meth:`put` for a batch send's :class:`PutMessageBatch` (all to its topic and queue):
+        the same records and outcome (a future, or ``done``), without an object per message."""
+        assert self._loop is not None
+        enc = self.encoder
+        topic = batch.topic
+        queue_id = batch.queue_id
+        tail = self._tails.get(topic)
+        if tail is None:
+            tail = self._tails[topic] = topic_tail(topic)
+        try:
+            born = enc.born_bytes(batch.born_host)
+        except ValueError as exc:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad born host: {exc}")
+        fixed = enc.fixed[len(born)] + len(tail)
+        sizes = [fixed + len(b) + len(p) for b, p in zip(batch.bodies, batch.properties, strict=True)]
+        total = sum(sizes)
+        if total + BLANK_MARKER.size > self.segment_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"{total} bytes do not fit in one CommitLog file of {self.segment_size} bytes",
+            )
+        seg = self.segments[-1] if self.segments else None
+        pos = self.append_offset
+        if seg is None or not (seg.start <= pos and pos + total + BLANK_MARKER.size <= seg.end):
+            seg = self._segment_for(total)
+        chunk = self._cur
+        if chunk is None or chunk.seg is not seg:
+            chunk = self._chunk(seg)
+        start = self.append_offset
+        key = (topic, queue_id)
+        first_qoff = self.topic_queue_table.get(key, 0)
+        appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
+            chunk.buf, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
+            batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
+        phys = start + total
+        self.topic_queue_table[key] = qoff
+        self.append_offset = chunk.end = phys
+        self.dispatch_batches.append(DispatchBatch(
+            start, phys, topic, queue_id, first_qoff, phys_list, sizes, batch.tags_codes,
+            batch.keys if batch.indexed else None, batch.uniq_keys if batch.indexed else None, store_timestamp,
+            sys_flags,
+        ))
+        return self._queue_op(phys, PutMessageResult(PutMessageStatus.PUT_OK, appended, "", msg_ids), sync, deadline,
+                              key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
 
     def append_raw(self, offset: int, data: bytes, deadline: float) -> PutOp | None:
         """Queue raw log bytes at exactly ``offset`` (HA slave); None when ``offset`` is not the end.

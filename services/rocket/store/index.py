@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocket.store import files
-from rocket.store.record import index_key_hash
+from rocket.store.record import index_entries, index_key_hash, put_index_entries
 
 log = logging.getLogger("rocket.store")
 
@@ -160,31 +160,10 @@ class IndexFile:
             if n == 1:
                 return 1
             return 1 + self.put_keys(hashes[1:n], phys[1:n], store_timestamps[1:n])
-        mm = self.mm
-        slot_num = self.slot_num
-        begin = self.begin_timestamp
-        unpack_int = _INT.unpack_from
-        pack_int = _INT.pack_into
-        pack_entry = _ENTRY.pack_into
-        at = self._entries_at + count * INDEX_SIZE
-        new_slots = 0
-        last_ts = -1
-        diff = 0
         if n < len(hashes):
             hashes, phys, store_timestamps = hashes[:n], phys[:n], store_timestamps[:n]
-        for h, p, ts in zip(hashes, phys, store_timestamps, strict=True):
-            if ts != last_ts:
-                last_ts = ts
-                diff = 0 if begin <= 0 or ts < begin else min((ts - begin) // 1000, 0x7FFFFFFF)
-            slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * HASH_SLOT_SIZE
-            (slot_value,) = unpack_int(mm, slot_pos)
-            if slot_value <= INVALID_INDEX or slot_value > count:
-                slot_value = INVALID_INDEX
-                new_slots += 1
-            pack_entry(mm, at, h, p, diff, slot_value)
-            pack_int(mm, slot_pos, count)
-            count += 1
-            at += INDEX_SIZE
+        count, new_slots = put_index_entries(self.mm, self._entries_at, self.slot_num, self.begin_timestamp, count,
+                                             hashes, phys, store_timestamps)
         self.hash_slot_count += new_slots
         self.index_count = count
         self.end_phy_offset = phys[n - 1]
@@ -521,27 +500,8 @@ class IndexService:
                 if u or k:
                     self.build(t, p, ts, u, k)
             return
-        hashes: list[int] = []
-        offsets: list[int] = []
-        times: list[int] = []
-        add_hash, add_offset, add_time = hashes.append, offsets.append, times.append
-        key_hash = index_key_hash
-        last = self.indexed_phys
-        for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
-            if p <= last:
-                continue
-            if u:
-                last = p
-                add_hash(key_hash(t, u))
-                add_offset(p)
-                add_time(ts)
-            if k:
-                last = p
-                for key in k.split(" ") if isinstance(k, str) else k:
-                    if key:
-                        add_hash(key_hash(t, key))
-                        add_offset(p)
-                        add_time(ts)
+        hashes, offsets, times, last = index_entries(topics, phys, store_timestamps, uniq_keys, keys,
+                                                     self.indexed_phys)
         self.indexed_phys = last
         if not hashes:
             return

@@ -56,13 +56,14 @@ from rocket.store.api import (
     GetMessageResult,
     GetMessageStatus,
     MessageStoreConfig,
+    PutMessageBatch,
     PutMessageRequest,
     PutMessageResult,
     PutMessageStatus,
     StoreError,
 )
 from rocket.store.checkpoint import Checkpoint, StoreCheckpoint
-from rocket.store.commitlog import CommitLog
+from rocket.store.commitlog import CommitLog, PutOp
 from rocket.store.consumequeue import ENTRY, ConsumeQueue
 from rocket.store.flush import FlushCommitLogService, FlushConsumeQueueService
 from rocket.store.index import MAX_MSGS_NUM_BATCH, IndexFile, IndexService
@@ -288,18 +289,17 @@ class DefaultMessageStore:
         self.stats.put_rejected += 1
         return PutMessageResult(status, remark=remark)
 
-    def _put(self, reqs: list[PutMessageRequest], done: Callable[[PutMessageResult], object] | None = None,
-             ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
-        """The refusal, or (accepted) the future of the outcome, or None when ``done`` gets it."""
+    def _refuse_put(self, topic: str, queue_id: int, count: int) -> PutMessageResult | int:
+        """The checks every put passes first (store running and writable, a non-empty batch to a
+        valid topic and queue, the flush not too far behind): the refusal, or the bytes appended
+        but not yet flushed."""
         if not self._running:
             return self._reject(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
         cfg = self.config
         if cfg.broker_role is BrokerRole.SLAVE:
             return self._reject(PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is a slave: it is not writable")
-        if not reqs:
+        if not count:
             return self._reject(PutMessageStatus.MESSAGE_ILLEGAL, "empty batch")
-        first = reqs[0]
-        topic, queue_id = first.topic, first.queue_id
         if not topic or (
             (len(topic) > MAX_TOPIC_LENGTH or not topic.isascii()) and len(topic.encode()) > MAX_TOPIC_LENGTH
         ):
@@ -315,6 +315,33 @@ class DefaultMessageStore:
                 f"[PC_SYNCHRONIZED]broker busy: {unflushed} bytes wait for flush "
                 f"(max_pending_flush_bytes={cfg.max_pending_flush_bytes})",
             )
+        return unflushed
+
+    def _put_done(self, op: PutOp | PutMessageResult, count: int, unflushed: int
+                  ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """Account an append of ``count`` messages (or its refusal by the CommitLog): the refusal,
+        or the future of the outcome (None when the put was given a ``done`` callback)."""
+        if isinstance(op, PutMessageResult):
+            self.stats.put_rejected += 1
+            return op
+        st = self.stats
+        st.put_calls += 1
+        st.put_messages += count
+        cl = self.commit_log
+        if unflushed > self.config.max_pending_flush_bytes // 4 and not cl.sync_flush:
+            self.flush_commit_log_service.wake()
+        return op.fut  # (None with ``done``)
+
+    def _put(self, reqs: list[PutMessageRequest], done: Callable[[PutMessageResult], object] | None = None,
+             ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """The refusal, or (accepted) the future of the outcome, or None when ``done`` gets it."""
+        first = reqs[0] if reqs else None
+        topic, queue_id = (first.topic, first.queue_id) if first is not None else ("", 0)
+        unflushed = self._refuse_put(topic, queue_id, len(reqs))
+        if isinstance(unflushed, PutMessageResult):
+            return unflushed
+        cfg = self.config
+        cl = self.commit_log
         props = []
         sync = False
         max_body = cfg.max_message_size
@@ -333,15 +360,30 @@ class DefaultMessageStore:
         sync = sync and cl.sync_flush
         op = cl.put(reqs, props, topic, queue_id, int(self.clock() * 1000), sync,
                     time.monotonic() + cfg.sync_flush_timeout, done)
-        if isinstance(op, PutMessageResult):
-            self.stats.put_rejected += 1
-            return op
-        st = self.stats
-        st.put_calls += 1
-        st.put_messages += len(reqs)
-        if unflushed > cfg.max_pending_flush_bytes // 4 and not cl.sync_flush:
-            self.flush_commit_log_service.wake()
-        return op.fut  # (None with ``done``)
+        return self._put_done(op, len(reqs), unflushed)
+
+    def put_batch_nowait(self, batch: PutMessageBatch, done: Callable[[PutMessageResult], object] | None = None,
+                         ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """:meth:`put_messages_nowait` for a :class:`PutMessageBatch` (a batch send's messages, to
+        one queue): the same checks and outcome, without an object per message. With ``done``, as
+        :meth:`put_messages_callback`: None when accepted, and ``done(result)`` gets the outcome."""
+        unflushed = self._refuse_put(batch.topic, batch.queue_id, len(batch.bodies))
+        if isinstance(unflushed, PutMessageResult):
+            return unflushed
+        cfg = self.config
+        max_body = cfg.max_message_size
+        longest = max(map(len, batch.bodies))
+        if longest > max_body:
+            return self._reject(PutMessageStatus.MESSAGE_ILLEGAL,
+                                f"message body of {longest} bytes exceeds max_message_size={max_body}")
+        longest = max(map(len, batch.properties))
+        if longest > MAX_PROPERTIES_SIZE:
+            return self._reject(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                                f"properties of {longest} bytes exceed {MAX_PROPERTIES_SIZE}")
+        cl = self.commit_log
+        op = cl.put_batch(batch, int(self.clock() * 1000), batch.wait_store_msg_ok and cl.sync_flush,
+                          time.monotonic() + cfg.sync_flush_timeout, done)
+        return self._put_done(op, len(batch.bodies), unflushed)
 
     async def put_message(self, req: PutMessageRequest) -> PutMessageResult:
         """Append one message; resolves once written (ASYNC_FLUSH) or fdatasync'd (SYNC_FLUSH and

@@ -21,6 +21,7 @@ of their digits).
 
 from __future__ import annotations
 
+import mmap
 import operator
 import struct
 import sys
@@ -54,7 +55,7 @@ _SIZE_MAGIC: Final = struct.Struct(">ii")
 _HEAD: Final = struct.Struct(">iiiiiqqiq")
 BLANK_MARKER = struct.Struct(">ii")
 
-_U32 = 0xFFFFFFFF
+_U32: Final = 0xFFFFFFFF
 _POW31 = [1]
 for _ in range(1, 4096):
     _POW31.append((_POW31[-1] * 31) & _U32)
@@ -94,7 +95,7 @@ _topic_prefix: dict[str, int] = {}
 
 _key_prefix: dict[str, dict[str, int]] = {}
 #: Keys longer than this are hashed from the cached hash of all but their last 4 characters.
-_SPLIT_MIN = 20
+_SPLIT_MIN: Final = 20
 
 
 def index_key_hash(topic: str, key: str) -> int:
@@ -159,8 +160,8 @@ def _prefix_hash(topic: str) -> int:
     return ph
 
 
-_POW31_8 = _POW31[8]
-_POW31_4 = _POW31[4]
+_POW31_8: Final = _POW31[8]
+_POW31_4: Final = _POW31[4]
 #: Java hash of 4-character ASCII strings (the tail of a long key is hashed in such chunks).
 _chunks: dict[str, int] = {}
 
@@ -173,6 +174,67 @@ def _chunk_value(chunk: str) -> int:
         _chunks.clear()
     _chunks[chunk] = v
     return v
+
+
+def index_entries(topics: list[str], phys: list[int], store_timestamps: list[int], uniq_keys: list[str | None],
+                  keys: Sequence[Sequence[str] | str], last: int) -> tuple[list[int], list[int], list[int], int]:
+    """The IndexFile entries of messages in CommitLog order (``IndexService.buildIndex``, parallel
+    lists, one item per message): for each message past physical offset ``last``, its UNIQ_KEY then
+    each of its keys (``keys`` items: a KEYS list or the raw space-separated property).
+    Returns ``(key hashes, physical offsets, store times, newest indexed offset)``."""
+    hashes: list[int] = []
+    offsets: list[int] = []
+    times: list[int] = []
+    for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
+        if p <= last:
+            continue
+        if u:
+            last = p
+            hashes.append(index_key_hash(t, u))
+            offsets.append(p)
+            times.append(ts)
+        if k:
+            last = p
+            for key in k.split(" ") if isinstance(k, str) else k:
+                if key:
+                    hashes.append(index_key_hash(t, key))
+                    offsets.append(p)
+                    times.append(ts)
+    return hashes, offsets, times, last
+
+
+_INDEX_ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex (IndexFile)
+
+
+def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_timestamp: int, count: int,
+                      hashes: list[int], phys: list[int], store_timestamps: list[int]) -> tuple[int, int]:
+    """Write IndexFile entries ``count``, ``count + 1``, ... for ``(hashes[i], phys[i],
+    store_timestamps[i])`` into ``mm`` (the file's writable mapping: the 40-byte header,
+    ``slot_num`` int32 hash slots, then 20-byte entries from ``entries_at``), linking each into its
+    hash slot's chain as ``IndexFile.putKey`` does (time in seconds since ``begin_timestamp``).
+    The caller checked that they fit. Returns ``(next entry number, hash slots newly used)``."""
+    unpack_int = _INT.unpack_from
+    pack_int = _INT.pack_into
+    pack_entry = _INDEX_ENTRY.pack_into
+    at = entries_at + count * 20
+    new_slots = 0
+    last_ts = -1
+    diff = 0
+    for h, p, ts in zip(hashes, phys, store_timestamps, strict=True):
+        if ts != last_ts:
+            last_ts = ts
+            diff = 0 if begin_timestamp <= 0 or ts < begin_timestamp else min((ts - begin_timestamp) // 1000,
+                                                                                  0x7FFFFFFF)
+        slot_pos = 40 + (h % slot_num) * 4
+        slot_value: int = unpack_int(mm, slot_pos)[0]
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+            new_slots += 1
+        pack_entry(mm, at, h, p, diff, slot_value)
+        pack_int(mm, slot_pos, count)
+        count += 1
+        at += 20
+    return count, new_slots
 
 
 class RecordEncoder:
@@ -198,6 +260,8 @@ class RecordEncoder:
         self._id_format = self.msg_id_prefix + "%016X"
         #: Whole-record structs by (born host size, body, topic tail and properties lengths).
         self._records: dict[tuple[int, int, int, int], struct.Struct] = {}
+        #: Structs packing the bytes of n offsetMsgIds, by n.
+        self._ids: dict[int, struct.Struct] = {}
 
     def born_bytes(self, born_host: str) -> bytes:
         """``ip:port`` → address + port bytes (cached). Raises ``ValueError`` when malformed."""
@@ -300,6 +364,96 @@ class RecordEncoder:
             add_phys(phys)
             phys += size
         return appended, phys_list, q, sys_flags
+
+    def encode_message_batch_into(
+        self,
+        buf: bytearray,
+        bodies: list[bytes],
+        props: list[bytes],
+        flags: list[int],
+        sizes: list[int],
+        born: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        reconsume_times: int,
+        topic_tail: bytes,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+    ) -> tuple[list[AppendedMessage], list[int], int, list[int] | None, str]:
+        """:meth:`encode_batch_into` for the messages of a batch send (``PutMessageBatch``): they
+        share born host (``born``, from :meth:`born_bytes`), sysFlag, born time and reconsume
+        times; ``bodies``, ``props``, ``flags`` and ``sizes`` are per message. Same bytes
+        (prepared transaction offset 0, as a batch's store requests had), same return value
+        plus the messages' offsetMsgIds joined by commas (made by one ``bytes.hex`` call)."""
+        bl = len(born)
+        sf = (sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0)
+        sys_flags: list[int] | None = None
+        if sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:  # (queue offset 0 for all, none taken)
+            sys_flags = [sys_flag] * len(bodies)
+            q = 0
+            step = 0
+        else:
+            q = queue_offset
+            step = 1
+        store = self._store
+        record_struct = self.record_struct
+        last_n = last_pl = -1
+        rs = self.heads[8]  # replaced at the first record
+        tl = len(topic_tail)
+        phys_list: list[int] = []
+        add_phys = phys_list.append
+        records: list[bytes] = []
+        add_record = records.append
+        phys = physical_offset
+        # The fields every record shares, as objects once (compiled, an int is boxed at each use).
+        magic: object = MESSAGE_MAGIC_CODE
+        queue: object = queue_id
+        flags_bits: object = sf
+        born_ms: object = born_timestamp
+        store_ms: object = store_timestamp
+        reconsumed: object = reconsume_times
+        zero: object = 0
+        for body, p, flag, size in zip(bodies, props, flags, sizes, strict=True):
+            n = len(body)
+            pl = len(p)
+            if n != last_n or pl != last_pl:  # a batch's lengths rarely change
+                rs = record_struct(bl, n, tl, pl)
+                last_n, last_pl = n, pl
+            add_record(rs.pack(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys, flags_bits, born_ms, born,
+                               store_ms, store, reconsumed, zero, n, body, topic_tail, pl, p))
+            add_phys(phys)
+            phys += size
+            q += step
+        buf += b"".join(records)  # (one append: growing the chunk record by record costs more than the join)
+        # Every offsetMsgId at once: store host + offset, packed for all, in hex with a comma between ids.
+        count = len(phys_list)
+        id_len = len(store) + 8
+        fields: list[bytes | int] = [store, 0] * count
+        fields[1::2] = phys_list
+        msg_ids = self.ids_struct(count).pack(*fields).hex(",", id_len).upper()
+        width = 2 * id_len
+        new_message = AppendedMessage
+        appended: list[AppendedMessage] = []
+        add = appended.append
+        o = 0
+        qo = queue_offset if step else 0
+        for ph, size in zip(phys_list, sizes, strict=True):
+            add(new_message(ph, size, qo, store_timestamp, msg_ids[o:o + width]))
+            o += width + 1
+            qo += step
+        return appended, phys_list, q if step else queue_offset, sys_flags, msg_ids
+
+    def ids_struct(self, count: int) -> struct.Struct:
+        """The ``struct.Struct`` packing ``count`` offsetMsgIds' bytes: (store host, int64 physical
+        offset) ``count`` times (cached)."""
+        s = self._ids.get(count)
+        if s is None:
+            if len(self._ids) >= 1024:
+                self._ids.clear()
+            s = self._ids[count] = struct.Struct(">" + f"{len(self._store)}sq" * count)
+        return s
 
     def encode(self, req: PutMessageRequest, *, queue_offset: int = 0, physical_offset: int = 0,
                store_timestamp: int = 0) -> bytes:

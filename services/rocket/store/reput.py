@@ -216,7 +216,13 @@ class ReputMessageService:
         self.dispatched_store_ts = b.store_timestamp
 
     def _notify(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
+        """Tell the listeners about the entries ``first_queue_offset``, ... with tag codes ``tags``:
+        of a run of equal tag codes only the last entry (a waiting pull wants the newest offset)."""
         n = len(tags)
+        if n > 1 and tags.count(tags[-1]) == n:  # one tag code for all (a batch's usual case): the last
+            tags = tags[-1:]
+            first_queue_offset += n - 1
+            n = 1
         for i in range(n):
             if i + 1 < n and tags[i + 1] == tags[i]:
                 continue

@@ -40,7 +40,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
-from rocket.broker.inner import MessageInner, cached_tags_code
+from rocket.broker.inner import ItemForm, MessageInner, apply_item_forms, cached_tags_code
 from rocket.broker.timer import TIMER_PROPERTY_KEYS, batch_timer_refusal
 from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
 from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
@@ -59,15 +59,15 @@ from rocket.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageFormatError,
-    decode_batch,
     decode_properties,
     encode_properties,
+    split_batch,
 )
 from rocket.protocol import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.remoting.connection import ANSWER_LATER
-from rocket.store.api import PutMessageRequest, PutMessageResult, PutMessageStatus
+from rocket.store.api import PutMessageBatch, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from rocket.broker.interfaces import SendBroker
@@ -146,15 +146,15 @@ _SEND_OK_HEADER = (
 _FRAME_PREFIX = struct.Struct(">iI")
 
 
-#: What a send stores once its checks passed: one message, or a batch's store requests (to one queue).
-Prepared = MessageInner | list[PutMessageRequest]
+#: What a send stores once its checks passed: one message, or a batch's messages (to one queue).
+Prepared = MessageInner | PutMessageBatch
 
 
 def _reply_queue_id(prepared: Prepared) -> int:
     """The queueId a send answer names: the producer's queue, also for a half message (stored
     to the half topic's queue 0 with the real queue in REAL_QID), as Apache's SendMessageProcessor."""
-    if isinstance(prepared, list):
-        return prepared[0].queue_id
+    if isinstance(prepared, PutMessageBatch):
+        return prepared.queue_id
     inner = prepared
     if inner.topic == HALF_TOPIC:
         real = inner.properties.get(PROPERTY_REAL_QUEUE_ID, "")
@@ -176,6 +176,93 @@ def _batch_item_refusal(props: dict[str, str], index: int) -> str | None:
     if delay is not None and delay not in ("", "0"):
         return f"batch message {index} cannot be delayed (DELAY is set)"
     return batch_timer_refusal(props, index)
+
+
+def _merged_item(batch_props: dict[str, str], item_text: str, cluster: str) -> dict[str, str]:
+    """The properties a batch item is stored with: the batch header's, then the item's own
+    (the item's value wins for a name both have, e.g. UNIQ_KEY or WAIT from the Java client),
+    then ``CLUSTER=cluster`` (replacing any sent)."""
+    props = {**batch_props, **decode_properties(item_text)} if batch_props else decode_properties(item_text)
+    props[PROPERTY_CLUSTER] = cluster
+    return props
+
+
+def _item_values(props: dict[str, str]) -> tuple[int, list[str], str | None, bool]:
+    """``(tags code, KEYS list, UNIQ_KEY or None, wait for the store)`` of a stored item's properties."""
+    keys = props.get(PROPERTY_KEYS)
+    tags = props.get(PROPERTY_TAGS)
+    wait = props.get(PROPERTY_WAIT_STORE_MSG_OK)
+    return (
+        cached_tags_code(tags) if tags else 0,
+        [k for k in keys.split(" ") if k] if keys else [],
+        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
+        wait is None or wait.lower() != "false",
+    )
+
+
+def _batch_refusal(batch_props: dict[str, str], sys_flag: int) -> str | None:
+    """Why a batch whose header carries ``batch_props`` and ``sys_flag`` cannot be stored as a
+    whole (transactional, delayed or timer batch); None when it can."""
+    if is_half_message(batch_props, sys_flag):
+        return "batch messages cannot be transactional"
+    if batch_props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+        return "batch messages cannot be delayed (DELAY is set)"
+    return batch_timer_refusal(batch_props)
+
+
+def _general_item(batch_props: dict[str, str], raw: bytes, cluster: str,
+                  index: int) -> str | tuple[bytes, int, list[str], str | None, bool]:
+    """Batch item ``index`` (properties ``raw``) the general way: the remark refusing it, or
+    ``(stored properties, tags code, KEYS list, UNIQ_KEY or None, wait)``."""
+    merged = _merged_item(batch_props, raw.decode(), cluster)
+    if not _BATCH_CHECKED_NAMES.isdisjoint(merged):
+        refusal = _batch_item_refusal(merged, index)
+        if refusal is not None:
+            return refusal
+    encoded = encode_properties(merged).encode()
+    if len(encoded) > MAX_PROPERTIES_SIZE:
+        return f"the properties of batch message {index} exceed the max value, MAX: {MAX_PROPERTIES_SIZE}"
+    return (encoded, *_item_values(merged))
+
+
+#: Stands for an item's UNIQ_KEY value while :func:`_item_form` works out the stored string
+#: around it (a value with no separator in it; checked to occur in neither string).
+_SENTINEL = "\x00uniq-value\x00"
+#: Distinct item forms worked out per batch; past them, items take the general way.
+_MAX_FORMS = 8
+
+
+def _item_form(batch_text: str, batch_props: dict[str, str], rest: bytes, cut: int,
+               cluster: str) -> ItemForm | None:
+    """The stored form (:data:`rocket.broker.inner.ItemForm`) of batch items whose properties are ``rest`` with a
+    UNIQ_KEY value at byte ``cut`` (``cut`` < 0: no value cut out), with the batch header's
+    ``batch_props`` (string ``batch_text``) merged in as :func:`_merged_item` does.
+
+    Worked out by merging with a stand-in value and finding it in the encoded string: the
+    merge never looks into a value, so any item of this form is stored as the form with its
+    value in the stand-in's place. None when that does not hold (the stand-in not found once: a
+    second UNIQ_KEY of the item wins, or the stand-in occurs in the strings) or when the merged
+    properties carry a name an item is refused for (those items take the general way, which
+    refuses them with their index)."""
+    if cut >= 0:
+        if _SENTINEL in batch_text or _SENTINEL.encode() in rest:
+            return None
+        text = rest[:cut].decode() + _SENTINEL + rest[cut:].decode()
+    else:
+        text = rest.decode()
+    merged = _merged_item(batch_props, text, cluster)
+    if not _BATCH_CHECKED_NAMES.isdisjoint(merged):
+        return None
+    encoded = encode_properties(merged)
+    tags_code, keys, uniq, wait = _item_values(merged)
+    if cut < 0:
+        before = encoded.encode()
+        return before, b"", MAX_PROPERTIES_SIZE - len(before), tags_code, keys, uniq, wait
+    parts = encoded.split(_SENTINEL)
+    if len(parts) != 2:
+        return None
+    before, after = parts[0].encode(), parts[1].encode()
+    return before, after, MAX_PROPERTIES_SIZE - len(before) - len(after), tags_code, keys, None, wait
 
 
 def put_result_response(request: RemotingCommand, result: PutMessageResult) -> tuple[int, str | None]:
@@ -246,7 +333,7 @@ class SendMessageProcessor:
                 self._done(size, started)
                 return prepared
             done = partial(self._put_done, conn, request, prepared, size, started)
-            put = (broker.put_batch_nowait(prepared, done) if isinstance(prepared, list)
+            put = (broker.put_message_batch_nowait(prepared, done) if isinstance(prepared, PutMessageBatch)
                    else broker.put_nowait([prepared], done))
         except BaseException:
             self._done(size, started)
@@ -276,8 +363,10 @@ class SendMessageProcessor:
                 ready = checked
             else:
                 header, ready = prepared
-            if isinstance(ready, list):
-                result = await broker.put_messages(ready)
+            if isinstance(ready, PutMessageBatch):
+                put = broker.put_message_batch_nowait(ready)
+                assert put is not None  # (no ``done``: a result or a future)
+                result = put if isinstance(put, PutMessageResult) else await put
             else:
                 result = await broker.put_message(ready)
             return self._answer(request, ready, result)
@@ -330,7 +419,7 @@ class SendMessageProcessor:
             broker.metrics.send_rejected.labels("store_busy").inc()
         messages = result.messages
         if not messages:
-            what = "the batch" if isinstance(prepared, list) else "the message"
+            what = "the batch" if isinstance(prepared, PutMessageBatch) else "the message"
             return request.response(code, remark or f"{what} was not stored")
         msg_id = self._record_stored(prepared, result)
         return self._response(request, code, remark, msg_id, _reply_queue_id(prepared), messages[0].queue_offset)
@@ -338,9 +427,9 @@ class SendMessageProcessor:
     def _record_stored(self, prepared: Prepared, result: PutMessageResult) -> str:
         """Count the stored messages in the broker's put statistics; the answer's msgId
         (the stored messages' ids, comma-separated for a batch). ``result.messages`` is not empty."""
-        if isinstance(prepared, list):
-            self.broker.record_put(prepared[0].topic, len(prepared), sum([len(r.body) for r in prepared]))
-            return ",".join([m.msg_id for m in result.messages])
+        if isinstance(prepared, PutMessageBatch):
+            self.broker.record_put(prepared.topic, len(prepared.bodies), sum(map(len, prepared.bodies)))
+            return result.msg_ids or ",".join([m.msg_id for m in result.messages])
         self.broker.record_put(prepared.topic, 1, len(prepared.body))
         if prepared.topic == HALF_TOPIC:
             self.broker.transaction.on_half_stored(prepared)
@@ -538,10 +627,17 @@ class SendMessageProcessor:
     def _prepare_batch(
         self, request: RemotingCommand, conn: RemotingConnection, header: SendMessageRequestHeader,
         topic_config: TopicConfig,
-    ) -> RemotingCommand | list[PutMessageRequest]:
+    ) -> RemotingCommand | PutMessageBatch:
         """Check a batch send to ``topic_config`` (which passed :meth:`_check`): the refusal, or the
-        store requests of its messages (built here, without a :class:`MessageInner` each: no delay,
-        timer or transaction rewrite applies to a batch, whose items carrying those are refused)."""
+        store batch of its messages (built here, without a :class:`MessageInner` or store request
+        each: no delay, timer or transaction rewrite applies to a batch, whose items carrying those
+        are refused).
+
+        Each item is stored with the batch header's properties merged with its own (the item's
+        value wins for a name both have), plus CLUSTER: what :func:`_merged_item` gives. Items
+        differ mostly in their UNIQ_KEY, so the stored form of an item's other properties is
+        worked out once per batch and form (:func:`_item_form`) and each item's string is that
+        form with its UNIQ_KEY value put in (bytes, no dict per item)."""
         broker = self.broker
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return request.response(
@@ -551,68 +647,53 @@ class SendMessageProcessor:
         if too_large is not None:
             return too_large
         try:
-            items = decode_batch(request.body)
+            flags, bodies, raw_props = split_batch(request.body)
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"the batch body is corrupt: {exc}")
-        batch_props = decode_properties(header.properties)
-        if is_half_message(batch_props, header.sys_flag):
-            return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-        if batch_props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
-            return request.response(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed (DELAY is set)")
-        timer_refusal = batch_timer_refusal(batch_props)
-        if timer_refusal is not None:
-            return request.response(ResponseCode.MESSAGE_ILLEGAL, timer_refusal)
-        queue_id = self._pick_queue(header, topic_config)
-        reqs: list[PutMessageRequest] = []
-        add = reqs.append
+        batch_text = header.properties
+        batch_props = decode_properties(batch_text)
+        refusal = _batch_refusal(batch_props, header.sys_flag)
+        if refusal is not None:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
         cluster = broker.config.broker_cluster_name
-        topic, sys_flag, born, peer, reconsume = (
-            header.topic, header.sys_flag, header.born_timestamp, conn.peer, header.reconsume_times
+        props: list[bytes] = []
+        tags_codes: list[int] = []
+        keys: list[list[str]] = []
+        uniq_keys: list[str | None] = []
+        forms: dict[bytes, ItemForm | None] = {}
+        worked_out = 0
+
+        def form_of(rest: bytes, cut: int) -> ItemForm | None:
+            nonlocal worked_out
+            worked_out += 1
+            return _item_form(batch_text, batch_props, rest, cut, cluster) if worked_out <= _MAX_FORMS else None
+
+        wait = indexed = False
+        index = 0
+        count = len(raw_props)
+        while True:
+            index, some_wait, some_indexed = apply_item_forms(raw_props, index, forms, form_of, props, tags_codes,
+                                                              keys, uniq_keys)
+            wait = wait or some_wait
+            indexed = indexed or some_indexed
+            if index >= count:
+                break
+            # The general way (odd strings, a refusal, or too long): merge the dicts for this item.
+            general = _general_item(batch_props, raw_props[index], cluster, index)
+            if isinstance(general, str):
+                return request.response(ResponseCode.MESSAGE_ILLEGAL, general)
+            encoded, tags_code, item_keys, uniq, item_wait = general
+            props.append(encoded)
+            tags_codes.append(tags_code)
+            keys.append(item_keys)
+            uniq_keys.append(uniq)
+            wait = wait or item_wait
+            indexed = indexed or uniq is not None or bool(item_keys)
+            index += 1
+        return PutMessageBatch(
+            header.topic, self._pick_queue(header, topic_config), bodies, props, flags, tags_codes, keys, uniq_keys,
+            header.sys_flag, header.born_timestamp, conn.peer, header.reconsume_times, wait, indexed,
         )
-        # When no name is both the batch's and an item's (our client: WAIT on the batch, UNIQ_KEY on
-        # each item), the stored string is the batch's pieces, the item's, then CLUSTER: what encoding
-        # the merged dict gives, made by joining (with_cluster declines odd item strings).
-        disjoint_ok = PROPERTY_CLUSTER not in batch_props and _BATCH_CHECKED_NAMES.isdisjoint(batch_props)
-        prefix = encode_properties(batch_props) + PROPERTY_SEPARATOR if batch_props else ""
-        batch_get = batch_props.get
-        for index, item in enumerate(items):
-            text = item.properties
-            props = decode_properties(text)
-            encoded = None
-            if disjoint_ok and PROPERTY_CLUSTER not in props and batch_props.keys().isdisjoint(props):
-                joined = with_cluster(text, len(props), cluster)
-                if joined is not None:
-                    encoded = prefix + joined  # (props stays the item's own: look-ups fall back below)
-            if encoded is None:
-                if batch_props:  # the batch header's properties apply to every item; the item's own win (UNIQ_KEY)
-                    props = {**batch_props, **props}
-                props[PROPERTY_CLUSTER] = cluster
-                encoded = encode_properties(props)  # measured here, stored as is
-            if not _BATCH_CHECKED_NAMES.isdisjoint(props):
-                refusal = _batch_item_refusal(props, index)
-                if refusal is not None:
-                    return request.response(ResponseCode.MESSAGE_ILLEGAL, refusal)
-            if len(encoded) > MAX_PROPERTIES_SIZE or (
-                not encoded.isascii() and len(encoded.encode()) > MAX_PROPERTIES_SIZE
-            ):
-                return request.response(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"the properties of batch message {index} exceed the max value, MAX: {MAX_PROPERTIES_SIZE}",
-                )
-            # The merged properties' values: the item's, else the batch's (props may be the item's own).
-            get = props.get
-            keys = get(PROPERTY_KEYS, batch_get(PROPERTY_KEYS))
-            tags = get(PROPERTY_TAGS, batch_get(PROPERTY_TAGS))
-            uniq = get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, batch_get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
-            wait = get(PROPERTY_WAIT_STORE_MSG_OK, batch_get(PROPERTY_WAIT_STORE_MSG_OK))
-            add(PutMessageRequest(  # positional, as MessageInner.to_request builds one
-                topic, queue_id, item.body, encoded, item.flag, sys_flag, born, peer, reconsume, 0,
-                cached_tags_code(tags) if tags else 0,
-                [k for k in keys.split(" ") if k] if keys else [],
-                uniq or None,
-                wait is None or wait.lower() != "false",
-            ))
-        return reqs
 
     # -- send back -----------------------------------------------------------------------------
 
