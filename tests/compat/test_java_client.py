@@ -46,13 +46,15 @@ def java_client() -> tuple[Path, Path]:
         pytest.fail(f"the Apache RocketMQ Java client is not available: {exc}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def roundtrip(java_client: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The driver's ``roundtrip`` result against a fresh NameServer + broker, plus logs for messages."""
+@pytest.fixture(scope="module", params=["ASYNC_FLUSH", "SYNC_FLUSH"])
+def roundtrip(java_client: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory,
+              request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """The driver's ``roundtrip`` result against a fresh NameServer + broker, plus logs for messages;
+    once per flush type (SYNC_FLUSH: every send answered after its group commit's fdatasync)."""
     lib, classes = java_client
     root = tmp_path_factory.mktemp("java-client")
     tap = Wiretap(root / "wiretap.jsonl") if os.environ.get("ROCKET_COMPAT_WIRETAP") == "1" else None
-    with start_cluster(root / "cluster", brokers=("broker-a",)) as cluster:
+    with start_cluster(root / "cluster", brokers=("broker-a",), flush=request.param) as cluster:
         namesrv = tap.nameserver(cluster.namesrv) if tap else cluster.namesrv
         argv = java.driver_argv(lib, classes, root / "home", "roundtrip", f"namesrv={namesrv}", "count=20",
                                 "batches=2", "batchSize=32", f"vip={0 if tap else 1}", "consumers=push,pull",
