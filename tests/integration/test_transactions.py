@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rocket.client import LocalTransactionState, PullConsumer, TransactionProducer, build_message
+from rocket.client import LocalTransactionState, MessageQueue, PullConsumer, TransactionProducer, build_message
 from rocket.client.consumer import PullStatus
+from rocket.client.errors import TopicRouteError
 from rocket.message import MessageExt, decode_offset_msg_id
 from rocket.remoting import RemotingClient, RemotingTimeoutError, RequestCode
 from tests.integration.broker_harness import BrokerProc, RawBroker, broker_process, nameserver_process
@@ -35,12 +36,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Bro
         yield ns.addr, broker
 
 
+async def routed_queues(consumer: PullConsumer, topic: str, timeout: float = 10.0) -> list[MessageQueue]:
+    """The queues of ``topic`` once the NameServer routes it: a topic the send auto-created reaches
+    the NameServer with the broker's next registration, which may land after the send's answer
+    (as Apache's ``createTopicInSendMessageMethod`` registers asynchronously). Raises
+    :class:`TopicRouteError` when it is still unrouted after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await consumer.queues(topic)
+        except TopicRouteError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def delivered(namesrv: str, topic: str) -> list[MessageExt]:
     """Every message of ``topic``, read from offset 0 of each queue."""
     consumer = await PullConsumer(unique("CID_TX"), namesrv).start()
     try:
         out: list[MessageExt] = []
-        for mq in await consumer.queues(topic):
+        for mq in await routed_queues(consumer, topic):
             offset = 0
             while True:
                 result = await consumer.pull(mq, offset)
