@@ -613,43 +613,13 @@ def encode_batch(messages: list[Message]) -> bytes:
 
 
 def decode_batch(data: bytes) -> list[BatchItem]:
-    """Decode a batch body into items.
+    """Decode a batch body into items (:func:`split_batch`, one :class:`BatchItem` each).
 
     Raises ``MessageFormatError`` when an item's sizes are inconsistent or
-    run past the body, or the body is empty.
+    run past the body, its properties are not UTF-8, or the body is empty.
     """
-    items: list[BatchItem] = []
-    add = items.append
-    head = _BATCH_ITEM_HEAD.unpack_from
-    short = _SHORT.unpack_from
-    pos = 0
-    end = len(data)
-    if end == 0:
-        raise MessageFormatError("batch body is empty")
-    total: int
-    flag: int
-    body_len: int
-    props_len: int
-    while pos < end:
-        if end - pos < 22:
-            raise MessageFormatError(f"batch item at {pos}: truncated header")
-        total, _magic, _crc, flag, body_len = head(data, pos)
-        item_end = pos + total
-        if total < 22 or item_end > end:
-            raise MessageFormatError(f"batch item at {pos}: total size {total} out of range")
-        p = pos + 20 + body_len
-        if body_len < 0 or p + 2 > item_end:
-            raise MessageFormatError(f"batch item at {pos}: body length {body_len} out of range")
-        (props_len,) = short(data, p)
-        if props_len < 0 or p + 2 + props_len != item_end:
-            raise MessageFormatError(f"batch item at {pos}: properties length {props_len} out of range")
-        try:
-            props = data[p + 2 : item_end].decode()
-        except UnicodeDecodeError:
-            raise MessageFormatError(f"batch item at {pos}: properties are not UTF-8") from None
-        add(BatchItem(flag, data[pos + 20 : p], props))
-        pos = item_end
-    return items
+    flags, bodies, props = split_batch(data)
+    return [BatchItem(f, b, p.decode()) for f, b, p in zip(flags, bodies, props, strict=True)]
 
 
 def split_batch(data: bytes) -> tuple[list[int], list[bytes], list[bytes]]:

@@ -602,18 +602,12 @@ class CommitLog:
                 total = sum(sizes)
         except ValueError as exc:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad born host: {exc}")
-        if total + BLANK_MARKER.size > self.segment_size:
+        chunk = self._chunk_for(total)
+        if chunk is None:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 remark=f"{total} bytes do not fit in one CommitLog file of {self.segment_size} bytes",
             )
-        seg = self.segments[-1] if self.segments else None
-        pos = self.append_offset
-        if seg is None or not (seg.start <= pos and pos + total + BLANK_MARKER.size <= seg.end):
-            seg = self._segment_for(total)
-        chunk = self._cur
-        if chunk is None or chunk.seg is not seg:
-            chunk = self._chunk(seg)
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
@@ -642,6 +636,21 @@ class CommitLog:
         ))
         return self._queue_op(phys, PutMessageResult(PutMessageStatus.PUT_OK, appended), sync, deadline,
                               key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
+
+    def _chunk_for(self, total: int) -> _Chunk | None:
+        """The in-memory chunk the next ``total`` bytes of records go to (in the current file, or
+        a new one when they and an end-of-file marker do not fit); None when they would not fit
+        even in an empty file."""
+        if total + BLANK_MARKER.size > self.segment_size:
+            return None
+        seg = self.segments[-1] if self.segments else None
+        pos = self.append_offset
+        if seg is None or not (seg.start <= pos and pos + total + BLANK_MARKER.size <= seg.end):
+            seg = self._segment_for(total)
+        chunk = self._cur
+        if chunk is None or chunk.seg is not seg:
+            chunk = self._chunk(seg)
+        return chunk
 
     def _queue_op(self, end: int, result: PutMessageResult, sync: bool, deadline: float,
                   queue_key: tuple[str, int] | None, first_queue_offset: int, store_timestamp: int,
@@ -678,18 +687,12 @@ class CommitLog:
         fixed = enc.fixed[len(born)] + len(tail)
         sizes = [fixed + len(b) + len(p) for b, p in zip(batch.bodies, batch.properties, strict=True)]
         total = sum(sizes)
-        if total + BLANK_MARKER.size > self.segment_size:
+        chunk = self._chunk_for(total)
+        if chunk is None:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 remark=f"{total} bytes do not fit in one CommitLog file of {self.segment_size} bytes",
             )
-        seg = self.segments[-1] if self.segments else None
-        pos = self.append_offset
-        if seg is None or not (seg.start <= pos and pos + total + BLANK_MARKER.size <= seg.end):
-            seg = self._segment_for(total)
-        chunk = self._cur
-        if chunk is None or chunk.seg is not seg:
-            chunk = self._chunk(seg)
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
