@@ -236,6 +236,40 @@ def _http_ok(port: int, path: str, ca_file: str = "") -> bool:
         return False
 
 
+def _http_json(port: int, path: str, ca_file: str = "", token_file: str = "") -> Any:
+    """The JSON body of GET ``path`` on the local ``port`` (HTTPS trusting ``ca_file`` and a bearer
+    token read from ``token_file`` when given); None when it does not answer 200 with JSON."""
+    scheme, context = "http", None
+    if ca_file:
+        scheme, context = "https", ssl.create_default_context(cafile=ca_file)
+    headers = {}
+    if token_file:
+        try:
+            headers["Authorization"] = "Bearer " + Path(token_file).read_text().strip()
+        except OSError:
+            return None
+    req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=1.0, context=context) as resp:
+            return json.loads(resp.read()) if resp.status == 200 else None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _group_in_sync(members: Sequence[ProcessInfo], ca_file: str = "", token_file: str = "") -> bool:
+    """Controller mode: one process of the group is master and every process is in its
+    SyncStateSet (so a kill -9 of the master now can be failed over without losing an
+    acknowledged message: the controllers elect only from the SyncStateSet, as RocketMQ 5's
+    ``ReplicasInfoManager.electMaster`` without ``enableElectUncleanMaster``)."""
+    for info in members:
+        ha = _http_json(info.http_port, "/api/v1/ha", ca_file, token_file)
+        if not isinstance(ha, dict) or ha.get("brokerRole") == "SLAVE":
+            continue
+        ctl = ha.get("controllerMode") or {}
+        return len(ctl.get("syncStateSet") or []) >= len(members)
+    return False
+
+
 def _tcp_ok(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -540,10 +574,31 @@ class LocalCluster:
                 if time.monotonic() > deadline:
                     raise LocalClusterError("brokers did not register with the NameServers in time")
                 time.sleep(0.2)
+            if self.controllers:
+                self._wait_in_sync(plan, deadline)
         except BaseException:
             self.stop()
             raise
         return self.state
+
+    def _wait_in_sync(self, plan: Sequence[ProcessInfo], deadline: float) -> None:
+        """Wait until each broker group's slave is in its master's SyncStateSet (controller mode):
+        until then the controllers would refuse to fail the group over. Raises
+        :class:`LocalClusterError` naming the groups still out of sync at ``deadline``
+        (``time.monotonic()`` seconds)."""
+        assert self.state is not None
+        groups = {name: [p for p in plan if p.kind == "broker" and p.name in (name, name + SLAVE_SUFFIX)]
+                  for name in BROKER_NAMES[: self.brokers]}
+        while True:
+            waiting = [name for name, members in groups.items()
+                       if not _group_in_sync(members, self.state.tls_ca_file, self.state.http_token_file)]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise LocalClusterError(
+                    f"slaves of {', '.join(waiting)} did not join their master's SyncStateSet in time "
+                    f"(logs in {self.data_dir}/logs)")
+            time.sleep(0.2)
 
     def _wait_ready(self, infos: Sequence[ProcessInfo], timeout: float) -> None:
         deadline = time.monotonic() + timeout

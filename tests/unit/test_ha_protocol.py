@@ -127,3 +127,12 @@ def test_nameserver_keeps_the_newer_epoch_master() -> None:
     # brokers without epochs (Java) keep last-writer-wins
     assert not routes.register_broker("C", "10.0.0.3:10911", "b", 0, "y", _wrapper()).superseded
     assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.3:10911"
+
+
+def test_a_refused_slave_asks_again_soon_then_backs_off() -> None:
+    from rocket.store.ha.slave import reconnect_delay
+
+    # a refusal is often the race of a slave told of its new master before that broker has become
+    # master: the first retry comes after the usual second, later ones back off to 5 s
+    assert [reconnect_delay(n) for n in range(7)] == [1.0, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+    assert reconnect_delay(10_000) == 5.0

@@ -51,6 +51,19 @@ log = logging.getLogger("rocket.store.ha")
 #: Replicated bytes buffered before the reader waits for the store.
 _MAX_PENDING = 32 * 1024 * 1024
 _RECONNECT_DELAY = 1.0
+#: The longest wait before asking a master that refused again (seconds). Refusals back off from
+#: ``_RECONNECT_DELAY``, doubling: the first is often a race (the slave learns the new master from
+#: the controller before that broker has finished becoming master).
+_REFUSED_DELAY_MAX = 5.0
+
+
+def reconnect_delay(refusals: int) -> float:
+    """Seconds a slave waits before connecting to its master again: ``_RECONNECT_DELAY`` after a
+    session that ended or failed to connect; after ``refusals`` refused handshakes in a row it
+    doubles from there up to ``_REFUSED_DELAY_MAX`` (1, 2, 4, 5, 5 ... s)."""
+    if refusals <= 0:
+        return _RECONNECT_DELAY
+    return min(_RECONNECT_DELAY * 2 ** min(refusals - 1, 16), _REFUSED_DELAY_MAX)
 
 
 class HARefusedError(Exception):
@@ -94,6 +107,8 @@ class HAClient(LoopService):
         self._writer: asyncio.StreamWriter | None = None
         self._last_report = 0.0
         self._wakeup = asyncio.Event()
+        #: Refusals in a row (the wait before the next attempt doubles with each).
+        self._refusals = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -162,7 +177,8 @@ class HAClient(LoopService):
                 self._note_error(f"replication from {addr} failed: {exc}")
             finally:
                 self._close()
-            await self._pause(_RECONNECT_DELAY if self.state != "refused" else 5.0)
+            self._refusals = self._refusals + 1 if self.state == "refused" else 0
+            await self._pause(reconnect_delay(self._refusals))
 
     def _note_error(self, text: str, *, refused: bool = False) -> None:
         if text != self.last_error:
