@@ -63,7 +63,7 @@ def reconnect_delay(refusals: int) -> float:
     doubles from there up to ``_REFUSED_DELAY_MAX`` (1, 2, 4, 5, 5 ... s)."""
     if refusals <= 0:
         return _RECONNECT_DELAY
-    return min(_RECONNECT_DELAY * 2 ** min(refusals - 1, 16), _REFUSED_DELAY_MAX)
+    return min(_RECONNECT_DELAY * float(2 ** min(refusals - 1, 16)), _REFUSED_DELAY_MAX)
 
 
 class HARefusedError(Exception):
