@@ -169,3 +169,33 @@ async def test_dispatch_listener_and_queue_listing(tmp_path: Path) -> None:
         res = await store.put_message(make_request("T", 3))
         assert res.messages[0].queue_offset == 0
     assert read_cq_files(tmp_path, "T", 3) == [(res.messages[0].physical_offset, res.messages[0].size, 0)]
+
+
+def test_a_file_of_zeros_larger_than_the_hole_scan_block_holds_no_entry(tmp_path: Path) -> None:
+    # RocketMQ's default file is 300,000 entries (6,000,000 bytes); a crash can leave one created
+    # but never written. It once loaded as 3,276 entries (the first 64 KiB were taken for holes).
+    units = 6000
+    qdir = tmp_path / "T" / "0"
+    qdir.mkdir(parents=True)
+    (qdir / f"{0:020d}").write_bytes(bytes(units * CQ_UNIT))
+    cq = ConsumeQueue(tmp_path, "T", 0, units * CQ_UNIT)
+    cq.load()
+    assert (cq.min_offset, cq.max_offset, cq.max_phys_end) == (0, 0, 0)
+    cq.put(0, 100, 50, 7)
+    assert cq.entry(0) == (100, 50, 7)
+    cq.close()
+
+
+def test_a_queue_starting_past_the_hole_scan_block_keeps_its_offsets(tmp_path: Path) -> None:
+    units = 6000
+    cq = ConsumeQueue(tmp_path, "T", 0, units * CQ_UNIT)
+    first = 4000  # 80,000 bytes of leading zeros
+    for i in range(5):
+        cq.put(first + i, 1000 + 10 * i, 10, i)
+    cq.commit_now()
+    cq.close()
+    again = ConsumeQueue(tmp_path, "T", 0, units * CQ_UNIT)
+    again.load()
+    assert (again.min_offset, again.max_offset, again.max_phys_end) == (first, first + 5, 1050)
+    assert [again.entry(first + i) for i in range(5)] == [(1000 + 10 * i, 10, i) for i in range(5)]
+    again.close()

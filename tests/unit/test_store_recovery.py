@@ -203,3 +203,22 @@ async def test_rebuild_with_mixed_hosts_transactions_and_a_bad_crc(tmp_path: Pat
     async with opened(cfg) as store:
         assert store.max_phy_offset == victim.physical_offset
         assert store.stats.last_recovery_records == 40
+
+
+async def test_a_queue_file_never_written_before_a_crash_is_rebuilt(tmp_path: Path) -> None:
+    # The kill -9 came after the CommitLog write and the queue file's creation, before the IO thread
+    # wrote its entries: a file of zeros (RocketMQ-sized, larger than 64 KiB) and no checkpoint.
+    cfg = small_config(tmp_path, mapped_file_size_consume_queue=20 * 6000)
+    await write_some(cfg, 30)
+    qdir = tmp_path / "consumequeue" / "T" / "1"
+    (name,) = os.listdir(qdir)
+    (qdir / name).write_bytes(bytes(20 * 6000))
+    (tmp_path / "checkpoint").unlink()
+    (tmp_path / "abort").touch()
+    async with opened(cfg) as store:
+        assert store.stats.last_recovery_abnormal
+        assert (store.get_min_offset_in_queue("T", 1), store.get_max_offset_in_queue("T", 1)) == (0, 10)
+        g = store.get_message("T", 1, 0, 32)
+        assert [decode_record(r).body for r in g.records] == [b"body-%d" % i for i in range(1, 30, 3)]
+        res = await store.put_message(make_request("T", 1, b"after"))
+        assert res.messages[0].queue_offset == 10

@@ -33,8 +33,25 @@ log = logging.getLogger("rocket.store")
 #: One entry: physical offset, size, tag hash code (``CQ_STORE_UNIT_SIZE`` = 20).
 ENTRY = struct.Struct(">qiq")
 CQ_UNIT = ENTRY.size
+#: Bytes :meth:`ConsumeQueue.load` reads at a time while it looks for a file's first entry.
+_HOLE_SCAN_BLOCK = 64 * 1024
 #: Entries :meth:`ConsumeQueue.truncate_dirty` reads from a file at a time.
 TRUNCATE_BLOCK = 4096
+
+
+def _first_nonzero_byte(fd: int, size: int) -> int | None:
+    """Position of the first byte of the first ``size`` bytes of ``fd`` that is not zero (None
+    when there is none), read ``_HOLE_SCAN_BLOCK`` bytes at a time."""
+    pos = 0
+    while pos < size:
+        block = os.pread(fd, min(_HOLE_SCAN_BLOCK, size - pos), pos)
+        if not block:
+            return None
+        rest = block.lstrip(b"\0")
+        if rest:
+            return pos + len(block) - len(rest)
+        pos += len(block)
+    return None
 
 
 class CQFile(files.MappedFile):
@@ -297,10 +314,9 @@ class ConsumeQueue:
 
         lo, hi = 0, self.units
         # Leading holes (a queue that starts mid-file) are zeros too: find the first valid entry.
-        first = os.pread(f.fd, 64 * 1024, 0)
-        stripped = len(first) - len(first.lstrip(b"\0"))
-        if stripped == len(first) and len(first) == self.file_size:
-            return 0
+        stripped = _first_nonzero_byte(f.fd, self.file_size)
+        if stripped is None:
+            return 0  # a file of zeros holds no entry, however large
         if stripped >= CQ_UNIT:
             lo = stripped // CQ_UNIT
         while lo < hi:
