@@ -29,7 +29,7 @@ from rocket.store.commitlog import CommitLog, DispatchBatch
 from rocket.store.consumequeue import ENTRY, ConsumeQueue
 from rocket.store.index import IndexService
 from rocket.store.queue_store import ConsumeQueueStore
-from rocket.store.record import BLANK, CORRUPT, DispatchRecord, RecordRow, parse_dispatch
+from rocket.store.record import BLANK, CORRUPT, DispatchRecord, RecordRow, parse_dispatch, walk_records
 
 log = logging.getLogger("rocket.store")
 
@@ -129,17 +129,21 @@ class ReputMessageService:
         self.dispatched_store_ts = rec.store_timestamp
         return cq
 
-    def dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue]) -> None:
-        """:meth:`dispatch_record` for a run of records read from the CommitLog (recovery),
-        without an object per record; the ConsumeQueues written are added to ``touched``."""
+    def dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue], notify: bool = False) -> None:
+        """:meth:`dispatch_record` for a run of records read from the CommitLog (recovery, and
+        replicated bytes on a slave), without an object per record; the ConsumeQueues written
+        are added to ``touched``. ``notify``: tell the dispatch listeners about every entry
+        (a slave's metadata replication applies each record it hears of)."""
         delay_ms = self.delay_ms
         pack = ENTRY.pack
         last_cq: ConsumeQueue | None = None
         last_topic = ""
         last_queue = -1
+        notify = notify and bool(self.listeners)
         # Consecutive entries of one queue are packed together and appended at once.
         run_first = run_next = run_end = 0
         run_entries: list[bytes] = []
+        run_tags: list[int] = []
         ts = self.dispatched_store_ts
         i_topics: list[str] = []
         i_phys: list[int] = []
@@ -155,15 +159,20 @@ class ReputMessageService:
                     run_entries.append(pack(phys, size, tags_code))
                     run_next += 1
                     run_end = phys + size
+                    if notify:
+                        run_tags.append(tags_code)
                 else:
                     if run_entries:
                         assert last_cq is not None
                         last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
+                        if notify:
+                            self._notify_each(last_topic, last_queue, run_first, run_tags)
                     if queue_id != last_queue or topic != last_topic:
                         last_cq = self.queues.find_or_create(topic, queue_id)
                         last_topic, last_queue = topic, queue_id
                         touched.add(last_cq)
                     run_entries = [pack(phys, size, tags_code)]
+                    run_tags = [tags_code]
                     run_first = queue_offset
                     run_next = queue_offset + 1
                     run_end = phys + size
@@ -176,6 +185,8 @@ class ReputMessageService:
         if run_entries:
             assert last_cq is not None
             last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
+            if notify:
+                self._notify_each(last_topic, last_queue, run_first, run_tags)
         if i_phys:
             self.index.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
         self.dispatched_store_ts = ts
@@ -229,6 +240,15 @@ class ReputMessageService:
             for cb in self.listeners:
                 try:
                     cb(topic, queue_id, first_queue_offset + i, tags[i])
+                except Exception:
+                    log.exception("dispatch listener %r failed", cb)
+
+    def _notify_each(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
+        """Tell the listeners about each of the entries ``first_queue_offset``, ... (tag codes ``tags``)."""
+        for cb in self.listeners:
+            for i, tags_code in enumerate(tags):
+                try:
+                    cb(topic, queue_id, first_queue_offset + i, tags_code)
                 except Exception:
                     log.exception("dispatch listener %r failed", cb)
 
@@ -306,8 +326,19 @@ class ReputMessageService:
             return 0
         p = 0
         seg = cl.segment_at(pos)
+        view = memoryview(data)
+        queues = self.queues
         while p < len(data):
-            r = parse_dispatch(data, p, False)
+            # The run of ordinary records first, as recovery reads them (no object per record).
+            rows: list[RecordRow] = []
+            after, n, _ = walk_records(view, p, len(data), pos + p, False, rows)
+            if n:
+                touched: set[ConsumeQueue] = set()
+                self.dispatch_rows(rows, touched, notify=True)
+                queues.dirty.update(touched)
+                p = after
+                continue
+            r = parse_dispatch(data, p, False)  # the record the walk stopped at
             if isinstance(r, DispatchRecord):
                 if r.physical_offset != pos + p:
                     self._stuck(pos + p, f"record carries physical offset {r.physical_offset}")
