@@ -210,7 +210,7 @@ def running(argv: Sequence[str], *, port: int | None = None, env: dict[str, str]
     Waits for ``port`` when given. On exit sends SIGTERM, then SIGKILL after 10 s.
     """
     full_env = {**os.environ, **(env or {})}
-    out = open(log_path, "ab") if log_path else subprocess.PIPE
+    out = open(log_path, "wb") if log_path else subprocess.PIPE
     proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=full_env)
     try:
         if port is not None:

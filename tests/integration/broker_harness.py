@@ -113,6 +113,10 @@ def broker_process(
     }
     write_broker_conf(conf, all_settings)
     log = tmp / f"broker-{name}-{port}.log"
+    restarts = 1
+    while log.exists():  # a restart on the same port: keep the earlier run's log
+        restarts += 1
+        log = tmp / f"broker-{name}-{port}.{restarts}.log"
     argv = rocket_command(
         "broker",
         "--config", str(conf),
