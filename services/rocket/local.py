@@ -194,8 +194,25 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def find_free_base_port(low: int = 20000, high: int = 50000, attempts: int = 200) -> int:
-    """A base port whose whole layout (see :func:`ports_for`) is free right now."""
+def _ephemeral_port_low() -> int:
+    """The first port the kernel gives outgoing connections (``net.ipv4.ip_local_port_range``;
+    32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def find_free_base_port(low: int = 20000, high: int | None = None, attempts: int = 200) -> int:
+    """A base port whose whole layout (see :func:`ports_for`) is free right now. By default the
+    layout stays below the kernel's ephemeral port range, so that no outgoing connection of
+    another process can take one of its ports between this check and the bind (it did: a slave
+    failed with EADDRINUSE). Raises :class:`LocalClusterError` when none is found."""
+    if high is None:
+        span = max(_all_ports(0)) + 1
+        high = _ephemeral_port_low() - span
+        if high <= low:
+            high = 50000
     for _ in range(attempts):
         base = random.randrange(low, high)
         if all(_port_free(p) for p in _all_ports(base)):
