@@ -13,8 +13,9 @@
 //             createTopics=a,b (created first) serverWarmup=0 (s of unmeasured 64-producer, then batch load on
 //             warmupTopic) fill=0 (s of unmeasured batches into `topic`, a backlog for "consume")
 //             prints "CELL <name>" on stdout as each cell (and the warm-up / fill) starts
-//             omb: ombTopic= ombQueues=16 ombMaxSeconds=<seconds> ombWindow=1000 ombRates= (msgs/s; empty: ombFractions
-//             =0.25,0.5,0.8 of the maximum it measures first): fixed-rate publish and end-to-end latency (see omb())
+//             omb: ombTopic= ombQueues=16 ombMaxSeconds=<seconds> ombWindow=1000 ombBacklog=1000 (0: no bound)
+//             ombRates= (msgs/s; empty: ombFractions=0.25,0.5,0.8 of the maximum sustainable rate it measures
+//             first): fixed-rate publish and end-to-end latency (see omb())
 //   failover  namesrv= topic= killPid= oldMaster=host:port threads=8 before=5 after=3 maxWait=60 pollNameServerMs=200
 //             sendTimeoutMs=3000 pauseAfterErrorMs=20 verifySeconds=60 brokerName=broker-a
 //             sync sends of unique bodies; after `before` s kill -9 `killPid` (the group's master); the time until
@@ -634,8 +635,10 @@ public final class Driver {
      * The omb cell, after the OpenMessaging Benchmark's workloads/1-topic-16-partitions-1kb.yaml: one
      * topic of `queues` (16) queues, `size`-byte bodies, one producer (async sends, as OMB's RocketMQ
      * driver: DefaultMQProducer.send(msg, SendCallback)) and one push consumer. First the maximum:
-     * unpaced async sends with at most `window` unanswered for `warmup` + `maxSeconds` s (acknowledged
-     * msgs/s over the last `maxSeconds`). Then one phase per rate (`rates`, msgs/s; when empty:
+     * unpaced async sends with at most `window` unanswered and at most `backlog` acknowledged but not yet
+     * received (0: no such bound) for `warmup` + `maxSeconds` s (acknowledged msgs/s over the last
+     * `maxSeconds`): the highest rate the consumer keeps up with, as OMB's RateController (which ramps the
+     * rate down once the receive backlog passes its RECEIVE_BACKLOG_LIMIT, 1000). Then one phase per rate (`rates`, msgs/s; when empty:
      * `fractions` of that maximum): a single thread paces sends open-loop at fixed intended times
      * (start + i / rate, OMB's UniformRateLimiter), `warmup` s unmeasured then `seconds` s measured.
      * Latencies of messages intended in the measured window: publish from the intended send time
@@ -645,7 +648,7 @@ public final class Driver {
      */
     static Map<String, Object> omb(String ns, String topic, int queues, int size, double seconds, double warmup,
                                    double maxSeconds, List<Double> rates, List<Double> fractions, int window,
-                                   int timeoutMs) throws Exception {
+                                   int backlog, int timeoutMs) throws Exception {
         createTopics(ns, List.of(topic), queues, 60);
         List<OmbPhase> phases = new java.util.concurrent.CopyOnWriteArrayList<>();
         Seen seen = new Seen();
@@ -693,20 +696,31 @@ public final class Driver {
             }
             Thread.sleep(500);  // every queue's first (long) pull reaches the broker
 
-            // 1. the maximum: unpaced, at most `window` unanswered
+            // 1. the maximum sustainable rate: unpaced, at most `window` unanswered and at most `backlog`
+            //    acknowledged but not yet received (OMB's RateController ramps down past its
+            //    RECEIVE_BACKLOG_LIMIT, 1000 by default: its maximum is one the consumer keeps up with)
             long start = System.nanoTime();
             OmbPhase max = new OmbPhase("max", 0, start + (long) (warmup * 1e9), start + (long) ((warmup + maxSeconds) * 1e9));
             phases.add(max);
             java.util.concurrent.Semaphore inFlight = new java.util.concurrent.Semaphore(window);
+            long backlogWaits = 0;
             while (true) {
                 inFlight.acquire();
                 long now = System.nanoTime();
+                if (backlog > 0 && ackedAll.get() - receivedAll.get() > backlog) {
+                    backlogWaits++;
+                    while (ackedAll.get() - receivedAll.get() > backlog && (now = System.nanoTime()) < max.to) {
+                        LockSupportPark.parkNanos(100_000L);
+                    }
+                }
                 if (now >= max.to) {
                     inFlight.release();
                     break;
                 }
                 sendOne(p, topic, size, now, now, max, inFlight, ackedAll, pending);
             }
+            r.put("backlog", backlog);
+            r.put("backlog_waits", backlogWaits);
             inFlight.acquire(window);
             inFlight.release(window);
             double maxRate = max.acked.get() / maxSeconds;
@@ -1103,7 +1117,7 @@ public final class Driver {
                         r = omb(ns, opt(o, "ombTopic", topic + "-omb"), intOpt(o, "ombQueues", 16), size, seconds,
                                 warmup, dblOpt(o, "ombMaxSeconds", seconds), doubles(opt(o, "ombRates", "")),
                                 doubles(opt(o, "ombFractions", "0.25,0.5,0.8")), intOpt(o, "ombWindow", 1000),
-                                timeoutMs);
+                                intOpt(o, "ombBacklog", 1000), timeoutMs);
                         break;
                     default:
                         throw new IllegalArgumentException("unknown cell " + cell);

@@ -91,6 +91,9 @@ E2E_RATE = results.E2E_RATE
 ALL_CELLS = (*CELLS, OMB, QUORUM, FAILOVER, TIMER)
 #: The omb cell's bound on unanswered async sends while it measures the maximum.
 OMB_WINDOW = 1000
+#: ... and on messages acknowledged but not yet received (OMB's RateController ramps the rate down
+#: past ``RECEIVE_BACKLOG_LIMIT``, 1000 by default: its maximum is one the consumer keeps up with).
+OMB_BACKLOG = 1000
 #: The systems whose cluster of a mode is kept (frozen) for all its rounds: Apache's JVMs take 7-30 s
 #: to start and register again at once on SIGCONT. Ours starts in 2-5 s, and once frozen longer than
 #: its NameServer's broker expiry (120 s) it is evicted and registers again only at its next 30-s
@@ -254,7 +257,8 @@ def measure(t: Target, rnd: int, cells: tuple[str, ...], settings: Settings, rec
     if OMB in cells:
         given = omb.given(system, config, rnd) if omb is not None else None
         args += [f"ombTopic={omb_topic}", f"ombQueues={OMB_QUEUES}", f"ombMaxSeconds={settings.seconds}",
-                 f"ombWindow={OMB_WINDOW}", f"ombFractions={','.join(str(f) for f in OMB_FRACTIONS)}",
+                 f"ombWindow={OMB_WINDOW}", f"ombBacklog={OMB_BACKLOG}",
+                 f"ombFractions={','.join(str(f) for f in OMB_FRACTIONS)}",
                  f"ombRates={','.join(f'{x:g}' for x in given or [])}"]
     limit = (180 + settings.server_warmup + fill + settings.consume_seconds
              + len(cells) * (settings.warmup + settings.seconds + 45)
@@ -550,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
                      "failover": controller.failover_settings(),
                      **({"timer": dataclasses.asdict(timer.CELL)} if args.timer else {}),
-                     **({"omb": {"queues": OMB_QUEUES, "window": OMB_WINDOW, "max_seconds": seconds,
-                                 "fractions": list(OMB_FRACTIONS), "modes": list(OMB_MODES)}}
+                     **({"omb": {"queues": OMB_QUEUES, "window": OMB_WINDOW, "backlog": OMB_BACKLOG,
+                                 "max_seconds": seconds, "fractions": list(OMB_FRACTIONS), "modes": list(OMB_MODES)}}
                         if any(OMB in cs for cs in matrix.values()) else {})},
         "selection": {"modes": list(matrix), "rounds": rounds,
                       "cells": [*sorted({c for cs in matrix.values() for c in cs}, key=ALL_CELLS.index),

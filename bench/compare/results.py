@@ -586,8 +586,11 @@ def omb_max_lines(measurements: list[dict[str, Any]]) -> list[str]:
                 vals.append(text + ("" if consumed is None or "failed" in r else f" (consumer {consumed:,.0f})"))
             if vals:
                 parts.append(f"{system} {', '.join(vals)} msgs/s")
-        out.append(f"- {mode}: maximum per round (one producer, async sends, at most 1,000 unanswered; in brackets "
-                   f"what the consumer received meanwhile): {'; '.join(parts)}.")
+        backlog = next((m["result"]["backlog"] for m in measurements
+                        if m["cell"] == OMB and m["config"] == mode and m["result"].get("backlog")), None)
+        bound = f" and at most {backlog:,} acknowledged but not yet received" if backlog else ""
+        out.append(f"- {mode}: maximum per round (one producer, async sends, at most 1,000 unanswered{bound}; in "
+                   f"brackets what the consumer received meanwhile): {'; '.join(parts)}.")
     return out
 
 
@@ -884,7 +887,11 @@ def render_page(data: dict[str, Any]) -> str:
                f"workload: 1 topic of {om.get('queues', OMB_QUEUES)} queues, {s['body']}-byte messages, one producer "
                "(async sends, `DefaultMQProducer.send(msg, SendCallback)` as OMB's RocketMQ driver) and one push "
                "consumer. First the maximum: unpaced async sends (at most "
-               f"{om.get('window', 1000):,} unanswered) for {om.get('max_seconds', s['seconds'])} s after "
+               f"{om.get('window', 1000):,} unanswered"
+               + (f" and at most {om['backlog']:,} acknowledged but not yet received, so that it is a rate the "
+                  "consumer keeps up with, as OMB's `RateController` (it ramps down past its `RECEIVE_BACKLOG_LIMIT`, "
+                  "1,000)" if om.get("backlog") else "")
+               + f") for {om.get('max_seconds', s['seconds'])} s after "
                f"{s['warmup']} s, the consumer reading. Then one phase per rate: "
                f"{', '.join(f'{f:.0%}' for f in om.get('fractions', OMB_FRACTIONS))} of our maximum in the mode's "
                "first round (both systems and every round run at those absolute rates; each run still measures "

@@ -212,3 +212,21 @@ def test_broker_busy_errors_differing_only_in_queue_figures_are_one_kind() -> No
     page.add("apache", "ASYNC_FLUSH", 0, OMB, r, (1.0, 1.0))
     md = results.render_page(page.data)
     assert "period in queue: [..]ms, size of queue: [..] (x3)" in md
+
+
+def test_the_page_names_the_backlog_bound_of_the_maximum_when_the_run_had_one(tmp_path: Path) -> None:
+    # OMB's maximum is one the consumer keeps up with (its RateController ramps down past 1,000
+    # messages of receive backlog); runs before 2026-11-26 had no such bound and their pages say none
+    for backlog, out in ((1000, tmp_path / "with"), (None, tmp_path / "without")):
+        data = run_data()
+        if backlog:
+            data["settings"]["omb"]["backlog"] = backlog
+        out.mkdir()
+        page = results.Page(data, out, began=0.0)
+        page.add("ours", "ASYNC_FLUSH", 0, OMB, omb_result(8000.0, 1.0), (4.0, 5.0))
+        page.add("apache", "ASYNC_FLUSH", 0, OMB, omb_result(5000.0, 1.0, "given"), (5.0, 6.0))
+        page.save(complete=True)
+        md = (out / "compare-2026-11-25-2105.md").read_text()
+        named = "at most 1,000 acknowledged but not yet received, so that it is a rate the consumer keeps up with"
+        assert (named in md) is bool(backlog)
+        assert "at most 1,000 unanswered" in md
