@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from rocket.local import ephemeral_port_range
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
@@ -111,15 +113,6 @@ async def eventually(predicate: Callable[[], Any], timeout: float = WAIT_TIMEOUT
         if poll.expired():
             raise poll.failure()
         await asyncio.sleep(interval)
-
-
-def ephemeral_port_range() -> tuple[int, int]:
-    """The kernel's range for ``bind(0)`` and outgoing connections (``ip_local_port_range``)."""
-    try:
-        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-    return low, high
 
 
 def _bindable(port: int) -> bool:

@@ -194,13 +194,14 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _ephemeral_port_low() -> int:
-    """The first port the kernel gives outgoing connections (``net.ipv4.ip_local_port_range``;
-    32768 when it cannot be read)."""
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for ``bind(0)`` and outgoing connections (``net.ipv4.ip_local_port_range``;
+    Linux's default 32768-60999 when it cannot be read)."""
     try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
 
 
 def find_free_base_port(low: int = 20000, high: int | None = None, attempts: int = 200) -> int:
@@ -210,7 +211,7 @@ def find_free_base_port(low: int = 20000, high: int | None = None, attempts: int
     failed with EADDRINUSE). Raises :class:`LocalClusterError` when none is found."""
     if high is None:
         span = max(_all_ports(0)) + 1
-        high = _ephemeral_port_low() - span
+        high = ephemeral_port_range()[0] - span
         if high <= low:
             high = 50000
     for _ in range(attempts):
@@ -241,45 +242,42 @@ def _spawn(info: ProcessInfo, *, detach: bool) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _http_ok(port: int, path: str, ca_file: str = "") -> bool:
-    """GET ``path`` on the local ``port`` answers 200 (over HTTPS trusting ``ca_file`` when given)."""
+def _http_get(port: int, path: str, ca_file: str = "", token: str = "") -> bytes | None:
+    """The body of GET ``path`` on the local ``port`` (over HTTPS trusting ``ca_file``, with the
+    bearer ``token``, when given); None unless it answers 200."""
     scheme, context = "http", None
     if ca_file:
         scheme, context = "https", ssl.create_default_context(cafile=ca_file)
-    try:
-        with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}{path}", timeout=1.0, context=context) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _http_json(port: int, path: str, ca_file: str = "", token_file: str = "") -> Any:
-    """The JSON body of GET ``path`` on the local ``port`` (HTTPS trusting ``ca_file`` and a bearer
-    token read from ``token_file`` when given); None when it does not answer 200 with JSON."""
-    scheme, context = "http", None
-    if ca_file:
-        scheme, context = "https", ssl.create_default_context(cafile=ca_file)
-    headers = {}
-    if token_file:
-        try:
-            headers["Authorization"] = "Bearer " + Path(token_file).read_text().strip()
-        except OSError:
-            return None
-    req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", headers=headers)
+    req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(req, timeout=1.0, context=context) as resp:
-            return json.loads(resp.read()) if resp.status == 200 else None
+            return resp.read() if resp.status == 200 else None
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
 
-def _group_in_sync(members: Sequence[ProcessInfo], ca_file: str = "", token_file: str = "") -> bool:
+def _http_ok(port: int, path: str, ca_file: str = "") -> bool:
+    """GET ``path`` on the local ``port`` answers 200 (over HTTPS trusting ``ca_file`` when given)."""
+    return _http_get(port, path, ca_file) is not None
+
+
+def _http_json(port: int, path: str, ca_file: str = "", token: str = "") -> Any:
+    """The JSON body of :func:`_http_get`; None when it does not answer 200 with JSON."""
+    body = _http_get(port, path, ca_file, token)
+    try:
+        return None if body is None else json.loads(body)
+    except ValueError:
+        return None
+
+
+def _group_in_sync(members: Sequence[ProcessInfo], ca_file: str = "", token: str = "") -> bool:
     """Controller mode: one process of the group is master and every process is in its
     SyncStateSet (so a kill -9 of the master now can be failed over without losing an
     acknowledged message: the controllers elect only from the SyncStateSet, as RocketMQ 5's
     ``ReplicasInfoManager.electMaster`` without ``enableElectUncleanMaster``)."""
     for info in members:
-        ha = _http_json(info.http_port, "/api/v1/ha", ca_file, token_file)
+        ha = _http_json(info.http_port, "/api/v1/ha", ca_file, token)
         if not isinstance(ha, dict) or ha.get("brokerRole") == "SLAVE":
             continue
         ctl = ha.get("controllerMode") or {}
@@ -608,12 +606,15 @@ class LocalCluster:
         until then the controllers would refuse to fail the group over. Raises
         :class:`LocalClusterError` naming the groups still out of sync at ``deadline``
         (``time.monotonic()`` seconds)."""
+        from rocket.auth.http import read_token
+
         assert self.state is not None
         groups = {name: [p for p in plan if p.kind == "broker" and p.name in (name, name + SLAVE_SUFFIX)]
                   for name in BROKER_NAMES[: self.brokers]}
+        token = read_token(self.state.http_token_file) if self.state.http_token_file else ""
         while True:
             waiting = [name for name, members in groups.items()
-                       if not _group_in_sync(members, self.state.tls_ca_file, self.state.http_token_file)]
+                       if not _group_in_sync(members, self.state.tls_ca_file, token)]
             if not waiting:
                 return
             if time.monotonic() > deadline:

@@ -68,9 +68,9 @@ def test_plan_in_controller_mode_runs_three_controllers_before_the_brokers(tmp_p
 def test_free_base_port_keeps_the_layout_below_the_ephemeral_ports() -> None:
     # an outgoing connection takes its port from the ephemeral range: a layout there can lose a
     # port between the check and the bind (a slave once failed with EADDRINUSE)
-    from rocket.local import _all_ports, _ephemeral_port_low, find_free_base_port
+    from rocket.local import _all_ports, ephemeral_port_range, find_free_base_port
 
-    low = _ephemeral_port_low()
+    low = ephemeral_port_range()[0]
     for _ in range(20):
         base = find_free_base_port()
         assert 20000 <= base and max(_all_ports(base)) < low
