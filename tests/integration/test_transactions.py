@@ -39,16 +39,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Bro
 async def routed_queues(consumer: PullConsumer, topic: str, timeout: float = 10.0) -> list[MessageQueue]:
     """The queues of ``topic`` once the NameServer routes it: a topic the send auto-created reaches
     the NameServer with the broker's next registration, which may land after the send's answer
-    (as Apache's ``createTopicInSendMessageMethod`` registers asynchronously). Raises
-    :class:`TopicRouteError` when it is still unrouted after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await consumer.queues(topic)
-        except TopicRouteError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
+    (as Apache's ``createTopicInSendMessageMethod`` registers asynchronously)."""
+    queues: list[MessageQueue] = await eventually(lambda: consumer.queues(topic), timeout,
+                                                  what=f"a route for {topic}", retry_on=(TopicRouteError,))
+    return queues
 
 
 async def delivered(namesrv: str, topic: str) -> list[MessageExt]:
