@@ -333,9 +333,7 @@ class ReputMessageService:
             rows: list[RecordRow] = []
             after, n, _ = walk_records(view, p, len(data), pos + p, False, rows)
             if n:
-                touched: set[ConsumeQueue] = set()
-                self.dispatch_rows(rows, touched, notify=True)
-                queues.dirty.update(touched)
+                self.dispatch_rows(rows, queues.dirty, notify=True)
                 p = after
                 continue
             r = parse_dispatch(data, p, False)  # the record the walk stopped at
