@@ -7,7 +7,8 @@ bench``: ``n`` timers (``setDeliverTimeMs``) spread over a window that starts on
 timed by a push consumer: delivery error (arrival - scheduled, ms) p50/p99/max and how many came
 early; then enqueue throughput: ``throughput`` plain sync sends and as many timer sends
 (``setDeliverTimeMs``, due in an hour), in halves (plain, timer, timer, plain), msgs/s of each and
-their failed sends. The driver creates its topics before the consumer starts.
+their failed sends. The driver creates its topics before the consumer starts and times nothing
+until the consumer has received a probe message from every queue.
 
 The cell (:data:`CELL`): 2,000 timers over 30 s at ``timerPrecisionMs`` 1000, then 10,000 plain and
 10,000 timer sends of 1 KiB from 64 threads (as the ``produce:64`` cell), about 1 minute per

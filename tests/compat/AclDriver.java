@@ -9,6 +9,8 @@
 // ak/sk empty: no hook (unsigned). Prints one line "RESULT {json}":
 //   produce: {"sent": n, "error": "<the first failure and its causes, or empty>"}
 //   consume: {"received": n} after `expect` messages arrived or `timeout` seconds passed.
+//   (The tests give 75 s: a push consumer whose rebalance heartbeat lost the client's heartbeat lock is
+//   refused with SUBSCRIPTION_NOT_LATEST until its next heartbeat, up to 30 s; apache/rocketmq#2738.)
 
 import java.util.LinkedHashMap;
 import java.util.Map;

@@ -22,6 +22,9 @@
 // (default `threads`) of sync sends with `size`-byte bodies (default 128): msgs/s of each and their
 // failed sends (plain_errors, timer_errors). Prints one line "RESULT {json}".
 //
+// Both commands first send one plain probe message (tag TagProbe, key probe-<queue>) to each queue and wait until
+// the push consumer has them all (awaitConsuming), so that timing starts once it really pulls.
+//
 // The "run" command: a DefaultMQPushConsumer of a new group records when each key arrives (ms, this JVM's clock) and its
 // properties. Prints one line "RESULT {json}": per key the earliest allowed arrival ("earliest":
 // the absolute time, or the send's start + the delay), the send's end ("sentEnd"), its status or
@@ -49,6 +52,8 @@ public final class TimerDriver {
     static final String RUN = Long.toString(System.currentTimeMillis() % 1_000_000_000L, 36);
     static final Map<String, List<Long>> ARRIVED = new ConcurrentHashMap<>();
     static final Map<String, Map<String, String>> PROPS = new ConcurrentHashMap<>();
+    /** Arrival (ms) of each probe of awaitConsuming in the bench, by key. */
+    static final Map<String, Long> PROBED = new ConcurrentHashMap<>();
 
     public static void main(String[] args) throws Exception {
         Map<String, String> o = new LinkedHashMap<>();
@@ -181,6 +186,32 @@ public final class TimerDriver {
         }
     }
 
+    /**
+     * Send one plain message with key {@code "probe-<i>"} to each of {@code topic}'s queues and wait until
+     * {@code arrived} has seen every probe (or throw after {@code timeoutMs}): proof that the push consumer
+     * pulls from every queue, which a fixed sleep is not. The 5.x client's rebalance raises the
+     * subscription's version and sends it in a heartbeat only if no other heartbeat holds the lock
+     * (MQClientInstance.sendHeartbeatToAllBrokerWithLockV2); when one does, every pull is refused with
+     * SUBSCRIPTION_NOT_LATEST (25) until the next heartbeat, up to heartbeatBrokerInterval (30 s) later.
+     */
+    static void awaitConsuming(DefaultMQProducer p, String topic, java.util.function.Predicate<String> arrived,
+                               long timeoutMs) throws Exception {
+        List<org.apache.rocketmq.common.message.MessageQueue> queues = p.fetchPublishMessageQueues(topic);
+        List<String> keys = new ArrayList<>();
+        for (int i = 0; i < queues.size(); i++) {
+            String key = "probe-" + i;
+            p.send(new Message(topic, "TagProbe", key, key.getBytes("UTF-8")), queues.get(i));
+            keys.add(key);
+        }
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        while (!keys.stream().allMatch(arrived)) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("the push consumer did not receive " + keys + " within " + timeoutMs + " ms");
+            }
+            Thread.sleep(20);
+        }
+    }
+
     static int bench(Map<String, String> o) throws Exception {
         String ns = o.get("namesrv");
         String topic = o.get("topic");
@@ -204,6 +235,10 @@ public final class TimerDriver {
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             long now = System.currentTimeMillis();
             for (MessageExt m : msgs) {
+                if ("TagProbe".equals(m.getTags())) {
+                    PROBED.put(m.getKeys(), now);
+                    continue;
+                }
                 long at = Long.parseLong(new String(m.getBody(), java.nio.charset.StandardCharsets.US_ASCII).trim());
                 int i = got.getAndIncrement();
                 if (i < errors.length) errors[i] = now - at;
@@ -216,7 +251,7 @@ public final class TimerDriver {
         p.setInstanceName("bench-producer-" + RUN);
         p.setSendMsgTimeout(10000);
         p.start();
-        Thread.sleep(3000);  // the consumer's rebalance and first long polls
+        awaitConsuming(p, topic, PROBED::containsKey, 90_000L);
         long lead = 5000 + n / 2;  // all sent before the first is due
         long start = System.currentTimeMillis() + lead;
         java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads);
@@ -309,7 +344,7 @@ public final class TimerDriver {
         p.setSendMsgTimeout(5000);
         p.setRetryTimesWhenSendFailed(0);
         p.start();
-        Thread.sleep(1000);  // the consumer's rebalance
+        awaitConsuming(p, topic, ARRIVED::containsKey, 90_000L);
         Map<String, Object> sends = new LinkedHashMap<>();
         for (String key : new String[] {"deliver", "delaysec", "delayms", "past", "far"}) {
             Message m = new Message(topic, "TagTimer", key, ("body of " + key).getBytes("UTF-8"));

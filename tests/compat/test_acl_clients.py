@@ -154,7 +154,7 @@ def test_java_client_signed_allowed_and_denied(cluster: AclCluster) -> None:
     wrong = c.java("produce", f"topic={c.orders}", "group=PID_java", f"ak={APP.access_key}", "sk=wrong", "count=1")
     assert wrong["sent"] == 0 and "No route info" in wrong["error"], wrong
     got = c.java("consume", f"topic={c.orders}", f"group={c.group}", f"ak={APP.access_key}",
-                 f"sk={APP.secret_key}", "expect=3", "timeout=30")
+                 f"sk={APP.secret_key}", "expect=3", "timeout=75")
     assert got["received"] >= 3, c.logs()
     other = c.java("consume", f"topic={c.orders}", f"group={unique('CG_denied')}", f"ak={APP.access_key}",
                    f"sk={APP.secret_key}", "expect=1", "timeout=6")

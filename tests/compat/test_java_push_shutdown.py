@@ -47,8 +47,8 @@ def test_java_push_consumer_final_offsets_survive_its_shutdown(tmp_path: Path) -
         cluster.create_topic(topic, queues=2)  # 2 queues on each broker
         argv = java.driver_argv(lib, classes, tmp_path / "home", "run", f"namesrv={cluster.namesrv}",
                                 f"topic={topic}", f"group={group}", f"rounds={ROUNDS}", f"count={COUNT}",
-                                "timeout=30", jvm=("-Xms128m", "-Xmx384m"), main="PushShutdownDriver")
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+                                "timeout=75", jvm=("-Xms128m", "-Xmx384m"), main="PushShutdownDriver")
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
         results = java.driver_results(proc.stdout)
         context = (f"driver exit {proc.returncode}; stderr tail:\n" + "\n".join(proc.stderr.splitlines()[-40:])
                    + f"\n{cluster.logs()}")

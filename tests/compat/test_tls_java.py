@@ -119,7 +119,7 @@ def test_java_client_over_tls_against_enforcing(clusters: TlsClusters, version: 
     topic, group = unique("TlsJava"), unique("CG_tls")
     sent = c.java(c.enforcing, "produce", f"topic={topic}", "group=PID_tls", "count=3", tls=c.ca, version=version)
     assert sent == {"sent": 3, "error": ""}, c.logs()
-    got = c.java(c.enforcing, "consume", f"topic={topic}", f"group={group}", "expect=3", "timeout=30", tls=c.ca,
+    got = c.java(c.enforcing, "consume", f"topic={topic}", f"group={group}", "expect=3", "timeout=75", tls=c.ca,
                  version=version)
     assert got["received"] >= 3, c.logs()
 
@@ -152,5 +152,5 @@ def test_permissive_serves_java_clients_with_and_without_tls(clusters: TlsCluste
     assert plain == {"sent": 2, "error": ""}, c.logs()
     secure = c.java(c.permissive, "produce", f"topic={topic}", "group=PID_tls", "count=2", tls=c.ca)
     assert secure == {"sent": 2, "error": ""}, c.logs()
-    got = c.java(c.permissive, "consume", f"topic={topic}", f"group={group}", "expect=4", "timeout=30")
+    got = c.java(c.permissive, "consume", f"topic={topic}", f"group={group}", "expect=4", "timeout=75")
     assert got["received"] >= 4, c.logs()
