@@ -80,6 +80,30 @@ async def test_sync_flush_timeout_answers_flush_disk_timeout(tmp_path: Path, slo
         assert store.get_message("T", 0, 0, 32).message_count == 2
 
 
+async def test_sync_flush_record_is_readable_before_its_fdatasync(tmp_path: Path, slow_sync: SlowSync) -> None:
+    # As RocketMQ's ReputMessageService: consumers read up to the written end; the producer's
+    # answer still waits for the fdatasync that covers its record.
+    async with opened(small_config(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                                   sync_flush_timeout=10)) as store:
+        slow_sync.gate.clear()  # the fdatasync hangs
+        put = asyncio.ensure_future(store.put_message(make_request("T", 0, b"early")))
+        for _ in range(200):
+            if store.get_message("T", 0, 0, 32).message_count:
+                break
+            await asyncio.sleep(0.01)
+        assert store.get_message("T", 0, 0, 32).message_count == 1
+        assert slow_sync.calls and not slow_sync.done
+        assert not put.done() and store.commit_log.flushed == 0
+        second = asyncio.ensure_future(store.put_message(make_request("T", 0, b"meanwhile")))
+        await asyncio.sleep(0.05)
+        assert store.get_message("T", 0, 0, 32).message_count == 2  # written while the first syncs
+        slow_sync.gate.set()
+        assert (await put).status is PutMessageStatus.PUT_OK
+        assert (await second).status is PutMessageStatus.PUT_OK
+        assert store.commit_log.flushed == store.max_phy_offset
+        assert len(slow_sync.calls) == 2  # the second waited for a group commit of its own
+
+
 async def test_async_flush_thresholds(tmp_path: Path) -> None:
     cfg = small_config(tmp_path, flush_interval_commit_log=0.05, flush_commit_log_least_pages=4,
                        flush_commit_log_thorough_interval=0.5, mapped_file_size_commit_log=1 << 20)

@@ -17,15 +17,20 @@ reshaped for one event loop):
   ``(topic, queueId)``) and physical offsets, encodes the records into an
   in-memory chunk and queues a :class:`PutOp` per call.
 * One *job* at a time writes every chunk queued since the previous job with
-  ``pwrite`` (never through a mapping). Under SYNC_FLUSH the job runs on a
-  writer thread and ends with one ``fdatasync`` that covers it all (group
-  commit); while it runs the loop keeps filling the next one. Under
-  ASYNC_FLUSH a job into files that exist already is only a copy into the page
-  cache: it runs on the loop at the end of the loop turn whose puts it
-  gathers (no thread hand-off per job), unless it exceeds
-  ``INLINE_WRITE_MAX`` bytes.
-* When a job completes the loop advances ``committed`` (and ``flushed``),
-  lets the reput dispatch the new records, and resolves the covered puts.
+  ``pwrite`` (never through a mapping). A job into files that exist already
+  is only a copy into the page cache: it runs on the loop at the end of the
+  loop turn whose puts it gathers (no thread hand-off per job), unless it
+  exceeds ``INLINE_WRITE_MAX`` bytes; others run on the writer thread.
+* When a job completes the loop advances ``committed``, lets the reput
+  dispatch the new records (consumers and slaves may read them from now on),
+  and resolves the covered puts that do not wait for a flush.
+* Under SYNC_FLUSH one ``fdatasync`` at a time runs on the syncer thread and
+  covers everything committed when it started (group commit, RocketMQ's
+  ``GroupCommitService``); when it ends ``flushed`` advances, the puts it
+  covers are answered, and the next one starts if more was committed
+  meanwhile. Writing goes on while it runs, so a record is readable before
+  its fdatasync as in RocketMQ (its ``ReputMessageService`` dispatches up to
+  the written end); its producer hears of it only after.
 * A failed write (ENOSPC, EIO ...) fails every put from the failing chunk
   on, zeroes whatever part of the chunk reached the file, and rolls the
   write position and the queue offsets back: nothing partial is ever
@@ -190,10 +195,7 @@ class _JobResult:
     error: OSError | None = None
     phase: str = ""
     path: Path | None = None
-    synced: bool = False
-    sync_error: OSError | None = None
     write_seconds: float = 0.0
-    sync_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -221,11 +223,11 @@ class RecoveryResult:
 
 
 class _WriterThread:
-    """One thread that runs the submitted calls in order: the CommitLog writer.
+    """One thread that runs the submitted calls in order: the CommitLog's writer and syncer.
 
     ``ThreadPoolExecutor(1)`` without its per-call ``Future``, work item, locks and
-    thread-count check: under SYNC_FLUSH a job (one group commit) is handed over per
-    fdatasync, and the caller never looked at the future (the job answers with
+    thread-count check: under SYNC_FLUSH one fdatasync (a group commit) is handed over per
+    few puts, and the caller never looked at the future (the call answers with
     ``call_soon_threadsafe``). The thread starts at the first call; it is a daemon, so a
     process that exits without :meth:`shutdown` is not held up (what it had not written
     was not acknowledged either).
@@ -312,8 +314,10 @@ class CommitLog:
         #: Open :meth:`gather` calls: while > 0, puts do not start or schedule a job.
         self._gathering = 0
         self._flush_lock: asyncio.Lock | None = None
-        self._unsynced: list[Segment] = []  # writer thread only
         self._writer = _WriterThread("rocket-commitlog-writer")
+        #: SYNC_FLUSH: the group commit's fdatasyncs, one at a time (``_syncing``).
+        self._syncer = _WriterThread("rocket-commitlog-syncer")
+        self._syncing = False
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="rocket-commitlog-flusher")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: asyncio.Event | None = None
@@ -329,7 +333,7 @@ class CommitLog:
     @property
     def busy(self) -> bool:
         """A job or flush is in flight, or puts wait."""
-        flushing = self._flush_lock is not None and self._flush_lock.locked()
+        flushing = self._syncing or (self._flush_lock is not None and self._flush_lock.locked())
         return self._job_running or flushing or bool(self._ops) or bool(self._chunks)
 
     def segment_at(self, offset: int) -> Segment | None:
@@ -662,11 +666,9 @@ class CommitLog:
                    queue_key, first_queue_offset, store_timestamp, done)
         self._ops.append(op)
         if not (self._job_running or self._start_scheduled or self._gathering):
-            if self.sync_flush:
-                self._start_job()
-            else:  # written on the loop: gather this turn's puts into one job first
-                self._start_scheduled = True
-                self._loop.call_soon(self._deferred_start)
+            # written on the loop: gather this turn's puts into one job first
+            self._start_scheduled = True
+            self._loop.call_soon(self._deferred_start)
         return op
 
     def put_batch(self, batch: PutMessageBatch, store_timestamp: int, sync: bool, deadline: float,
@@ -752,8 +754,8 @@ class CommitLog:
 
     def release(self) -> None:
         """End a :meth:`gather`: when it was the outermost and puts wait, start their job now (an
-        ASYNC_FLUSH job into existing files runs right here and resolves its puts before this
-        returns; a SYNC_FLUSH one goes to the writer thread). A job already running or scheduled
+        job into existing files runs right here and resolves the puts that wait for no flush
+        before this returns; others go to the writer thread). A job already running or scheduled
         takes them when it is done instead."""
         self._gathering -= 1
         if not self._gathering and self._chunks and not (self._job_running or self._start_scheduled):
@@ -768,20 +770,18 @@ class CommitLog:
         self._cur = None
         self._job_running = True
         self._idle.clear()
-        if not self.sync_flush and (
-            (chunks[0].seg.created and len(chunks[0].buf) <= INLINE_WRITE_MAX) if len(chunks) == 1
-            else all(c.seg.created for c in chunks) and sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX
-        ):
-            self._finish_job(self._write_job(chunks, False))
+        if (chunks[0].seg.created and len(chunks[0].buf) <= INLINE_WRITE_MAX) if len(chunks) == 1 \
+                else all(c.seg.created for c in chunks) and sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX:
+            self._finish_job(self._write_job(chunks))
             return
         # The writer thread hands the result back with one call_soon_threadsafe (no asyncio future
-        # wrapping a concurrent one: the per-job overhead counts once per fdatasync under SYNC_FLUSH).
-        self._writer.submit(self._run_job, self._loop, chunks, self.sync_flush)
+        # wrapping a concurrent one).
+        self._writer.submit(self._run_job, self._loop, chunks)
 
-    def _write_job(self, chunks: list[_Chunk], sync: bool) -> _JobResult:
-        """Writer thread: write the chunks in order, then (SYNC_FLUSH) one fdatasync for all of them.
+    def _write_job(self, chunks: list[_Chunk]) -> _JobResult:
+        """Write the chunks in order (on the loop, or the writer thread for a big job or a new file).
 
-        Stops at the first failing chunk; what was written before it is still synced.
+        Stops at the first failing chunk.
         """
         t0 = time.perf_counter()
         res = _JobResult(ok_until=chunks[0].start)
@@ -804,19 +804,7 @@ class CommitLog:
                 res.error, res.phase, res.path = exc, "write", seg.path
                 break
             res.ok_until = c.end
-            if sync and (not self._unsynced or self._unsynced[-1] is not seg):
-                self._unsynced.append(seg)
-        t1 = time.perf_counter()
-        res.write_seconds = t1 - t0
-        if sync and self._unsynced:
-            try:
-                for seg in self._unsynced:
-                    os.fdatasync(seg.fd)
-                self._unsynced = []
-                res.synced = True
-            except OSError as exc:
-                res.sync_error = exc
-            res.sync_seconds = time.perf_counter() - t1
+        res.write_seconds = time.perf_counter() - t0
         return res
 
     def _undo_partial(self, seg: Segment, rel: int, written: int) -> None:
@@ -832,10 +820,10 @@ class CommitLog:
             except OSError as exc:
                 log.error("%s: cannot clear %d bytes of a failed write at %d: %s", seg.path, written, rel, exc)
 
-    def _run_job(self, loop: asyncio.AbstractEventLoop, chunks: list[_Chunk], sync: bool) -> None:
+    def _run_job(self, loop: asyncio.AbstractEventLoop, chunks: list[_Chunk]) -> None:
         """Writer thread: :meth:`_write_job`, then :meth:`_finish_job` on the loop."""
         try:
-            res = self._write_job(chunks, sync)
+            res = self._write_job(chunks)
         except BaseException as exc:  # the job itself never raises; be safe
             log.exception("CommitLog writer job crashed")
             res = _JobResult(ok_until=chunks[0].start, error=OSError(errno.EIO, str(exc)), phase="write")
@@ -845,7 +833,8 @@ class CommitLog:
             log.warning("CommitLog writer job finished after its event loop closed")
 
     def _finish_job(self, res: _JobResult) -> None:
-        """On the loop: account a finished job, let the reput run, resolve the puts it covers."""
+        """On the loop: account a finished job, let the reput run, resolve the puts it covers that
+        wait for no flush; under SYNC_FLUSH start a group commit when none runs."""
         self._job_running = False
         st = self.stats
         st.jobs += 1
@@ -859,19 +848,13 @@ class CommitLog:
                 break
             if op.store_timestamp:
                 self.committed_store_timestamp = op.store_timestamp
-        if res.synced:
-            st.fdatasyncs += 1
-            st.last_flush_seconds = res.sync_seconds
-            st.max_flush_seconds = max(st.max_flush_seconds, res.sync_seconds)
-            self.flushed = self.committed
-            self.flushed_store_timestamp = self.committed_store_timestamp
-        elif res.sync_error is not None:
-            self._log_error(f"CommitLog fdatasync failed: {res.sync_error}")
         if res.error is not None:
             self._rollback(res)
         self.on_committed()
-        self._resolve_ops(res.sync_error)
-        if not self._start_scheduled and self._loop is not None and (self.sync_flush or self._chunks):
+        self._resolve_ops()
+        if self.sync_flush:
+            self._start_sync()
+        if not self._start_scheduled and self._loop is not None and self._chunks:
             # Start the next job one loop turn later: the puts whose waiters were just
             # resolved run first and their next appends join it (group commit, not ping-pong).
             # (ASYNC_FLUSH puts schedule that start themselves.)
@@ -884,9 +867,61 @@ class CommitLog:
         self._start_scheduled = False
         self._start_job()
 
-    def _resolve_ops(self, sync_error: OSError | None = None) -> None:
+    # -- the group commit (SYNC_FLUSH) ---------------------------------------------------------------
+
+    def _start_sync(self) -> None:
+        """Start an fdatasync of everything committed and not yet flushed, unless one runs."""
+        if self._syncing or self.committed <= self.flushed or self._loop is None:
+            return
+        target = self.committed
+        fds = [s.fd for s in self.segments if s.created and s.end > self.flushed and s.start < target]
+        self._syncing = True
+        try:
+            self._syncer.submit(self._run_sync, self._loop, fds, target, self.committed_store_timestamp)
+        except RuntimeError:  # shut down: close() flushes what is left
+            self._syncing = False
+
+    def _run_sync(self, loop: asyncio.AbstractEventLoop, fds: list[int], target: int, store_timestamp: int) -> None:
+        """Syncer thread: fdatasync ``fds``, then :meth:`_finish_sync` on the loop."""
+        t0 = time.perf_counter()
+        error: OSError | None = None
+        try:
+            _fdatasync_all(fds)
+        except OSError as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(self._finish_sync, target, store_timestamp, time.perf_counter() - t0, error)
+        except RuntimeError:  # the loop is closed: nobody waits for this fdatasync any more
+            log.warning("CommitLog fdatasync finished after its event loop closed")
+
+    def _finish_sync(self, target: int, store_timestamp: int, seconds: float, error: OSError | None) -> None:
+        """On the loop: ``flushed`` moves to ``target`` and the puts up to it are answered (with
+        FLUSH_DISK_TIMEOUT when the fdatasync failed); the next fdatasync starts if more was
+        committed meanwhile (after a failure only then, so that a failing disk is not retried in
+        a loop: the watchdog answers the rest)."""
+        self._syncing = False
+        st = self.stats
+        if error is None:
+            st.fdatasyncs += 1
+            st.last_flush_seconds = seconds
+            st.max_flush_seconds = max(st.max_flush_seconds, seconds)
+            if target > self.flushed:
+                self.flushed = target
+                self.flushed_store_timestamp = store_timestamp
+        else:
+            self._log_error(f"CommitLog fdatasync failed: {error}")
+        self._resolve_ops(error, target)
+        if self.committed > target:
+            self._start_sync()
+        if not self._job_running and self._idle is not None and not self._ops:
+            self._idle.set()
+
+    def _resolve_ops(self, sync_error: OSError | None = None, sync_target: int = 0) -> None:
+        """Resolve the puts, in order, up to the first that must still wait: past ``committed``, or
+        (a sync put) past ``flushed``; with ``sync_error``, sync puts up to ``sync_target`` are
+        answered FLUSH_DISK_TIMEOUT."""
         # Each op leaves the queue before it is resolved: a ``done`` callback may put again (and
-        # an ASYNC_FLUSH job may then run and resolve ops inside it) without seeing it twice.
+        # a job may then run and resolve ops inside it) without seeing it twice.
         ops = self._ops
         committed = self.committed
         flushed = self.flushed
@@ -895,7 +930,7 @@ class CommitLog:
             if op.end > committed:
                 break
             if op.sync and op.end > flushed:
-                if sync_error is None:
+                if sync_error is None or op.end > sync_target:
                     break
                 ops.popleft()
                 op.resolve(PutMessageResult(
@@ -970,6 +1005,8 @@ class CommitLog:
             self._idle.clear()
             if not self._job_running:
                 self._start_job()
+            if self.sync_flush:
+                self._start_sync()
             await self._idle.wait()
 
     # -- flushing ---------------------------------------------------------------------------
@@ -1118,6 +1155,7 @@ class CommitLog:
     def close(self) -> None:
         """Close files and threads (after the last flush)."""
         self._writer.shutdown(wait=True)
+        self._syncer.shutdown(wait=True)
         self._flusher.shutdown(wait=True)
         for seg in self.segments:
             seg.close()
