@@ -753,7 +753,7 @@ class CommitLog:
         self._gathering += 1
 
     def release(self) -> None:
-        """End a :meth:`gather`: when it was the outermost and puts wait, start their job now (an
+        """End a :meth:`gather`: when it was the outermost and puts wait, start their job now (a
         job into existing files runs right here and resolves the puts that wait for no flush
         before this returns; others go to the writer thread). A job already running or scheduled
         takes them when it is done instead."""
