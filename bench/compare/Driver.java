@@ -279,6 +279,31 @@ public final class Driver {
         throw new IllegalStateException("no successful send to " + topic + " within " + seconds + " s", last);
     }
 
+    /**
+     * Send one "prime" message to each of {@code topic}'s queues and wait until the push consumer's listener
+     * has put every one of those queues in {@code primed} (or throw after {@code seconds}): proof that it pulls
+     * from every queue, which an assigned queue is not. The 5.x client's rebalance raises the subscription's
+     * version and sends it in a heartbeat only if no other heartbeat holds the lock
+     * (MQClientInstance.sendHeartbeatToAllBrokerWithLockV2); when one does, every pull is refused with
+     * SUBSCRIPTION_NOT_LATEST (25), by Apache's broker as by ours, until the next heartbeat, up to 30 s later
+     * (apache/rocketmq#2738).
+     */
+    static void awaitPulling(DefaultMQProducer p, String topic, int size, java.util.Set<MessageQueue> primed,
+                             double seconds) throws Exception {
+        long deadline = System.nanoTime() + (long) (seconds * 1e9);
+        List<MessageQueue> mqs = p.fetchPublishMessageQueues(topic);
+        for (MessageQueue mq : mqs) p.send(new Message(topic, "prime", body(size, 0)), mq);
+        while (!primed.containsAll(mqs)) {
+            if (System.nanoTime() > deadline) {
+                List<MessageQueue> missing = new ArrayList<>(mqs);
+                missing.removeAll(primed);
+                throw new IllegalStateException("the push consumer received nothing from " + missing + " within "
+                                                + seconds + " s");
+            }
+            Thread.sleep(20);
+        }
+    }
+
     // -- topics -----------------------------------------------------------------------------------
 
     static int topics(Map<String, String> o) throws Exception {
@@ -492,11 +517,15 @@ public final class Driver {
         Seen seen = new Seen();
         Errors errors = new Errors();
         AtomicLong measureFrom = new AtomicLong(Long.MAX_VALUE);
+        java.util.Set<MessageQueue> primed = ConcurrentHashMap.newKeySet();
         DefaultMQPushConsumer c = pushConsumer(ns, unique("bench-e2e"), topic, 1);
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             long now = System.nanoTime();
             for (MessageExt m : msgs) {
-                if ("prime".equals(m.getTags())) continue;
+                if ("prime".equals(m.getTags())) {
+                    primed.add(ctx.getMessageQueue());
+                    continue;
+                }
                 if (!bodyOk(m.getBody(), size)) {
                     errors.add("wrong body");
                     continue;
@@ -517,12 +546,7 @@ public final class Driver {
         AtomicLong sentOk = new AtomicLong();
         try {
             prime(p, topic, size, 30);
-            long deadline = System.nanoTime() + 30_000_000_000L;
-            while (c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().size() < queues
-                   && System.nanoTime() < deadline) {
-                Thread.sleep(50);
-            }
-            Thread.sleep(500);  // every queue's first (long) pull reaches the broker
+            awaitPulling(p, topic, size, primed, 60);
             int threads = 4;
             long start = System.nanoTime();
             measureFrom.set(start + (long) (warmup * 1e9));
@@ -654,11 +678,15 @@ public final class Driver {
         Seen seen = new Seen();
         Errors consumeErrors = new Errors();
         AtomicLong receivedAll = new AtomicLong();
+        java.util.Set<MessageQueue> primed = ConcurrentHashMap.newKeySet();
         DefaultMQPushConsumer c = pushConsumer(ns, unique("bench-omb"), topic, 1);
         c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             long now = System.nanoTime();
             for (MessageExt m : msgs) {
-                if ("prime".equals(m.getTags())) continue;
+                if ("prime".equals(m.getTags())) {
+                    primed.add(ctx.getMessageQueue());
+                    continue;
+                }
                 if (!bodyOk(m.getBody(), size)) {
                     consumeErrors.add("wrong body");
                     continue;
@@ -689,12 +717,7 @@ public final class Driver {
         r.put("window", window);
         try {
             prime(p, topic, size, 30);
-            long deadline = System.nanoTime() + 30_000_000_000L;
-            while (c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().size() < queues
-                   && System.nanoTime() < deadline) {
-                Thread.sleep(50);
-            }
-            Thread.sleep(500);  // every queue's first (long) pull reaches the broker
+            awaitPulling(p, topic, size, primed, 60);
 
             // 1. the maximum sustainable rate: unpaced, at most `window` unanswered and at most `backlog`
             //    acknowledged but not yet received (OMB's RateController ramps down past its
