@@ -857,7 +857,7 @@ class CommitLog:
         if not self._start_scheduled and self._loop is not None and self._chunks:
             # Start the next job one loop turn later: the puts whose waiters were just
             # resolved run first and their next appends join it (group commit, not ping-pong).
-            # (ASYNC_FLUSH puts schedule that start themselves.)
+            # (New puts schedule that start themselves.)
             self._start_scheduled = True
             self._loop.call_soon(self._deferred_start)
         if not self._job_running and self._idle is not None and not self._ops:
