@@ -874,7 +874,7 @@ class CommitLog:
         if self._syncing or self.committed <= self.flushed or self._loop is None:
             return
         target = self.committed
-        fds = [s.fd for s in self.segments if s.created and s.end > self.flushed and s.start < target]
+        fds = self._unflushed_fds(target)
         self._syncing = True
         try:
             self._syncer.submit(self._run_sync, self._loop, fds, target, self.committed_store_timestamp)
@@ -900,14 +900,8 @@ class CommitLog:
         committed meanwhile (after a failure only then, so that a failing disk is not retried in
         a loop: the watchdog answers the rest)."""
         self._syncing = False
-        st = self.stats
         if error is None:
-            st.fdatasyncs += 1
-            st.last_flush_seconds = seconds
-            st.max_flush_seconds = max(st.max_flush_seconds, seconds)
-            if target > self.flushed:
-                self.flushed = target
-                self.flushed_store_timestamp = store_timestamp
+            self._flushed_to(target, store_timestamp, seconds)
         else:
             self._log_error(f"CommitLog fdatasync failed: {error}")
         self._resolve_ops(error, target)
@@ -1023,22 +1017,29 @@ class CommitLog:
                 return False
             target = self.committed
             ts = self.committed_store_timestamp
-            segs = [s for s in self.segments if s.created and s.end > self.flushed and s.start < target]
+            fds = self._unflushed_fds(target)
             t0 = time.perf_counter()
             try:
-                await self._loop.run_in_executor(self._flusher, _fdatasync_all, [s.fd for s in segs])
+                await self._loop.run_in_executor(self._flusher, _fdatasync_all, fds)
             except OSError as exc:
                 self._log_error(f"CommitLog fdatasync failed: {exc}")
                 return False
-            dt = time.perf_counter() - t0
-            st = self.stats
-            st.fdatasyncs += 1
-            st.last_flush_seconds = dt
-            st.max_flush_seconds = max(st.max_flush_seconds, dt)
-            if target > self.flushed:
-                self.flushed = target
-                self.flushed_store_timestamp = ts
+            self._flushed_to(target, ts, time.perf_counter() - t0)
             return True
+
+    def _unflushed_fds(self, target: int) -> list[int]:
+        """Descriptors of the files holding bytes between ``flushed`` and ``target``."""
+        return [s.fd for s in self.segments if s.created and s.end > self.flushed and s.start < target]
+
+    def _flushed_to(self, target: int, store_timestamp: int, seconds: float) -> None:
+        """Account an fdatasync of ``seconds`` that covered everything up to ``target``."""
+        st = self.stats
+        st.fdatasyncs += 1
+        st.last_flush_seconds = seconds
+        st.max_flush_seconds = max(st.max_flush_seconds, seconds)
+        if target > self.flushed:
+            self.flushed = target
+            self.flushed_store_timestamp = store_timestamp
 
     # -- reads (loop) --------------------------------------------------------------------------
 
