@@ -510,7 +510,7 @@ public final class Driver {
 
     // -- end to end -------------------------------------------------------------------------------
 
-    static Map<String, Object> e2e(String ns, String topic, int queues, double rate, double seconds, double warmup,
+    static Map<String, Object> e2e(String ns, String topic, double rate, double seconds, double warmup,
                                    int size, int timeoutMs) throws Exception {
         Samples e2e = new Samples();
         Samples storeLat = new Samples();
@@ -1134,7 +1134,7 @@ public final class Driver {
                         r = consume(ns, topic, stored, consumeSeconds, size);
                         break;
                     case "e2e":
-                        r = e2e(ns, e2eTopic, queues, e2eRate, seconds, warmup, size, timeoutMs);
+                        r = e2e(ns, e2eTopic, e2eRate, seconds, warmup, size, timeoutMs);
                         break;
                     case "omb":
                         r = omb(ns, opt(o, "ombTopic", topic + "-omb"), intOpt(o, "ombQueues", 16), size, seconds,
