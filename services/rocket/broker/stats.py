@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
 
 class RateMeter:
@@ -55,7 +56,7 @@ class MinuteCounter:
     last minute (a :class:`RateMeter`): sums over the last minute, hour and day, as the
     minute/hour/day snapshots of RocketMQ's ``StatsItem``."""
 
-    DAY = 1440
+    DAY: Final = 1440
 
     def __init__(self, now: float | None = None) -> None:
         self._buckets: deque[list[int]] = deque()  # [minute, count]

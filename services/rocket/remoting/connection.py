@@ -70,6 +70,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from rocket.remoting.command import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -290,6 +292,7 @@ class _AnswerLater:
 ANSWER_LATER: Any = _AnswerLater()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # remoting.server.HookedProcessors
 class Processors:
     """Request code -> handler table.
 

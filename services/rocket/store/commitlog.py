@@ -236,7 +236,7 @@ class _WriterThread:
     def __init__(self, name: str) -> None:
         self._name = name
         self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
         self._closed = False
 
     def submit(self, fn: Callable[..., None], *args: object) -> None:
@@ -245,9 +245,9 @@ class _WriterThread:
         Raises ``RuntimeError`` after :meth:`shutdown`."""
         if self._closed:
             raise RuntimeError(f"{self._name}: cannot run a job after shutdown")
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._worker.start()
         self._queue.put((fn, args))
 
     def _run(self) -> None:
@@ -265,7 +265,7 @@ class _WriterThread:
     def shutdown(self, wait: bool = True) -> None:
         """Run what was submitted, then stop the thread (``wait``: and wait for it)."""
         self._closed = True
-        thread = self._thread
+        thread = self._worker
         if thread is not None:
             self._queue.put(None)
             if wait:

@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from mypy_extensions import mypyc_attr
+
 #: Names of CommitLog/ConsumeQueue files: the start offset, 20 decimal digits.
 OFFSET_NAME_DIGITS = 20
 
@@ -64,6 +66,7 @@ class MappedFile:
         return f"{type(self).__name__}({self.path.name})"
 
 
+@mypyc_attr(native_class=False)
 class PartialWriteError(OSError):
     """A write failed after ``written`` of its bytes reached the file."""
 
