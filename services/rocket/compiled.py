@@ -40,10 +40,13 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-#: The compiled modules: the frame and header codec, the message encodings, the stored-record
-#: encoder and dispatch parser, the send header, the store's request types and the broker's
-#: message-to-store conversion (per-message work of the send, batch-decode, append and dispatch
-#: paths; chosen by profiling the broker under ``make bench BENCH=broker``).
+#: The compiled modules: the codecs (frame and header codec, message encodings, stored-record
+#: encoder and dispatch parser, send header, the store's request types, the message-to-store
+#: conversion) and the modules every request and message runs through (the remoting connection,
+#: the send and pull processors, the CommitLog and its files, the reput, the ConsumeQueues, the
+#: IndexFile, the topic table, the broker's stats and metrics), chosen by profiling the broker
+#: under ``make bench BENCH=hotpath``. Not compiled: modules whose objects tests replace methods
+#: of (``DefaultMessageStore``) or that are not on the per-message paths.
 MODULES: tuple[str, ...] = (
     "rocket.message",
     "rocket.remoting.command",
@@ -51,6 +54,18 @@ MODULES: tuple[str, ...] = (
     "rocket.store.record",
     "rocket.broker.headers",
     "rocket.broker.inner",
+    "rocket.store.reput",
+    "rocket.broker.stats",
+    "rocket.store.index",
+    "rocket.broker.processor.send",
+    "rocket.remoting.connection",
+    "rocket.store.files",
+    "rocket.store.commitlog",
+    "rocket.store.consumequeue",
+    "rocket.store.queue_store",
+    "rocket.broker.metrics",
+    "rocket.broker.topics",
+    "rocket.broker.processor.pull",
 )
 #: Set to 1 (or any non-empty value but 0) to load every module of :data:`MODULES` from source.
 PURE_ENV = "ROCKET_PURE_PYTHON"
