@@ -44,10 +44,10 @@ pytestmark = [pytest.mark.compat, pytest.mark.timeout(300)]
 
 DRIVER = Path(__file__).with_name("OverloadDriver.java")
 TOPIC = "overload-java"
-#: Outcomes a send may have: acknowledged, or turned away as Apache's broker does under overload.
-#: How long each pause of the broker lasts, and how often one starts (seconds).
+#: How long each pause of the broker lasts, and how often one starts, while the driver runs (seconds).
 PAUSE_S = 0.3
 PAUSE_EVERY_S = 1.0
+#: Outcomes a send may have: acknowledged, or turned away as Apache's broker does under overload.
 BUSY = ("broker:2[TIMEOUT_CLEAN_QUEUE]", "broker:2[OVERLOAD]")
 #: The client giving up waiting (not a connection failure; counted, allowed).
 CLIENT_TIMEOUT = "MQClientException<RemotingTimeoutException"
