@@ -1,4 +1,4 @@
-"""Helpers for tests that run real processes on loopback."""
+"""Helpers for tests that run real processes on loopback, and a server connection that was never connected."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rocket.local import ephemeral_port_range
+from rocket.remoting.connection import Processors, RemotingConnection
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -47,6 +48,14 @@ def free_port() -> int:
             return port
     raise RuntimeError("the kernel keeps offering ports this process already handed out")
 
+
+def unconnected_connection(peer: str = "127.0.0.1:5555") -> RemotingConnection:
+    """A server-side :class:`RemotingConnection` that was never connected, claiming ``peer`` as its
+    remote address: what a processor called directly gets as its connection. A real one, since the
+    processors may be compiled with mypyc, which checks the argument's type."""
+    conn = RemotingConnection(Processors())
+    conn.peer = peer
+    return conn
 
 def unique(prefix: str) -> str:
     """A fresh topic or group name, ``<prefix>-<10 hex digits>`` (valid for RocketMQ's

@@ -23,9 +23,9 @@ from rocket.broker.controller import BrokerController
 from rocket.broker.headers import PULL_FLAG_SUBSCRIPTION
 from rocket.broker.processor.pull import pull_answer
 from rocket.remoting import RemotingCommand, RequestCode, ResponseCode
-from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.store.api import BrokerRole, GetMessageResult, GetMessageStatus
 from tests.store_helpers import make_request, opened, small_config
+from tests.support import unconnected_connection
 
 S = GetMessageStatus
 R = ResponseCode
@@ -84,14 +84,6 @@ async def brokers(tmp_path: Path) -> AsyncIterator[dict[str, BrokerController]]:
             await b.store.shutdown()
 
 
-def _conn() -> RemotingConnection:
-    """A server connection that was never connected, with a peer address (the pull processor may be
-    compiled with mypyc, which checks that it gets a real one)."""
-    conn = RemotingConnection(Processors())
-    conn.peer = "127.0.0.1:5555"
-    return conn
-
-
 def _pull(offset: int = REQUESTED, queue_id: int = 1) -> RemotingCommand:
     fields = {"consumerGroup": "G", "topic": "T", "queueId": queue_id, "queueOffset": offset, "maxMsgNums": 32,
               "sysFlag": PULL_FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
@@ -104,7 +96,7 @@ def _answer(b: BrokerController, result: GetMessageResult, offset: int = REQUEST
         return result
 
     b.store.get_message = fake_get  # type: ignore[method-assign]
-    response, parked = b.pull_processor.process(_pull(offset), _conn(), allow_suspend=False)
+    response, parked = b.pull_processor.process(_pull(offset), unconnected_connection(), allow_suspend=False)
     assert parked is None
     return response
 

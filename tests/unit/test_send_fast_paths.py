@@ -25,8 +25,8 @@ from rocket.message import Message, decode_properties, encode_properties
 from rocket.protocol import TopicConfig
 from rocket.remoting import RemotingCommand
 from rocket.remoting.command import FrameDecoder, FrameError, encode
-from rocket.remoting.connection import Processors, RemotingConnection
 from rocket.store.api import PutMessageBatch
+from tests.support import unconnected_connection
 
 
 def test_send_ok_frame_is_the_encoded_response() -> None:
@@ -131,14 +131,6 @@ def _batch_reference(batch_text: str, item_text: str) -> tuple[str, list[str], i
             cached_tags_code(props.get("TAGS")), props.get("UNIQ_KEY") or None, wait is None or wait.lower() != "false")
 
 
-def _conn() -> RemotingConnection:
-    """A server connection that was never connected, with a peer address (the send processor reads it;
-    a real one, since the processor may be compiled with mypyc, which checks the argument's type)."""
-    conn = RemotingConnection(Processors())
-    conn.peer = "127.0.0.1:5555"
-    return conn
-
-
 def test_batch_items_are_stored_with_the_merged_properties() -> None:
     """The batch path joins strings when batch and item properties are disjoint; whatever the
     strings, each store request carries what merging the dicts and encoding them gives."""
@@ -154,7 +146,7 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
 
     broker = SimpleNamespace(config=SimpleNamespace(broker_cluster_name="DefaultCluster", max_message_size=1 << 22))
     processor = SendMessageProcessor(broker)  # type: ignore[arg-type]
-    conn = _conn()
+    conn = unconnected_connection()
     topic_config = TopicConfig("T", read_queue_nums=4, write_queue_nums=4)
     checked = 0
     for _ in range(3000):
@@ -192,7 +184,7 @@ def test_java_client_batches_are_stored_with_the_merged_properties() -> None:
     a second UNIQ_KEY, another tag, KEYS, a UNIQ_KEY last or empty, a DELAY (refused with its index)."""
     broker = SimpleNamespace(config=SimpleNamespace(broker_cluster_name="DefaultCluster", max_message_size=1 << 22))
     processor = SendMessageProcessor(broker)  # type: ignore[arg-type]
-    conn = _conn()
+    conn = unconnected_connection()
     topic_config = TopicConfig("T", read_queue_nums=4, write_queue_nums=4)
     batch_text = "UNIQ_KEY\x017F0000010B5C1B6C0000BATCH0000\x02WAIT\x01true"
     usual = [f"UNIQ_KEY\x017F0000010B5C1B6C0000{i:012X}\x02WAIT\x01true\x02TAGS\x01bench" for i in range(32)]
