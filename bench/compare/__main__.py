@@ -37,7 +37,10 @@ broker(s) of a mode start once and are kept for all its rounds, frozen (SIGSTOP)
 ours start afresh each round (:data:`KEEP_SYSTEMS`; the CPU a kept cluster used meanwhile is
 recorded as ``peer_cpu_s``). Then the quorum cell's clusters the same way, then the timer cell per
 round; the failover cell runs its rounds on one cluster per system (first in the run, so a cut run
-has it). Clusters are killed at once when done (their stores are thrown away).
+has it). Clusters are killed at once when done (their stores are thrown away). Before each
+system's run of a round (and of a timer cell) the page cache is written back and dropped when this
+process may (root; :func:`settle_page_cache`; ``--keep-page-cache`` to skip), so that neither system
+runs beside the other's cached store; the page says whether it was.
 
 The driver counts every error (exceptions, a send status other than SEND_OK, wrong bodies, missing
 or duplicate messages; the client retries nothing); the page shows them.
@@ -118,6 +121,8 @@ class Settings:
     max_load: float = 0.0
     max_wait: float = 0.0
     timer_classes: Path | None = None
+    #: Write back and drop the page cache before each system's run (:func:`settle_page_cache`).
+    drop_caches: bool = False
 
 
 Record = Callable[[str, str, int, str, dict[str, Any], tuple[float, float]], None]
@@ -242,7 +247,7 @@ def measure(t: Target, rnd: int, cells: tuple[str, ...], settings: Settings, rec
     assert cluster is not None and t.root is not None
     system, config = t.system, t.config
     label = f"[round {rnd + 1} {t.label}]"
-    wait_for_quiet(settings, label)
+    prepare_run(settings, label)
     # consume reads what the produce cells before it stored; without any, an unmeasured backlog first
     before_consume = cells[:cells.index("consume")] if "consume" in cells else cells
     fill = settings.seconds if "consume" in cells and not any(c.startswith(("produce", "batch"))
@@ -299,6 +304,49 @@ def measure(t: Target, rnd: int, cells: tuple[str, ...], settings: Settings, rec
                        + " | ".join(tail)}
         record(system, config, rnd, current["cell"], r, (float(current["load"]), os.getloadavg()[0]))
     cluster.check_alive()
+
+
+#: The kernel's knob for dropping clean caches (Documentation/admin-guide/sysctl/vm.rst, "drop_caches":
+#: 1 the page cache, 2 dentries and inodes, 3 both); writable by root only.
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def can_drop_caches(knob: Path = DROP_CACHES) -> str | None:
+    """None when this process may write ``knob``, else why not (one line, for the page)."""
+    if not knob.exists():
+        return f"{knob} does not exist"
+    if not os.access(knob, os.W_OK):
+        return f"{knob} is not writable (needs root)"
+    return None
+
+
+def settle_page_cache(knob: Path = DROP_CACHES) -> float:
+    """Write every dirty page back (``sync(2)``), then drop the clean page cache (``3`` to ``knob``),
+    so that a system's run starts with the other's store neither dirty nor cached; returns the
+    seconds it took. Raises OSError when ``knob`` cannot be written.
+
+    Why (measured with ``--mode ASYNC_MASTER --cell batch:16``, Apache's round first): while
+    Apache's store of the round before stayed cached (its cluster is kept, frozen), our brokers'
+    CommitLog writes became expensive: ``perf record -a`` put 32 % of all CPU samples in
+    ``copy_folio_from_iter_atomic`` under ``pwrite64`` (0.5 % when ours ran alone, 1 % after a
+    drop), our broker CPU per message rose from 8 to 13 µs and the cell fell from 158-177k to
+    113-135k msgs/s (161-165k with the drop). The likely cause is this VM's free page reporting
+    (virtio-balloon ``VIRTIO_BALLOON_F_REPORTING``): a page the guest reported free is handed back
+    to the host, and the first write into it costs a host fault. Dropping the caches before each
+    run, both systems', gives each the same start."""
+    started = time.monotonic()
+    os.sync()
+    knob.write_text("3\n")
+    return time.monotonic() - started
+
+
+def prepare_run(settings: Settings, label: str) -> None:
+    """Before one system's run: with ``settings.drop_caches`` :func:`settle_page_cache`, then
+    :func:`wait_for_quiet`."""
+    if settings.drop_caches:
+        took = settle_page_cache()
+        print(f"{label} page cache written back and dropped ({took:.1f} s)", flush=True)
+    wait_for_quiet(settings, label)
 
 
 def wait_for_quiet(settings: Settings, label: str) -> None:
@@ -447,6 +495,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-load", type=float, default=0.0,
                         help="before each system's run, wait until the 1-minute load average is at most this")
     parser.add_argument("--max-wait", type=float, default=600.0, help="longest such wait, seconds (default 600)")
+    parser.add_argument("--keep-page-cache", action="store_true",
+                        help="do not write back and drop the page cache before each system's run (it is "
+                             "dropped by default when this process may write /proc/sys/vm/drop_caches)")
     args = parser.parse_args(argv)
     try:
         args.selection = select(args.cell, args.mode)
@@ -492,7 +543,7 @@ def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str,
             print(f"--- timer: round {rnd + 1} of {rounds} --- {(time.monotonic() - began) / 60:.1f} min so far",
                   flush=True)
             for system in (SYSTEMS if rnd % 2 == 0 else SYSTEMS[::-1]):
-                wait_for_quiet(settings, f"[round {rnd + 1} timer {system}]")
+                prepare_run(settings, f"[round {rnd + 1} timer {system}]")
                 timer.run_cell(system, rnd, lib, settings.timer_classes, page.add, page.problem,
                                ours_path=ours_path, keep=settings.keep)
 
@@ -538,8 +589,11 @@ def main(argv: list[str] | None = None) -> int:
     ours_path = export_ref(args.ours_ref) if args.ours_ref else None
     commit = _git("rev-parse", "--short", args.ours_ref or "HEAD")
     dirty = bool(_git("status", "--porcelain", "services")) and not args.ours_ref
+    no_drop = "--keep-page-cache given" if args.keep_page_cache else can_drop_caches()
+    if no_drop and not args.keep_page_cache:
+        print(f"bench-compare: the page cache is not dropped between runs: {no_drop}", flush=True)
     settings = Settings(seconds, warmup, 12.0 if args.short else CONSUME_SECONDS, server_warmup, lib, classes,
-                        ours_path, args.keep, args.max_load, args.max_wait, timer_classes)
+                        ours_path, args.keep, args.max_load, args.max_wait, timer_classes, drop_caches=not no_drop)
     info = machine()
     data: dict[str, Any] = {
         "format": 2,
@@ -551,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"seconds": seconds, "warmup": warmup, "server_warmup": server_warmup, "body": BODY,
                      "batch": BATCH, "queues": QUEUES, "e2e_rate": E2E_RATE,
                      "consume_seconds": settings.consume_seconds, "kept_clusters": True,
+                     "page_cache": "dropped" if settings.drop_caches else f"kept: {no_drop}",
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
                      "failover": controller.failover_settings(),
                      **({"timer": dataclasses.asdict(timer.CELL)} if args.timer else {}),

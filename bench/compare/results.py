@@ -808,6 +808,17 @@ def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
             f"cell meanwhile (median over {len(cpu)} cells, at most {max(cpu):.2f} s).")
 
 
+def _page_cache_text(settings: dict[str, Any]) -> str:
+    """What the run did with the page cache between the systems' runs (``settings["page_cache"]``:
+    ``dropped`` or ``kept: <why>``); empty for runs saved before it was recorded."""
+    state = settings.get("page_cache")
+    if state is None:
+        return ""
+    if state == "dropped":
+        return "the page cache written back and dropped before each system's run of a round; "
+    return f"the page cache not dropped between runs ({str(state).removeprefix('kept: ')}); "
+
+
 def _elapsed_text(data: dict[str, Any]) -> str:
     """`` Took 27.5 min in all.`` (`` So far 3.0 min.`` for a partial page); empty for runs saved
     without ``elapsed_s``."""
@@ -841,6 +852,7 @@ def render_page(data: dict[str, Any]) -> str:
         + ("at the start of each round's driver (Apache's cluster of a mode is kept for all its rounds, frozen "
            "while ours runs; ours is fresh each round); " if s.get("kept_clusters") else
            "on each fresh cluster first; ") +
+        _page_cache_text(s) +
         f"consume at most {s['consume_seconds']} s; {s['body']}-byte messages, topics of {s['queues']} queues, "
         f"sync sends, no client retries; Apache's broker {' '.join(s['apache_broker_jvm'][:2])}. Per cell the "
         "round with the median figure is shown (msgs/s; end-to-end p99); errors are summed over the rounds. "

@@ -5,6 +5,7 @@ the JSON format 2), and the streamed driver output. No Java, no servers: fast.""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from bench.compare import java, results
-from bench.compare.__main__ import parse_args, select
+from bench.compare.__main__ import can_drop_caches, parse_args, select, settle_page_cache
 from bench.compare.results import FAILOVER, FAILOVER_CONFIG, QUORUM_ALLACK, QUORUM_BASE
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
@@ -312,3 +313,43 @@ def test_the_timer_section_shows_medians_ratios_every_round_and_the_headline(tmp
     assert headline in (tmp_path / "README.md").read_text()
     # no throughput cell: the matrix table stays out
     assert "## Throughput and latency" not in md
+
+
+# -- the page cache between the systems' runs ---------------------------------------------------------
+
+
+def test_the_page_says_whether_the_page_cache_was_dropped_between_runs(tmp_path: Path) -> None:
+    for state, expected in (("dropped", "the page cache written back and dropped before each system's run"),
+                            ("kept: --keep-page-cache given",
+                             "the page cache not dropped between runs (--keep-page-cache given)")):
+        data = run_data()
+        data["settings"]["page_cache"] = state
+        page = results.Page(data, tmp_path)
+        fill(page)
+        page.save(complete=True)
+        assert expected in (tmp_path / "compare-2026-11-25-1805.md").read_text()
+    old = run_data()  # a run saved before the setting was recorded says nothing about it
+    page = results.Page(old, tmp_path)
+    fill(page)
+    page.save(complete=True)
+    assert "page cache" not in (tmp_path / "compare-2026-11-25-1805.md").read_text()
+
+
+def test_settling_the_page_cache_writes_3_to_the_knob_and_says_when_it_cannot(tmp_path: Path) -> None:
+    knob = tmp_path / "drop_caches"
+    assert can_drop_caches(knob) == f"{knob} does not exist"
+    knob.write_text("0\n")
+    assert can_drop_caches(knob) is None
+    assert settle_page_cache(knob) >= 0.0
+    assert knob.read_text() == "3\n"
+    knob.chmod(0o444)
+    if os.access(knob, os.W_OK):  # root writes anything: the refusal is only observable otherwise
+        return
+    assert can_drop_caches(knob) == f"{knob} is not writable (needs root)"
+    with pytest.raises(PermissionError):
+        settle_page_cache(knob)
+
+
+def test_keep_page_cache_is_an_option() -> None:
+    assert parse_args(["--cell", "produce:1", "--mode", "ASYNC_FLUSH", "--keep-page-cache"]).keep_page_cache
+    assert not parse_args(["--cell", "produce:1", "--mode", "ASYNC_FLUSH"]).keep_page_cache
