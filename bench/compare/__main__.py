@@ -39,8 +39,9 @@ recorded as ``peer_cpu_s``). Then the quorum cell's clusters the same way, then 
 round; the failover cell runs its rounds on one cluster per system (first in the run, so a cut run
 has it). Clusters are killed at once when done (their stores are thrown away). Before each
 system's run of a round (and of a timer cell) the page cache is written back and dropped when this
-process may (root; :func:`settle_page_cache`; ``--keep-page-cache`` to skip), so that neither system
-runs beside the other's cached store; the page says whether it was.
+process may (root; :func:`settle_page_cache`; ``--keep-page-cache`` to skip), so that each run
+starts with nothing dirty and no clean, unmapped page cache left by the other; the page says
+whether it was.
 
 The driver counts every error (exceptions, a send status other than SEND_OK, wrong bodies, missing
 or duplicate messages; the client retries nothing); the page shows them.
@@ -322,7 +323,8 @@ def can_drop_caches(knob: Path = DROP_CACHES) -> str | None:
 
 def settle_page_cache(knob: Path = DROP_CACHES) -> float:
     """Write every dirty page back (``sync(2)``), then drop the clean page cache (``3`` to ``knob``),
-    so that a system's run starts with the other's store neither dirty nor cached; returns the
+    so that a system's run starts with nothing dirty and no clean, unmapped cache left by the other
+    (pages a process still maps, such as a kept Apache broker's CommitLog, stay); returns the
     seconds it took. Raises OSError when ``knob`` cannot be written.
 
     Why (measured with ``--mode ASYNC_MASTER --cell batch:16``, Apache's round first): while
@@ -333,7 +335,8 @@ def settle_page_cache(knob: Path = DROP_CACHES) -> float:
     113-135k msgs/s (161-165k with the drop). The likely cause is this VM's free page reporting
     (virtio-balloon ``VIRTIO_BALLOON_F_REPORTING``): a page the guest reported free is handed back
     to the host, and the first write into it costs a host fault. Dropping the caches before each
-    run, both systems', gives each the same start."""
+    run, both systems', gives each the same start; it does not remove what builds up within a run
+    (in the whole default run, our master+slave batch cell still fell in the round after Apache's)."""
     started = time.monotonic()
     os.sync()
     knob.write_text("3\n")
