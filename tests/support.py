@@ -57,6 +57,7 @@ def unconnected_connection(peer: str = "127.0.0.1:5555") -> RemotingConnection:
     conn.peer = peer
     return conn
 
+
 def unique(prefix: str) -> str:
     """A fresh topic or group name, ``<prefix>-<10 hex digits>`` (valid for RocketMQ's
     ``TopicValidator``: letters, digits, ``-``, ``_``), so tests sharing a cluster see none of each

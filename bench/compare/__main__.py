@@ -331,10 +331,11 @@ def settle_page_cache(knob: Path = DROP_CACHES) -> float:
     Apache's store of the round before stayed cached (its cluster is kept, frozen), our brokers'
     CommitLog writes became expensive: ``perf record -a`` put 32 % of all CPU samples in
     ``copy_folio_from_iter_atomic`` under ``pwrite64`` (0.5 % when ours ran alone, 1 % after a
-    drop), our broker CPU per message rose from 8 to 13 µs and the cell fell from 158-177k to
-    113-135k msgs/s (161-165k with the drop). The likely cause is this VM's free page reporting
-    (virtio-balloon ``VIRTIO_BALLOON_F_REPORTING``): a page the guest reported free is handed back
-    to the host, and the first write into it costs a host fault. Dropping the caches before each
+    drop), our broker CPU per message rose from 8 to 13 µs and the cell fell from 150-177k (ours
+    alone, or beside an idle frozen Apache cluster) to 113-135k msgs/s (146-165k with the drop).
+    The likely cause is this VM's free page reporting (virtio-balloon
+    ``VIRTIO_BALLOON_F_REPORTING``): a page the guest reported free is handed back to the host, and
+    the first write into it costs a host fault. Dropping the caches before each
     run, both systems', gives each the same start; it does not remove what builds up within a run
     (in the whole default run, our master+slave batch cell still fell in the round after Apache's)."""
     started = time.monotonic()
