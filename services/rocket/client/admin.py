@@ -460,9 +460,12 @@ class Admin:
         electMaster``) for ``broker_id`` (a controller broker id; default the lowest-id slave in
         the SyncStateSet) to the controllers' leader, then wait up to ``wait`` seconds until
         that broker reports itself master; returns its HA status. ``statuses``: the group's
-        brokers' HA status (907) by address. Raises ``KeyError`` when no slave qualifies,
-        :class:`RemotingCommandError` when the controller refuses (e.g. 2012: not an alive
-        member of the SyncStateSet) and ``TimeoutError`` when the broker does not switch."""
+        brokers' HA status (907) by address. While the controllers elect a leader (no
+        ``controllerLeaderAddress``, CONTROLLER_NOT_LEADER, a controller not answering) it asks
+        again every 0.5 s for up to ``wait`` seconds, then raises :class:`RemotingConnectError`.
+        Raises ``KeyError`` when no slave qualifies, :class:`RemotingCommandError` when the
+        controller refuses (e.g. 2012: not an alive member of the SyncStateSet) and
+        ``TimeoutError`` when the broker does not switch."""
         modes = {addr: st["controllerMode"] for addr, st in statuses.items() if st.get("controllerMode")}
         any_mode = next(iter(modes.values()))
         in_sync = set(max(modes.values(), key=lambda m: m.get("syncStateSetEpoch") or 0).get("syncStateSet") or [])
@@ -480,7 +483,12 @@ class Admin:
         controllers = [a for a in str(any_mode.get("controllerAddr") or "").replace(",", ";").split(";") if a]
         fields = ext(clusterName=cluster, brokerName=broker_name, brokerId=str(broker_id), designateElect="true")
         last: Exception | None = None
-        for _ in range(3):
+        loop = asyncio.get_running_loop()
+        # a controller election can take a few Raft timeouts (e.g. right after a majority comes
+        # back from a pause, a stale candidate's higher term unseats the leader): keep asking
+        # for up to ``wait`` seconds rather than a fixed number of passes
+        leader_deadline = loop.time() + wait
+        while True:
             for addr in controllers:
                 try:
                     meta = await self.client.invoke(addr, RequestCode.CONTROLLER_GET_METADATA_INFO)
@@ -494,7 +502,7 @@ class Admin:
                 if response.code == ResponseCode.CONTROLLER_NOT_LEADER:
                     continue
                 check_response(response, f"ELECT_MASTER of broker {broker_id} of {broker_name}")
-                deadline = asyncio.get_running_loop().time() + wait
+                deadline = loop.time() + wait
                 while True:
                     try:
                         st = await self.broker_ha_status(target)
@@ -502,11 +510,12 @@ class Admin:
                             return st
                     except (RemotingConnectError, RemotingTimeoutError):
                         pass
-                    if asyncio.get_running_loop().time() > deadline:
+                    if loop.time() > deadline:
                         raise TimeoutError(f"{target} did not become master within {wait} s")
                     await asyncio.sleep(0.2)
+            if loop.time() > leader_deadline:
+                raise RemotingConnectError(f"no controller leader among {controllers} within {wait} s: {last}")
             await asyncio.sleep(0.5)
-        raise RemotingConnectError(f"no controller leader among {controllers}: {last}")
 
     # -- consumer groups ---------------------------------------------------------------
 
