@@ -78,10 +78,19 @@ async def stop_signals() -> AsyncIterator[asyncio.Future[str]]:
             loop.remove_signal_handler(sig)
 
 
-async def until_stopped(stop: Callable[[], Coroutine[Any, Any, None]]) -> str:
-    """Wait for SIGTERM or SIGINT (:func:`stop_signals`), then await ``stop()``; returns the signal's
-    name (``"SIGTERM"``). ``stop()`` runs also when the wait itself is cancelled."""
+async def until_stopped(start: Callable[[], Coroutine[Any, Any, None]],
+                        stop: Callable[[], Coroutine[Any, Any, None]],
+                        started: Callable[[], None] | None = None) -> str:
+    """Catch SIGTERM and SIGINT (:func:`stop_signals`), await ``start()``, call ``started()`` (e.g.
+    to log "listening"), wait for a signal, then await ``stop()``; returns the signal's name
+    (``"SIGTERM"``). The handlers go in before ``start()``, so a signal that comes while the
+    process starts (its port may already be open) stops it cleanly once ``start()`` returns
+    instead of killing it with the default action (exit 130 on SIGINT). ``stop()`` runs also
+    when the wait itself is cancelled; it does not run when ``start()`` raises."""
     async with stop_signals() as received:
+        await start()
+        if started is not None:
+            started()
         try:
             return await received
         finally:

@@ -375,3 +375,33 @@ def test_sigterm_exits_cleanly(tmp_path: Path) -> None:
         after_start = lines[next(i for i, line in enumerate(lines) if "listening" in line) + 1 :]
         after_start = [line for line in after_start if "registered:" not in line]  # the broker's own INFO lines
         assert len(after_start) == 1 and "NameServer stopped" in after_start[0] and sig.name in after_start[0], lines
+
+
+def test_a_signal_the_moment_the_port_opens_still_stops_it_cleanly(tmp_path: Path) -> None:
+    """The remoting port opens before the HTTP server does; SIGINT sent the moment a connection
+    is accepted (the window a supervisor or a test harness hits) must still end in a clean stop,
+    exit code 0 and "NameServer stopped (SIGINT)", never the default action's exit 130."""
+    for attempt in range(3):
+        port, http_port = free_port(), free_port()
+        log = tmp_path / f"ns-{attempt}.log"
+        argv = rocket_command("nameserver", "--host", "127.0.0.1", "--port", str(port),
+                              "--http-port", str(http_port))
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 30
+                while True:
+                    assert proc.poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, log.read_text()
+                    try:
+                        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                        break
+                    except OSError:
+                        time.sleep(0.001)
+                proc.send_signal(signal.SIGINT)
+                assert proc.wait(15) == 0, log.read_text()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        assert "NameServer stopped (SIGINT)" in log.read_text()

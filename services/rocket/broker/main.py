@@ -61,8 +61,10 @@ async def serve(config: BrokerConfig) -> None:
     from rocket.broker.controller import BrokerController
 
     broker = BrokerController(config)
-    await broker.start()
+    # the handlers go in before start(): the remoting port opens before registration and the
+    # admin HTTP server, and a SIGTERM in that window must still shut the broker down cleanly
     async with stop_signals() as received:
+        await broker.start()
         try:
             log.info("%s received: shutting down", await received)
         finally:

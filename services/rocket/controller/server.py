@@ -149,11 +149,13 @@ class ControllerServer:
 async def serve(config: ControllerConfig) -> None:
     """Run a controller until SIGTERM or SIGINT. Raises ``OSError`` when a port is taken."""
     server = ControllerServer(config)
-    await server.start()
-    me = config.self_peer
-    http = f", http {server.http_port}" if server.http_port else ""
-    acl = ", ACL on" if server.auth is not None else ""
-    log.info("controller %s listening on %s:%d (Raft %s, data %s%s%s)", me.id, config.host, server.port,
-             me.raft_address, config.data_dir, http, acl)
-    name = await until_stopped(server.stop)
+
+    def listening() -> None:
+        me = config.self_peer
+        http = f", http {server.http_port}" if server.http_port else ""
+        acl = ", ACL on" if server.auth is not None else ""
+        log.info("controller %s listening on %s:%d (Raft %s, data %s%s%s)", me.id, config.host, server.port,
+                 me.raft_address, config.data_dir, http, acl)
+
+    name = await until_stopped(server.start, server.stop, listening)
     log.info("controller stopped (%s)", name)

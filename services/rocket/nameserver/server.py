@@ -290,9 +290,11 @@ async def serve(config: NameServerConfig, controller: ControllerConfig | None = 
     when a port is taken.
     """
     server = NameServer(config, controller)
-    await server.start()
-    http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
-    extra = "".join(f", listener {name} {port}" for name, port in server.listener_ports.items())
-    log.info("NameServer listening on %s:%d%s%s", config.host, server.port, http, extra)
-    name = await until_stopped(server.stop)
+
+    def listening() -> None:
+        http = f", http {config.http_host or config.host}:{server.http_port}" if server.http_port else ""
+        extra = "".join(f", listener {name} {port}" for name, port in server.listener_ports.items())
+        log.info("NameServer listening on %s:%d%s%s", config.host, server.port, http, extra)
+
+    name = await until_stopped(server.start, server.stop, listening)
     log.info("NameServer stopped (%s)", name)
