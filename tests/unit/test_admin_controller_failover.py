@@ -10,8 +10,7 @@ import orjson
 import pytest
 
 from rocket.client.admin import Admin
-from rocket.remoting import RemotingConnectError
-from rocket.remoting import RemotingCommand, RemotingConnection, RemotingServer, RequestCode
+from rocket.remoting import RemotingCommand, RemotingConnectError, RemotingConnection, RemotingServer, RequestCode
 
 
 class ElectingController:
@@ -98,7 +97,7 @@ async def test_no_leader_within_wait_is_a_clear_error() -> None:
     admin = Admin("127.0.0.1:1")
     try:
         began = time.monotonic()
-        with pytest.raises(RemotingConnectError, match="no controller leader .* within 1.5 s"):
+        with pytest.raises(RemotingConnectError, match=r"no controller leader .* within 1\.5 s"):
             await admin.controller_failover("b", statuses(controller, slave), wait=1.5)
         assert 1.5 <= time.monotonic() - began < 5.0
         assert controller.elections == []
