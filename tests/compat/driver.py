@@ -142,7 +142,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             except Exception as exc:
                 failures += 1
                 emit("send_error", i=i, error=f"{type(exc).__name__}: {exc}",
-                     ms=round((time.monotonic() - t0) * 1000, 2))
+                     ms=round((time.monotonic() - t0) * 1000, 2), at=round(time.time(), 3))
                 continue
             emit("send", i=i, status="SEND_OK" if res.status == 0 else res.status.name,
                  status_code=int(res.status), msg_id=res.msg_id, offset=res.offset,

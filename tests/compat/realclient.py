@@ -145,6 +145,18 @@ def cpp_log_tail(home: Path, limit: int = 4000) -> str:
     return f"--- {files[-1]} (last {limit} chars) ---\n{text[-limit:]}"
 
 
+def cpp_error_lines(home: Path, limit: int = 8000) -> str:
+    """The ERROR and WARN lines of every C++ core log file under ``home`` (the core logs why each
+    attempt of a send failed: "send failed of times:N,brokerName:B", "GetTransport of:<addr> get
+    timed_mutex timeout", "can not connect to:<addr>"), the last ``limit`` characters of them."""
+    files = sorted(p for p in (home / "logs").rglob("*") if p.is_file())
+    if not files:
+        return "(no C++ client log)"
+    lines = [f"{p.name}: {line}" for p in files for line in p.read_text(errors="replace").splitlines()
+             if "ERROR" in line or "WARN" in line]
+    return "--- C++ client ERROR/WARN lines ---\n" + "\n".join(lines)[-limit:]
+
+
 class Driver:
     """Runs the driver with one compat python, a namesrv list and a scratch HOME."""
 

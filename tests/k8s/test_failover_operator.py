@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from kubernetes import client
 
 from tests.compat import mqadmin
 from tests.compat.mqadmin import fields, replicas
+from tests.compat.realclient import cpp_error_lines
 from tests.k8s import controller_mode
 from tests.k8s.controller_mode import Processes, ha_status, play_kubelet, replica_info, run, running_with_masters
 from tests.k8s.harness import temporary_namespace, wait_for
@@ -130,6 +132,17 @@ def test_controller_objects_and_status_show_the_real_masters(api: Any, ctl_names
     assert st["brokerGroups"][1]["master"]["pod"] == f"{CLUSTER}-broker-master-1"
 
 
+def cpp_failure_report(failed: list[dict[str, Any]], home: Path, events: list[Any]) -> str:
+    """The C++ client's failed sends (with wall-clock ``at``), its ERROR/WARN log lines and the
+    cluster's events (write fences, master switches, restarts) with their times, to tell which
+    broker refused and what the rollout was doing then."""
+    timeline = sorted((str(e.last_timestamp or e.event_time or e.first_timestamp), e.reason, e.message)
+                      for e in events)
+    return "\n".join([f"failed sends: {failed[:5]}", "cluster events:",
+                      *(f"  {at} {reason}: {message}" for at, reason, message in timeline),
+                      cpp_error_lines(home)])
+
+
 def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any, ctl_namespace: str,
                                                                        wired: Processes) -> None:
     from tests.compat.realclient import CompatVenvError, Driver, ensure_venv
@@ -206,7 +219,7 @@ def test_rolling_restart_by_actual_role_fails_no_send_and_loses_nothing(api: Any
     assert traffic.failed == [], traffic.failed[:5]
     assert set(traffic.sent) <= traffic.received
     assert len(traffic.sent) > 200
-    assert cpp_failed == [], cpp_failed[:5]
+    assert cpp_failed == [], cpp_failure_report(cpp_failed, cpp.home, events)
     assert not cpp_lost, sorted(cpp_lost)[:5]
     assert len(cpp_acked) > 200
 
