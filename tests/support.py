@@ -173,9 +173,10 @@ def _log_tail(log_path: Path | None, limit: int = 4000) -> str:
 
 
 def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
-              proc: subprocess.Popen[bytes] | None = None, log_path: Path | None = None) -> None:
-    """Wait until ``host:port`` accepts connections; fail at once if ``proc`` exits first (with
-    its output: its stdout pipe, else the end of ``log_path``)."""
+              proc: subprocess.Popen[bytes] | None = None, log_path: Path | None = None,
+              poll: float = 0.05) -> None:
+    """Wait until ``host:port`` accepts connections, trying every ``poll`` seconds; fail at once
+    if ``proc`` exits first (with its output: its stdout pipe, else the end of ``log_path``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -185,7 +186,7 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
             sock.settimeout(0.2)
             if sock.connect_ex((host, port)) == 0:
                 return
-        time.sleep(0.05)
+        time.sleep(poll)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout} s")
 
 

@@ -21,7 +21,7 @@ import pytest
 from rocket.nameserver import client as ns
 from rocket.protocol import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from rocket.remoting import RemotingClient, RemotingCommand, RemotingCommandError, RequestCode, encode
-from tests.support import eventually, free_port, rocket_command, running, wait_port
+from tests.support import eventually, free_port, rocket_command, running, terminate, wait_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -389,19 +389,9 @@ def test_a_signal_the_moment_the_port_opens_still_stops_it_cleanly(tmp_path: Pat
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
             try:
-                deadline = time.monotonic() + 30
-                while True:
-                    assert proc.poll() is None, log.read_text()
-                    assert time.monotonic() < deadline, log.read_text()
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                        break
-                    except OSError:
-                        time.sleep(0.001)
+                wait_port(port, timeout=30, proc=proc, log_path=log, poll=0.001)
                 proc.send_signal(signal.SIGINT)
                 assert proc.wait(15) == 0, log.read_text()
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                terminate(proc, grace=5)
         assert "NameServer stopped (SIGINT)" in log.read_text()
