@@ -3,7 +3,9 @@ remoting server standing in for a controller that is still electing its leader."
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -72,36 +74,34 @@ def statuses(controller: ElectingController, slave: FakeBroker) -> dict[str, dic
                          "controllerMode": {**mode, "controllerBrokerId": 2}}}
 
 
-async def test_it_waits_through_a_controller_election_longer_than_a_few_passes() -> None:
+@contextlib.asynccontextmanager
+async def electing(leader_after: float) -> AsyncIterator[tuple[Admin, ElectingController, FakeBroker]]:
+    """A started slave, a controller naming a leader after ``leader_after`` s and an Admin; all closed on exit."""
     slave = FakeBroker()
     await slave.start()
-    controller = ElectingController(4.0, slave)
+    controller = ElectingController(leader_after, slave)
     await controller.start()
     admin = Admin("127.0.0.1:1")
     try:
-        st = await admin.controller_failover("b", statuses(controller, slave), wait=10.0)
-        assert st["brokerRole"] == "SYNC_MASTER"
-        assert [e["brokerId"] for e in controller.elections] == ["2"]
-        assert controller.elections[0]["designateElect"] == "true"
+        yield admin, controller, slave
     finally:
         await admin.close()
         await controller.server.stop()
         await slave.server.stop()
 
 
+async def test_it_waits_through_a_controller_election_longer_than_a_few_passes() -> None:
+    async with electing(4.0) as (admin, controller, slave):
+        st = await admin.controller_failover("b", statuses(controller, slave), wait=10.0)
+        assert st["brokerRole"] == "SYNC_MASTER"
+        assert [e["brokerId"] for e in controller.elections] == ["2"]
+        assert controller.elections[0]["designateElect"] == "true"
+
+
 async def test_no_leader_within_wait_is_a_clear_error() -> None:
-    slave = FakeBroker()
-    await slave.start()
-    controller = ElectingController(3600.0, slave)
-    await controller.start()
-    admin = Admin("127.0.0.1:1")
-    try:
+    async with electing(3600.0) as (admin, controller, slave):
         began = time.monotonic()
         with pytest.raises(RemotingConnectError, match=r"no controller leader .* within 1\.5 s"):
             await admin.controller_failover("b", statuses(controller, slave), wait=1.5)
         assert 1.5 <= time.monotonic() - began < 5.0
         assert controller.elections == []
-    finally:
-        await admin.close()
-        await controller.server.stop()
-        await slave.server.stop()
