@@ -486,15 +486,20 @@ def _master_addr(ctx: Context, seen: Observed, group: int) -> str:
 # -- claims ----------------------------------------------------------------------------------------
 
 async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list[dict[str, Any]]) -> Part:
-    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none; a PVC
-    smaller than ``spec.broker.storage.size`` is expanded (a refusal, e.g. by a StorageClass without
-    ``allowVolumeExpansion``, is a waiting reason naming it; PVCs never shrink).
-    Raises :class:`ApiError` for another refused patch."""
+    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none; a broker
+    PVC smaller than ``spec.broker.storage.size`` is expanded (the controllers' Raft PVCs keep
+    ``controllers.CONTROLLER_STORAGE``) (a refusal, e.g. by a StorageClass without
+    ``allowVolumeExpansion``, is a waiting reason naming it; PVCs never shrink). A PVC being deleted
+    (still held by a finalizer, e.g. of an earlier cluster of the same name) is left alone; owner
+    references as :func:`claim_owner_references`. Raises :class:`ApiError` for another refused patch."""
     part = Part()
     want = parse_quantity(spec.broker.storage.size)
     for pvc in pvcs:
+        if pvc["metadata"].get("deletionTimestamp"):
+            continue  # already going (e.g. with an earlier cluster of this name): not expanded nor owned
         size = ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
-        if size is not None and parse_quantity(size) < want and not pvc["metadata"].get("deletionTimestamp"):
+        broker = (pvc["metadata"].get("labels") or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_BROKER
+        if broker and size is not None and parse_quantity(size) < want:
             try:
                 await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
                                            {"spec": {"resources": {"requests": {"storage": spec.broker.storage.size}}}})
@@ -504,15 +509,32 @@ async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list
                 part.waiting.append(f"PVC {pvc['metadata']['name']} cannot be expanded to "
                                     f"{spec.broker.storage.size}: {exc.message}")
         refs = pvc["metadata"].get("ownerReferences") or []
-        ours = [r for r in refs if r.get("uid") == seen.uid]
-        if spec.broker.storage.delete_claim.on_delete and not ours:
+        wanted = claim_owner_references(refs, seen.owner.reference(), spec.broker.storage.delete_claim.on_delete)
+        if wanted != refs:
             await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
-                                       {"metadata": {"ownerReferences": [*refs, seen.owner.reference()]}})
-        elif not spec.broker.storage.delete_claim.on_delete and ours:
-            kept = [r for r in refs if r.get("uid") != seen.uid]
-            await ctx.kube.merge_patch("v1", "PersistentVolumeClaim", seen.namespace, pvc["metadata"]["name"],
-                                       {"metadata": {"ownerReferences": kept or None}})
+                                       {"metadata": {"ownerReferences": wanted or None}})
     return part
+
+
+def claim_owner_references(refs: list[dict[str, Any]], owner: dict[str, Any], owned: bool) -> list[dict[str, Any]]:
+    """A PVC's ``metadata.ownerReferences`` as ``deleteClaim.onDelete`` (``owned``) wants them.
+
+    ``refs``: the PVC's references now; ``owner``: this RocketCluster's controller reference
+    (:meth:`Owner.reference`). Owned: ``owner`` is added, replacing a controller reference to an
+    earlier RocketCluster of the same name (deleted and re-created before the garbage collector came:
+    the new cluster adopts the claim its pods mount, and the API server allows one controller
+    reference only, ``Only one reference can have Controller set to true``); under another kind's
+    controller it is added as a plain owner. Not owned: references to ``owner``'s uid are removed.
+    Other references are kept in order; the input is not modified."""
+    if not owned:
+        return [r for r in refs if r.get("uid") != owner["uid"]]
+    if any(r.get("uid") == owner["uid"] for r in refs):
+        return list(refs)
+    kept = [r for r in refs if not (r.get("controller") and r.get("kind") == owner["kind"]
+                                    and r.get("apiVersion", "").split("/")[0] == owner["apiVersion"].split("/")[0]
+                                    and r.get("name") == owner["name"])]
+    controlled = any(r.get("controller") for r in kept)
+    return [*kept, {**owner, "controller": False} if controlled else owner]
 
 
 # -- broker groups ---------------------------------------------------------------------------------

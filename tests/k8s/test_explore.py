@@ -108,6 +108,55 @@ def test_recreate_at_once_under_the_same_name_gets_every_child(api: Any, operato
              and not machine.children_problems(machine.spec), 30, what="every child of the new cluster")
 
 
+def test_recreate_while_owned_claims_are_still_being_deleted(api: Any, operator: Any, namespace: str) -> None:
+    """Found by the exploration (seed 2100862766, step 5): deleted with deleteClaim.onDelete and
+    re-created under the same name while a PVC of the old cluster was still in deletion, every pass
+    failed: the operator added its controller reference beside the old one and the API server
+    refused it (422 "Only one reference can have Controller set to true"). Made deterministic here:
+    a finalizer holds the old PVC in deletion until the new cluster is Running."""
+    from kubernetes import client
+
+    from tests.k8s.harness import wait_for
+    from tests.k8s.test_operator import condition, create, get, rkc, status
+
+    core, objects = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    spec = {"broker": {"groups": 1, "replicasPerGroup": 0, "storage": {"deleteClaim": {"onDelete": True}}},
+            "nameServer": {"replicas": 1}}
+    claim = "store-held-broker-master-0"
+    with explore.OperatorLog.installed() as log:
+        old = create(api, namespace, rkc("held", **spec))["metadata"]["uid"]
+        wait_for(lambda: any(r.uid == old for r in core.read_namespaced_persistent_volume_claim(
+            claim, namespace).metadata.owner_references or []), 45, what="the PVC owned by the cluster")
+        core.patch_namespaced_persistent_volume_claim(claim, namespace,
+                                                      {"metadata": {"finalizers": ["test.rocket.dev/hold"]}})
+        objects.delete_namespaced_custom_object("rocket.dev", "v1alpha1", namespace, "rocketclusters", "held")
+
+        def gone() -> bool:
+            try:
+                get(api, namespace, "held")
+            except client.ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_for(gone, 30, what="the RocketCluster deleted")
+        wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).metadata.deletion_timestamp,
+                 30, what="the garbage collector deleting the old PVC")
+        new = create(api, namespace, rkc("held", **spec))["metadata"]["uid"]
+        time.sleep(5.0)  # passes over the held PVC (the StatefulSet makes no pod while its PVC is going)
+        errors = log.take()
+        held = core.read_namespaced_persistent_volume_claim(claim, namespace)
+        assert [r.uid for r in held.metadata.owner_references or []] == [old], "a PVC in deletion was re-owned"
+        core.patch_namespaced_persistent_volume_claim(claim, namespace, {"metadata": {"finalizers": None}})
+        st = wait_for(lambda: (s := status(api, namespace, "held")).get("phase") == "Running" and s, 60,
+                      what="Running")
+        # failover: Controller (the default): its Raft PVCs (1Gi) are not expanded to the brokers' 10Gi
+        assert condition(st, "Progressing")["status"] == "False", condition(st, "Progressing")
+        wait_for(lambda: [r.uid for r in core.read_namespaced_persistent_volume_claim(
+            claim, namespace).metadata.owner_references or []] == [new], 30, what="the new PVC owned by the new cluster")
+        errors += log.take()
+    assert not errors, "the operator logged errors:\n" + "\n".join(errors)
+
+
 def test_network_policies_off_removes_them(api: Any, operator: Any, namespace: str) -> None:
     """Found by the exploration (seed 20261125, second sequence): with
     spec.security.networkPolicies.enabled set to false the operator stopped applying the three

@@ -283,6 +283,32 @@ def test_invalid_and_paused_conditions() -> None:
          "message": "reconciliation paused by the rocket.dev/paused annotation"}]
 
 
+# -- claim ownership (deleteClaim.onDelete) --------------------------------------------------------
+
+def test_claim_owner_references_replace_an_earlier_cluster_of_the_same_name() -> None:
+    """Found by the exploration (seed 2100862766): a cluster deleted with onDelete and re-created at once
+    under the same name appended its reference beside the old one's, and the API server refused the
+    patch (422 "Only one reference can have Controller set to true") on every pass."""
+    from rocket_operator.builders import Owner
+
+    new = Owner(namespace="ns", name="rc", uid="uid-new").reference()
+    old = Owner(namespace="ns", name="rc", uid="uid-old").reference()
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "uid-cm"}
+    refs = [other, old]
+    assert steps.claim_owner_references(refs, new, owned=True) == [other, new]
+    assert refs == [other, old]  # not modified
+    assert [r for r in steps.claim_owner_references([old, new], new, owned=True) if r["controller"]] == [old, new]
+    # not owned: only this cluster's reference goes; someone else's controller reference stays
+    assert steps.claim_owner_references([other, new], new, owned=False) == [other]
+    assert steps.claim_owner_references([old], new, owned=False) == [old]
+    # another kind's controller (or a RocketCluster of another name) keeps control: ours is a plain owner
+    foreign = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "rc", "uid": "uid-sts", "controller": True}
+    assert steps.claim_owner_references([foreign], new, owned=True) == [foreign, {**new, "controller": False}]
+    elsewhere = {**old, "name": "rc-2"}
+    assert steps.claim_owner_references([elsewhere], new, owned=True) == [elsewhere, {**new, "controller": False}]
+    assert steps.claim_owner_references([], new, owned=True) == [new]
+
+
 # -- steps against a fake observed state -----------------------------------------------------------
 
 def observed(groups: int = 2, slaves: int = 1, old_status: dict[str, Any] | None = None) -> steps.Observed:
