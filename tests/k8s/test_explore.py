@@ -152,7 +152,8 @@ def test_recreate_while_owned_claims_are_still_being_deleted(api: Any, operator:
         # failover: Controller (the default): its Raft PVCs (1Gi) are not expanded to the brokers' 10Gi
         assert condition(st, "Progressing")["status"] == "False", condition(st, "Progressing")
         wait_for(lambda: [r.uid for r in core.read_namespaced_persistent_volume_claim(
-            claim, namespace).metadata.owner_references or []] == [new], 30, what="the new PVC owned by the new cluster")
+            claim, namespace).metadata.owner_references or []] == [new], 30,
+                 what="the new PVC owned by the new cluster")
         errors += log.take()
     assert not errors, "the operator logged errors:\n" + "\n".join(errors)
 
