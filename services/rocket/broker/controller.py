@@ -674,10 +674,16 @@ class BrokerController:
         """:meth:`put_message` (one message) or :meth:`put_messages` (a batch) without a coroutine,
         for the send path; see :meth:`put_batch_nowait` for ``done`` and what comes back."""
         if len(inners) == 1:
-            rewritten = self._store_request(inners[0])
-            if isinstance(rewritten, PutMessageResult):
-                return rewritten
-            reqs = [rewritten.to_request()]
+            inner = inners[0]
+            props = inner.properties
+            if PROPERTY_DELAY_TIME_LEVEL in props or not _TIMER_NAMES.isdisjoint(props):
+                rewritten = self._store_request(inner)
+                if isinstance(rewritten, PutMessageResult):
+                    return rewritten
+                inner = rewritten
+            reqs = [inner.to_request()]  # (the usual send: no rewrite, no call to find that out)
+            if done is not None and self.config.broker_role is not BrokerRole.SYNC_MASTER:
+                return self.store.put_messages_callback(reqs, done)
         else:
             reqs = [i.to_request() for i in inners]
         return self.put_batch_nowait(reqs, done)
