@@ -486,12 +486,12 @@ def _master_addr(ctx: Context, seen: Observed, group: int) -> str:
 # -- claims ----------------------------------------------------------------------------------------
 
 async def own_claims(ctx: Context, seen: Observed, spec: ClusterSpec, pvcs: list[dict[str, Any]]) -> Part:
-    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none; a broker
-    PVC smaller than ``spec.broker.storage.size`` is expanded (the controllers' Raft PVCs keep
-    ``controllers.CONTROLLER_STORAGE``) (a refusal, e.g. by a StorageClass without
-    ``allowVolumeExpansion``, is a waiting reason naming it; PVCs never shrink). A PVC being deleted
-    (still held by a finalizer, e.g. of an earlier cluster of the same name) is left alone; owner
-    references as :func:`claim_owner_references`. Raises :class:`ApiError` for another refused patch."""
+    """``deleteClaim.onDelete``: the cluster owns its PVCs (they go with it), else it owns none; owner
+    references as :func:`claim_owner_references`. A broker PVC smaller than ``spec.broker.storage.size``
+    is expanded; a refusal, e.g. by a StorageClass without ``allowVolumeExpansion``, is a waiting
+    reason naming it. PVCs never shrink, and the controllers' Raft PVCs keep
+    ``controllers.CONTROLLER_STORAGE``. A PVC being deleted (still held by a finalizer, e.g. one of an
+    earlier cluster of the same name) is left alone. Raises :class:`ApiError` for another refused patch."""
     part = Part()
     want = parse_quantity(spec.broker.storage.size)
     for pvc in pvcs:

@@ -36,6 +36,27 @@ def test_explore_spec_changes(api: Any, operator: Any, namespace: str) -> None:
 
 # -- regressions of failures the exploration found ----------------------------------------------------
 
+def delete_and_wait(api: Any, namespace: str, name: str, timeout: float = 30) -> None:
+    """Delete RocketCluster ``name`` and wait until it is gone (its finalizer done; its children may
+    still be waiting for the garbage collector). Raises ``AssertionError`` after ``timeout`` s."""
+    from kubernetes import client
+
+    from tests.k8s.harness import wait_for
+    from tests.k8s.test_operator import get
+
+    client.CustomObjectsApi(api).delete_namespaced_custom_object("rocket.dev", "v1alpha1", namespace,
+                                                                 "rocketclusters", name)
+
+    def gone() -> bool:
+        try:
+            get(api, namespace, name)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout, what=f"the RocketCluster {name} deleted")
+
+
 def test_storage_size_up_recreates_statefulsets_and_expands_claims(api: Any, operator: Any, namespace: str) -> None:
     """Found by the exploration (seed 20261125, step 2): a larger spec.broker.storage.size made every
     pass fail with 422 (volumeClaimTemplates are immutable) and the status never caught up."""
@@ -79,22 +100,13 @@ def test_recreate_at_once_under_the_same_name_gets_every_child(api: Any, operato
     from tests.k8s.harness import wait_for
     from tests.k8s.test_operator import create, get, rkc, status
 
-    objects, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    core = client.CoreV1Api(api)
     spec = {"broker": {"groups": 1, "replicasPerGroup": 0}, "nameServer": {"replicas": 1}}
     create(api, namespace, rkc("again", **spec))
     wait_for(lambda: status(api, namespace, "again").get("phase") == "Running", 45, what="Running")
     hold = {"metadata": {"finalizers": ["test.rocket.dev/hold"]}}
     core.patch_namespaced_config_map("again-broker-config", namespace, hold)
-    objects.delete_namespaced_custom_object("rocket.dev", "v1alpha1", namespace, "rocketclusters", "again")
-
-    def gone() -> bool:
-        try:
-            get(api, namespace, "again")
-        except client.ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, 30, what="the RocketCluster deleted")
+    delete_and_wait(api, namespace, "again")
     wait_for(lambda: core.read_namespaced_config_map("again-broker-config", namespace).metadata.deletion_timestamp,
              30, what="the garbage collector deleting the old broker ConfigMap")
     uid = create(api, namespace, rkc("again", **spec))["metadata"]["uid"]
@@ -117,9 +129,9 @@ def test_recreate_while_owned_claims_are_still_being_deleted(api: Any, operator:
     from kubernetes import client
 
     from tests.k8s.harness import wait_for
-    from tests.k8s.test_operator import condition, create, get, rkc, status
+    from tests.k8s.test_operator import condition, create, rkc, status
 
-    core, objects = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
     spec = {"broker": {"groups": 1, "replicasPerGroup": 0, "storage": {"deleteClaim": {"onDelete": True}}},
             "nameServer": {"replicas": 1}}
     claim = "store-held-broker-master-0"
@@ -129,16 +141,7 @@ def test_recreate_while_owned_claims_are_still_being_deleted(api: Any, operator:
             claim, namespace).metadata.owner_references or []), 45, what="the PVC owned by the cluster")
         core.patch_namespaced_persistent_volume_claim(claim, namespace,
                                                       {"metadata": {"finalizers": ["test.rocket.dev/hold"]}})
-        objects.delete_namespaced_custom_object("rocket.dev", "v1alpha1", namespace, "rocketclusters", "held")
-
-        def gone() -> bool:
-            try:
-                get(api, namespace, "held")
-            except client.ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_for(gone, 30, what="the RocketCluster deleted")
+        delete_and_wait(api, namespace, "held")
         wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).metadata.deletion_timestamp,
                  30, what="the garbage collector deleting the old PVC")
         new = create(api, namespace, rkc("held", **spec))["metadata"]["uid"]

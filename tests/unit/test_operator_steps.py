@@ -297,7 +297,7 @@ def test_claim_owner_references_replace_an_earlier_cluster_of_the_same_name() ->
     refs = [other, old]
     assert steps.claim_owner_references(refs, new, owned=True) == [other, new]
     assert refs == [other, old]  # not modified
-    assert [r for r in steps.claim_owner_references([old, new], new, owned=True) if r["controller"]] == [old, new]
+    assert steps.claim_owner_references([other, new], new, owned=True) == [other, new]  # already ours: as is
     # not owned: only this cluster's reference goes; someone else's controller reference stays
     assert steps.claim_owner_references([other, new], new, owned=False) == [other]
     assert steps.claim_owner_references([old], new, owned=False) == [old]
