@@ -44,8 +44,8 @@ def delete_and_wait(api: Any, namespace: str, name: str, timeout: float = 30) ->
     from tests.k8s.harness import wait_for
     from tests.k8s.test_operator import get
 
-    client.CustomObjectsApi(api).delete_namespaced_custom_object("rocket.dev", "v1alpha1", namespace,
-                                                                 "rocketclusters", name)
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(explore.GROUP, explore.VERSION, namespace,
+                                                                 explore.PLURAL, name)
 
     def gone() -> bool:
         try:

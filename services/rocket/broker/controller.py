@@ -622,7 +622,9 @@ class BrokerController:
 
     def _store_request(self, inner: MessageInner) -> MessageInner | PutMessageResult:
         """Apply the timer rewrite (:meth:`_timer_hook`), then the delay rewrite: DELAY > 0 goes
-        to SCHEDULE_TOPIC_XXXX queue level-1. A refused timer message yields its result."""
+        to SCHEDULE_TOPIC_XXXX queue level-1. A refused timer message yields its result.
+        :meth:`put_nowait` calls this only for a message with ``DELAY`` or a timer property (the
+        rewrites' triggers): a rewrite triggered by anything else must be added to its test too."""
         hooked = self._timer_hook(inner)
         if not isinstance(hooked, MessageInner):
             return hooked
