@@ -5,6 +5,7 @@ delayed delivery, auto-creation, notifications and bad input."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -343,6 +344,10 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
         a, b = RawBroker(ca, broker.addr), RawBroker(cb, broker.addr)
         topics = [topic, f"%RETRY%{group}"]
         assert (await a.heartbeat("client-a", [(group, topics)], ["PID_HB"])).code == 0
+        # the heartbeat created the retry topic and was answered once the NameServer had it (as
+        # Apache's broker: registerBrokerAll before the answer), so a rebalance now finds its queues
+        retry_route = await route(client, nameserver.addr, f"%RETRY%{group}")
+        assert retry_route is not None and [q["brokerName"] for q in retry_route["queueDatas"]] == ["broker-a"]
         await eventually(lambda: notices["a"] == [group])
         listing = await a.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
         assert orjson.loads(listing.body) == {"consumerIdList": ["client-a"]}
@@ -358,7 +363,6 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
         # retry topic created and registered
         table = orjson.loads((await a.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)["topicConfigTable"]
         assert table[f"%RETRY%{group}"]["readQueueNums"] == 1
-        await eventually(lambda: route(client, nameserver.addr, f"%RETRY%{group}"))
         conns = await a.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
         assert {c["clientId"] for c in orjson.loads(conns.body)["connectionSet"]} == {"client-a", "client-b"}
         # unregister b: a is told
@@ -373,6 +377,32 @@ async def test_heartbeat_consumer_list_notify_and_unregister(broker: BrokerProc,
     finally:
         await ca.close()
         await cb.close()
+
+
+async def test_heartbeat_creating_a_retry_topic_is_answered_once_the_nameserver_has_it(
+        rb: RawBroker, client: RemotingClient, nameserver: NameServerProc) -> None:
+    """As Apache's broker (``createTopicInSendMessageBackMethod`` calls ``registerBrokerAll``
+    before the heartbeat is answered): with the NameServer stopped, a heartbeat that creates
+    ``%RETRY%<group>`` is not answered; once it runs again, the answer comes and the route is
+    there. A heartbeat that creates nothing does not wait for the NameServer."""
+    group = unique("CGreg")
+    assert await route(client, nameserver.addr, "TBW102") is not None  # connected before the stop
+    nameserver.proc.send_signal(signal.SIGSTOP)
+    try:
+        beat = asyncio.ensure_future(rb.heartbeat("client-reg", [(group, [f"%RETRY%{group}"])]))
+        await asyncio.sleep(0.5)
+        assert not beat.done(), "answered before the new retry topic was registered"
+    finally:
+        nameserver.proc.send_signal(signal.SIGCONT)
+    assert (await beat).code == 0
+    retry_route = await route(client, nameserver.addr, f"%RETRY%{group}")
+    assert retry_route is not None and [q["brokerName"] for q in retry_route["queueDatas"]] == ["broker-a"]
+    nameserver.proc.send_signal(signal.SIGSTOP)
+    try:
+        again = await asyncio.wait_for(rb.heartbeat("client-reg", [(group, [f"%RETRY%{group}"])]), 2.0)
+    finally:
+        nameserver.proc.send_signal(signal.SIGCONT)
+    assert again.code == 0
 
 
 async def _consumer_list_code(rb: RawBroker, group: str, code: int) -> RemotingCommand | None:

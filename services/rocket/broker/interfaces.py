@@ -236,6 +236,10 @@ class ClientManageBroker(BrokerCore, HasConsumers, HasProducers, HasReplication,
     """What :class:`~rocket.broker.processor.client_manage.ClientManageProcessor` and
     ``ConsumerManageProcessor`` use."""
 
+    async def register_broker_all(self) -> None:
+        """Register with every NameServer now (a heartbeat that created a retry topic waits for it)."""
+        ...
+
 
 class PullBroker(BrokerCore, HasConsumers, HasReplication, Protocol):
     """What :class:`~rocket.broker.processor.pull.PullMessageProcessor` uses."""

@@ -8,6 +8,7 @@ As RocketMQ 4.9.8 ``ClientManageProcessor`` and ``ConsumerManageProcessor``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -36,16 +37,20 @@ class ClientManageProcessor:
     def __init__(self, broker: ClientManageBroker) -> None:
         self.broker = broker
 
-    def heartbeat(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+    def heartbeat(self, request: RemotingCommand, conn: RemotingConnection,
+                  ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         """Register the client's groups; create subscription groups and retry topics as needed.
 
-        Body: HeartbeatData JSON, Java or C++ form. Bad body → code 1.
+        Body: HeartbeatData JSON, Java or C++ form. Bad body → code 1. When it created a retry
+        topic, the answer is a future: SUCCESS once the broker re-registered with the NameServers
+        (see :meth:`_after_registration`).
         """
         broker = self.broker
         try:
             data = HeartbeatData.decode(request.body)
         except HeartbeatParseError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
+        created = False
         for consumer in data.consumers:
             channel = ClientChannelInfo(
                 connection=conn, client_id=data.client_id, language=request.language, version=request.version
@@ -54,10 +59,10 @@ class ClientManageProcessor:
             notify = True
             if group_config is not None:
                 notify = bool(group_config.notify_consumer_ids_changed_enable)
-                if group_config.retry_queue_nums > 0 and not broker.config.is_slave:
-                    broker.topics.create_in_send_back(
-                        retry_topic(consumer.group_name), group_config.retry_queue_nums, PERM_READ | PERM_WRITE
-                    )
+                retry = retry_topic(consumer.group_name)
+                if group_config.retry_queue_nums > 0 and not broker.config.is_slave and broker.topics.get(retry) is None:
+                    broker.topics.create_in_send_back(retry, group_config.retry_queue_nums, PERM_READ | PERM_WRITE)
+                    created = True
             broker.consumer_manager.register_consumer(
                 consumer.group_name,
                 channel,
@@ -74,7 +79,22 @@ class ClientManageProcessor:
                     connection=conn, client_id=data.client_id, language=request.language, version=request.version
                 ),
             )
-        return request.response(ResponseCode.SUCCESS)
+        response = request.response(ResponseCode.SUCCESS)
+        if created and not request.is_oneway:
+            return asyncio.ensure_future(self._after_registration(response))
+        return response
+
+    async def _after_registration(self, response: RemotingCommand) -> RemotingCommand:
+        """``response`` once a NameServer registration that includes the topics created so far
+        is done (a failed one is logged and answered all the same: the next periodic one
+        carries them). As RocketMQ 4.9.8's ``createTopicInSendMessageBackMethod``, which calls
+        ``registerBrokerAll`` before the heartbeat is answered: a consumer that rebalances
+        after its heartbeat finds its retry topic's queues on every broker it greeted."""
+        try:
+            await self.broker.register_broker_all()
+        except Exception as exc:  # answered anyway: the heartbeat itself was taken
+            log.warning("registration after creating a retry topic failed: %s", exc)
+        return response
 
     def unregister_client(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
         """Remove the connection from the named producer and/or consumer group."""
