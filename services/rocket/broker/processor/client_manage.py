@@ -87,9 +87,11 @@ class ClientManageProcessor:
     async def _after_registration(self, response: RemotingCommand) -> RemotingCommand:
         """``response`` once a NameServer registration that includes the topics created so far
         is done (a failed one is logged and answered all the same: the next periodic one
-        carries them). As RocketMQ 4.9.8's ``createTopicInSendMessageBackMethod``, which calls
-        ``registerBrokerAll`` before the heartbeat is answered: a consumer that rebalances
-        after its heartbeat finds its retry topic's queues on every broker it greeted."""
+        carries them). RocketMQ 4.9.8's ``createTopicInSendMessageBackMethod`` calls
+        ``registerBrokerAll(false, true, true)`` before the heartbeat is answered, which sends
+        the registration (oneway) to every NameServer; here it is also confirmed, so a consumer
+        that rebalances after its heartbeat finds its retry topic's queues on every broker it
+        greeted."""
         try:
             await self.broker.register_broker_all()
         except Exception as exc:  # answered anyway: the heartbeat itself was taken
