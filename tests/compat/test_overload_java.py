@@ -10,8 +10,9 @@ broker's answer rate, whatever the broker does with the sends. With up to 60,000
 heartbeats took 2,237-2,955 ms in five runs here (the broker answering ~26,000 sends/s while the
 Java driver took 130-200% of the machine's 2 cores) and 3,006 ms in one CI run, past the
 client's 3 s timeout: that measured the machine, not the fail-fast answers. With 20,000 they take
-~0.9-1.0 s and the broker is still overloaded (tens of thousands of SYSTEM_BUSY answers a run). As Apache RocketMQ's broker
-(``BrokerFastFailure``), ours must answer the sends it cannot take in time SYSTEM_BUSY (2)
+~0.9-1.0 s and the broker is still overloaded (tens of thousands of SYSTEM_BUSY answers a run).
+
+As Apache RocketMQ's broker (``BrokerFastFailure``), ours must answer the sends it cannot take in time SYSTEM_BUSY (2)
 with ``[TIMEOUT_CLEAN_QUEUE]broker busy`` (or ``[OVERLOAD]system busy`` when its send queue
 is full) and keep the connection open.
 

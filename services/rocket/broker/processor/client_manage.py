@@ -60,7 +60,8 @@ class ClientManageProcessor:
             if group_config is not None:
                 notify = bool(group_config.notify_consumer_ids_changed_enable)
                 retry = retry_topic(consumer.group_name)
-                if group_config.retry_queue_nums > 0 and not broker.config.is_slave and broker.topics.get(retry) is None:
+                if (group_config.retry_queue_nums > 0 and not broker.config.is_slave
+                        and broker.topics.get(retry) is None):
                     broker.topics.create_in_send_back(retry, group_config.retry_queue_nums, PERM_READ | PERM_WRITE)
                     created = True
             broker.consumer_manager.register_consumer(
