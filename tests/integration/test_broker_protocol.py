@@ -384,7 +384,9 @@ async def test_heartbeat_creating_a_retry_topic_is_answered_once_the_nameserver_
     """As Apache's broker (``createTopicInSendMessageBackMethod`` calls ``registerBrokerAll``
     before the heartbeat is answered): with the NameServer stopped, a heartbeat that creates
     ``%RETRY%<group>`` is not answered; once it runs again, the answer comes and the route is
-    there. A heartbeat that creates nothing does not wait for the NameServer."""
+    there. A heartbeat that creates nothing does not wait for the NameServer, and one that does
+    waits at most ``REGISTRATION_WAIT_S`` (1 s) for it, so that a NameServer that does not answer
+    does not make the client's heartbeat time out."""
     group = unique("CGreg")
     assert await route(client, nameserver.addr, "TBW102") is not None  # connected before the stop
     nameserver.proc.send_signal(signal.SIGSTOP)
@@ -403,6 +405,16 @@ async def test_heartbeat_creating_a_retry_topic_is_answered_once_the_nameserver_
     finally:
         nameserver.proc.send_signal(signal.SIGCONT)
     assert again.code == 0
+    late = unique("CGlate")
+    nameserver.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        answered = await asyncio.wait_for(rb.heartbeat("client-reg", [(late, [f"%RETRY%{late}"])]), 2.5)
+        waited = time.monotonic() - started
+    finally:
+        nameserver.proc.send_signal(signal.SIGCONT)
+    assert answered.code == 0 and 0.9 <= waited < 2.5, waited
+    await eventually(lambda: route(client, nameserver.addr, f"%RETRY%{late}"))
 
 
 async def _consumer_list_code(rb: RawBroker, group: str, code: int) -> RemotingCommand | None:

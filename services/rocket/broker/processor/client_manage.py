@@ -31,6 +31,18 @@ log = logging.getLogger("rocket.broker")
 QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
 
 
+#: Longest a heartbeat that created a retry topic waits for the NameServer registration (seconds):
+#: a third of the clients' heartbeat timeout (the Java client's ``mqClientApiTimeout``, 3000 ms),
+#: so that an unreachable NameServer delays the answer but does not make the client close its
+#: channel (``clientCloseSocketIfTimeout``).
+REGISTRATION_WAIT_S = 1.0
+
+
+def _log_registration_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("registration after creating a retry topic failed: %s", task.exception())
+
+
 class ClientManageProcessor:
     """Heartbeats and unregistration of producers and consumers."""
 
@@ -87,16 +99,20 @@ class ClientManageProcessor:
 
     async def _after_registration(self, response: RemotingCommand) -> RemotingCommand:
         """``response`` once a NameServer registration that includes the topics created so far
-        is done (a failed one is logged and answered all the same: the next periodic one
-        carries them). RocketMQ 4.9.8's ``createTopicInSendMessageBackMethod`` calls
+        is done, or after :data:`REGISTRATION_WAIT_S` (a failed or late one is logged and
+        answered all the same: it goes on, and the next periodic one carries the topics).
+
+        RocketMQ 4.9.8's ``createTopicInSendMessageBackMethod`` calls
         ``registerBrokerAll(false, true, true)`` before the heartbeat is answered, which sends
         the registration (oneway) to every NameServer; here it is also confirmed, so a consumer
         that rebalances after its heartbeat finds its retry topic's queues on every broker it
         greeted."""
-        try:
-            await self.broker.register_broker_all()
-        except Exception as exc:  # answered anyway: the heartbeat itself was taken
-            log.warning("registration after creating a retry topic failed: %s", exc)
+        registration = asyncio.ensure_future(self.broker.register_broker_all())
+        registration.add_done_callback(_log_registration_failure)
+        await asyncio.wait({registration}, timeout=REGISTRATION_WAIT_S)
+        if not registration.done():
+            log.warning("registration after creating a retry topic took over %.1f s; heartbeat answered before it",
+                        REGISTRATION_WAIT_S)
         return response
 
     def unregister_client(self, request: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
