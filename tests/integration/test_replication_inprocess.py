@@ -117,6 +117,30 @@ async def test_plain_slave_and_foreign_group(tmp_path: Path) -> None:
         writer.close()
 
 
+async def test_a_commit_is_written_to_the_slave_in_its_own_loop_turn(tmp_path: Path) -> None:
+    """The commit listener writes the new CommitLog bytes to a streaming slave itself (before the
+    reput), not the sender task in a later loop turn: under load a turn takes milliseconds, and
+    a SYNC_MASTER send waits for the slave."""
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        assert (await rb.send("CT", b"first")).code == 0
+        service = master.ha.service
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        writer.write(encode_report(0))
+        await eventually(lambda: any(c.streaming and c.transfer_offset == master.store.max_phy_offset
+                                     for c in service.connections), 10, interval=0.02)
+        seen: list[tuple[int, list[int], int]] = []
+        master.store.add_commit_listener(lambda end: seen.append(
+            (end, [c.transfer_offset for c in service.connections], master.store.reput_from_offset)))
+        got = 0
+        for i in range(20):
+            assert (await rb.send("CT", f"m{i}".encode() * 50)).code == 0
+            got += len(await asyncio.wait_for(reader.read(65536), 5))
+        assert len(seen) >= 1 and all(offsets == [end] for end, offsets, _ in seen), seen
+        assert any(reput < end for end, _, reput in seen), "the listeners ran after the reput"
+        writer.close()
+
+
 async def test_sync_master_needs_a_slave(tmp_path: Path) -> None:
     sync = BrokerRole.SYNC_MASTER
     async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns, broker_role=sync,

@@ -178,13 +178,13 @@ class DefaultMessageStore:
         self.reput_service.add_listener(cb)
 
     def add_commit_listener(self, cb: Callable[[int], None]) -> None:
-        """Call ``cb(max_phy_offset)`` on the loop each time the CommitLog's confirmed end moved
-        (after the reput dispatched the new records): HA wakes its senders with it. Exceptions
-        are logged and ignored."""
+        """Call ``cb(max_phy_offset)`` on the loop each time the CommitLog's confirmed end moved,
+        before the reput dispatches the new records (HA writes them to its slaves there, and a
+        SYNC_MASTER send waits for the slave, not for the dispatch). Exceptions are logged and
+        ignored."""
         self._commit_listeners.append(cb)
 
     def _on_committed(self) -> None:
-        self.reput_service.reput()
         if self._commit_listeners:
             end = self.commit_log.committed
             for cb in self._commit_listeners:
@@ -192,6 +192,7 @@ class DefaultMessageStore:
                     cb(end)
                 except Exception:
                     log.exception("commit listener %r failed", cb)
+        self.reput_service.reput()
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The ConsumeQueue of ``(topic, queue_id)``, if it exists."""

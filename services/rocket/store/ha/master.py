@@ -77,6 +77,10 @@ class HAConnection:
     connected_at: float = field(default_factory=time.monotonic)
     last_report: float = field(default_factory=time.monotonic)
     bytes_sent: int = 0
+    #: The sender runs (``transfer_offset`` is where the stream stands): a commit may write at once.
+    streaming: bool = False
+    #: ``time.monotonic()`` of the last transfer written (heartbeats are sent after silence).
+    last_write: float = field(default_factory=time.monotonic)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     first_report: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -243,7 +247,14 @@ class HAService:
 
     def _on_commit(self, end: int) -> None:
         for conn in self.connections:
-            conn.wakeup.set()
+            # Written here, in the loop turn of the commit, not by the sender task in a later turn:
+            # under load a loop turn takes milliseconds, and a SYNC_MASTER send waits for this.
+            try:
+                if not conn.streaming or self._push(conn):
+                    conn.wakeup.set()
+            except Exception:  # never into the store's commit: this slave is dropped instead
+                log.exception("replicating to slave %s failed", conn.slave_addr)
+                conn.close()
         now = time.monotonic()
         if self.connections and now - self._last_sample >= _SAMPLE_EVERY:
             self._last_sample = now
@@ -517,47 +528,63 @@ class HAService:
             return
         conn.transfer_offset = offset
         log.info("replicating to slave %s from offset %d", conn.slave_addr, offset)
-        batch = max(1024, cfg.ha_transfer_batch_size)
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
-        writer = conn.writer
-        transport = writer.transport
-        last_write = time.monotonic()
+        conn.last_write = time.monotonic()
         ticker = self._spawn(_tick(conn.wakeup, heartbeat / 2), f"ha-tick-{conn.peer}")
+        conn.streaming = True
         try:
-            await self._stream(conn, offset, batch, heartbeat, writer, transport, last_write)
+            await self._stream(conn, heartbeat)
         finally:
+            conn.streaming = False
             ticker.cancel()
 
-    async def _stream(self, conn: HAConnection, offset: int, batch: int, heartbeat: float,
-                      writer: asyncio.StreamWriter, transport: Any, last_write: float) -> None:
-        """Send transfers from ``offset`` until the connection fails (see the module doc)."""
+    def _push(self, conn: HAConnection) -> bool:
+        """Write transfers (at most ``haTransferBatchSize`` bytes each) from ``conn.transfer_offset``
+        while the log has more; True when it stopped because the transport holds more than
+        ``_WRITE_HIGH_WATER`` bytes (the sender task then waits for it to drain)."""
         host = self.host
         store = host.store
+        batch = max(1024, host.config.ha_transfer_batch_size)
+        writer = conn.writer
+        transport = writer.transport
+        if transport.is_closing():
+            return False
         while True:
+            offset = conn.transfer_offset
             data = store.read_commit_log(offset, batch)
-            if data:
-                writer.write(encode_transfer_header(offset, len(data)) + data)
-                n = len(data)
-                offset += n
-                conn.transfer_offset = offset
-                conn.bytes_sent += n
-                self.transferred_bytes += n
-                host.metrics.transferred_bytes.inc(n)
-                last_write = time.monotonic()
-                if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-                    await writer.drain()
-                continue
-            if transport.get_write_buffer_size():
+            if not data:
+                return False
+            n = len(data)
+            writer.write(encode_transfer_header(offset, n) + data)
+            conn.transfer_offset = offset + n
+            conn.bytes_sent += n
+            self.transferred_bytes += n
+            host.metrics.transferred_bytes.inc(n)
+            conn.last_write = time.monotonic()
+            if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                return True
+
+    async def _stream(self, conn: HAConnection, heartbeat: float) -> None:
+        """Send transfers from ``conn.transfer_offset`` until the connection fails (see the module
+        doc); commits also write them at once (:meth:`_push` from the commit listener)."""
+        store = self.host.store
+        writer = conn.writer
+        transport = writer.transport
+        while not transport.is_closing():
+            if self._push(conn):
                 await writer.drain()
-            if offset < store.max_phy_offset:  # a hole the log cannot serve: never expected
-                log.error("cannot read CommitLog offset %d for slave %s", offset, conn.slave_addr)
+                continue
+            if conn.transfer_offset < store.max_phy_offset:  # a hole the log cannot serve: never expected
+                log.error("cannot read CommitLog offset %d for slave %s", conn.transfer_offset, conn.slave_addr)
                 conn.close()
                 return
+            if transport.get_write_buffer_size():
+                await writer.drain()
             now = time.monotonic()
-            if now - last_write >= heartbeat:
-                writer.write(encode_transfer_header(offset, 0))
-                last_write = now
+            if now - conn.last_write >= heartbeat:
+                writer.write(encode_transfer_header(conn.transfer_offset, 0))
+                conn.last_write = now
             conn.wakeup.clear()
-            if store.max_phy_offset > offset:
+            if store.max_phy_offset > conn.transfer_offset:
                 continue
             await conn.wakeup.wait()  # new data, or the ticker (heartbeats)
