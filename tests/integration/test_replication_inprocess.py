@@ -141,6 +141,24 @@ async def test_a_commit_is_written_to_the_slave_in_its_own_loop_turn(tmp_path: P
         writer.close()
 
 
+async def test_a_slave_reports_written_bytes_before_its_reput(tmp_path: Path) -> None:
+    """The slave reports replicated bytes from its store's commit listener, in the loop turn they
+    were written and before its reput dispatches them (a SYNC_MASTER send waits for the report)."""
+    sync = BrokerRole.SYNC_MASTER
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns, broker_role=sync)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        async with _broker(_config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1)) as slave:
+            await eventually(lambda: bool(master.ha.service.active), 10, interval=0.02)
+            assert (await rb.send("RT", b"first")).code == ResponseCode.SUCCESS
+            ha_client = slave.ha.client
+            seen: list[tuple[int, int, int]] = []
+            slave.store.add_commit_listener(
+                lambda end: seen.append((end, ha_client.reported_offset, slave.store.reput_from_offset)))
+            answers = await asyncio.gather(*(rb.send("RT", f"r{i}".encode() * 40) for i in range(50)))
+            assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+            assert seen and all(reported == end and reput < end for end, reported, reput in seen), seen
+
+
 async def test_sync_master_needs_a_slave(tmp_path: Path) -> None:
     sync = BrokerRole.SYNC_MASTER
     async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns, broker_role=sync,

@@ -294,6 +294,11 @@ class HAClient(LoopService):
             self._reported = offset
             self._last_report = time.monotonic()
 
+    @property
+    def reported_offset(self) -> int:
+        """The CommitLog offset last reported to the master in this session (-1 before the first)."""
+        return self._reported
+
     def _on_commit(self, end: int) -> None:
         """The store's commit listener: report replicated bytes as soon as they are written, in
         the loop turn of the write and before the reput dispatches them (as Apache RocketMQ's
