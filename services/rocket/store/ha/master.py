@@ -11,9 +11,10 @@ Per slave connection:
 * a sender streams CommitLog data from the first report on — a first report
   of 0 starts at the beginning of the master's last CommitLog file, as
   RocketMQ does (an empty slave does not copy months of history) — in
-  transfers of at most ``haTransferBatchSize`` (32 KiB), woken by the store's
-  commit listener, with an empty heartbeat after ``haSendHeartbeatInterval``
-  (5 s) of silence.
+  transfers of at most ``haTransferBatchSize`` (32 KiB), with an empty
+  heartbeat after ``haSendHeartbeatInterval`` (5 s) of silence; new bytes are
+  written by the store's commit listener itself, in the loop turn of the commit
+  and before the reput (the sender task catches up, drains and sends heartbeats).
 
 SYNC_MASTER (:meth:`HAService.wait_replicated`): a put is acknowledged once
 some slave reported an offset at or past its end. Waiters sit in a deque in

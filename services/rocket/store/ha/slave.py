@@ -15,7 +15,8 @@ Session (one TCP connection to the master's HA address, which comes from
    emptied and copied afresh;
 3. report the max offset, then append every transfer byte for byte with
    ``append_commit_log_data`` (a transfer at another offset drops the
-   connection) and report again after each applied batch and at least every
+   connection) and report again as soon as a batch is written (from the store's commit
+   listener, before the reput dispatches it) and at least every
    ``haSendHeartbeatInterval`` (5 s). Transfers that arrive while a batch is
    being written are coalesced into the next one. The master's epochs are
    adopted as the replicated data reaches their start offsets.
