@@ -141,6 +141,26 @@ async def test_a_commit_is_written_to_the_slave_in_its_own_loop_turn(tmp_path: P
         writer.close()
 
 
+async def test_a_slave_that_does_not_read_holds_a_bounded_buffer_on_the_master(tmp_path: Path) -> None:
+    """Commits write to slaves themselves, but never past the sender's high-water mark: a slave
+    that reports and then reads nothing leaves at most that mark plus one transfer unsent."""
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns)) as master:
+        rb = RawBroker(client, master.config.broker_addr)
+        service = master.ha.service
+        _unread, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        writer.write(encode_report(0))
+        await eventually(lambda: any(c.streaming for c in service.connections), 10, interval=0.02)
+        conn = service.connections[0]
+        body = b"x" * 32 * 1024
+        most = 0
+        for _ in range(400):  # 12.8 MiB, far more than the socket buffers take
+            assert (await rb.send("BT", body)).code == 0
+            most = max(most, conn.writer.transport.get_write_buffer_size())
+        bound = 4 * 1024 * 1024 + master.config.ha_transfer_batch_size + 64
+        assert 0 < most <= bound, (most, bound)
+        writer.close()
+
+
 async def test_a_slave_reports_written_bytes_before_its_reput(tmp_path: Path) -> None:
     """The slave reports replicated bytes from its store's commit listener, in the loop turn they
     were written and before its reput dispatches them (a SYNC_MASTER send waits for the report)."""

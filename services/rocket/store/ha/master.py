@@ -551,6 +551,8 @@ class HAService:
         if transport.is_closing():
             return False
         while True:
+            if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                return True  # checked before each write: a slave that does not read holds a bounded buffer
             offset = conn.transfer_offset
             data = store.read_commit_log(offset, batch)
             if not data:
@@ -562,8 +564,6 @@ class HAService:
             self.transferred_bytes += n
             host.metrics.transferred_bytes.inc(n)
             conn.last_write = time.monotonic()
-            if transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-                return True
 
     async def _stream(self, conn: HAConnection, heartbeat: float) -> None:
         """Send transfers from ``conn.transfer_offset`` until the connection fails (see the module
