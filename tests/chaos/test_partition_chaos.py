@@ -245,15 +245,34 @@ def _wait_elected(c: Cluster, timeout: float = 40) -> str:
 
 
 def _rejoined(c: Cluster, new: str) -> None:
-    """The old master is a slave of ``new`` with its epochs and (once quiet) its end."""
+    """The old master is a slave of ``new`` with its epochs and, while the load still runs, has
+    caught up with where ``new``'s CommitLog ended a moment before (:func:`_converged` checks the
+    ends are equal once the load stopped)."""
     wait_for(lambda: c.role("m") == "SLAVE", 60, interval=0.2, what="the old master to become a slave")
+    seen: list[Any] = []
 
-    def converged() -> bool:
-        st, nst = c.status("m"), c.status(new)
+    def caught_up() -> bool:
+        nst = c.status(new)  # the new master's end first: the old master must reach it after
+        st = c.status("m")
+        seen[:] = [(st or {}).get("epochs"), (st or {}).get("maxOffset"),
+                   (nst or {}).get("epochs"), (nst or {}).get("maxOffset")]
         return (st is not None and nst is not None and st["epochs"] == nst["epochs"]
-                and st["maxOffset"] == nst["maxOffset"])
+                and st["maxOffset"] >= nst["maxOffset"])
 
-    wait_for(converged, 60, interval=0.2, what="the old master to take the new master's epochs and end")
+    try:
+        wait_for(caught_up, 60, interval=0.2, what="the old master to take the new master's epochs and catch up")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; old master epochs, end / new master epochs, end: {seen}; old master's "
+                             f"log:\n{(c.tmp / 'm.log').read_text(errors='replace')[-4000:]}") from None
+
+
+def _converged(c: Cluster, new: str) -> None:
+    """With no load, the old master's CommitLog ends where ``new``'s does."""
+    def same_end() -> Any:
+        st, nst = c.status("m"), c.status(new)
+        return st is not None and nst is not None and st["maxOffset"] == nst["maxOffset"]
+
+    wait_for(same_end, 30, interval=0.2, what="the old master to end where the new master ends once quiet")
 
 
 def test_master_cut_from_controllers_and_slaves(cluster: Cluster) -> None:
@@ -289,6 +308,7 @@ def test_master_cut_from_controllers_and_slaves(cluster: Cluster) -> None:
         c.net.heal("m", "c")
         _rejoined(c, new)
         out = c.ds.call(op="load_stop")
+        _converged(c, new)
         acked = out["acked"]
         port_m = c.brokers["m"]
         first_new = min((t for _, t, p in acked if p != port_m and t > cut_at), default=None)
@@ -330,6 +350,7 @@ def test_master_cut_from_the_controllers_only(cluster: Cluster) -> None:
         c.net.heal("m", "c")
         _rejoined(c, new)
         out = c.ds.call(op="load_stop")
+        _converged(c, new)
         acked = out["acked"]
         port_m = c.brokers["m"]
         by_new = sorted(t for _, t, p in acked if p != port_m)
