@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,7 +190,7 @@ def test_walk_records_agrees_with_parse_dispatch(reqs: list[PutMessageRequest], 
     data = data[: max(len(data) - cut, 0)] if cut < len(data) else data
     rows: list = []
     view = memoryview(bytes(data))
-    pos, n, last = walk_records(view, 0, len(view), 1000, check_crc, rows)
+    pos, n, last = walk_records(bytes(data), 0, len(view), 1000, check_crc, rows)
     assert len(rows) == n
     expected = []
     p = 0
@@ -203,12 +204,17 @@ def test_walk_records_agrees_with_parse_dispatch(reqs: list[PutMessageRequest], 
         p += rec.size
     assert rows == expected and pos == p and last == (expected[-1][4] if expected else 0)
     # validation only: same run, no rows
-    assert walk_records(view, 0, len(view), 1000, check_crc, None) == (pos, n, last)
+    assert walk_records(bytes(data), 0, len(view), 1000, check_crc, None) == (pos, n, last)
 
 
-@settings(max_examples=200, deadline=None)
+#: Property values: any text, or hex near the 32 digits of a Java client's UNIQ_KEY (the length
+#: :func:`dispatch_properties` checks first).
+prop_value = st.one_of(prop_text, st.text(alphabet="0123456789ABCDEF", min_size=30, max_size=34))
+
+
+@settings(max_examples=300, deadline=None)
 @given(props=st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "XUNIQ_KEY", "A"]),
-                             prop_text, max_size=5),
+                             prop_value, max_size=5),
        topic=st.sampled_from(["T", "SCHEDULE_TOPIC_XXXX"]))
 def test_dispatch_properties_agree_with_the_decoded_properties(props: dict[str, str], topic: str) -> None:
     from rocket.message import decode_properties
@@ -222,3 +228,21 @@ def test_dispatch_properties_agree_with_the_decoded_properties(props: dict[str, 
                 int(delay) if topic == "SCHEDULE_TOPIC_XXXX" and delay.isascii() and delay.isdigit() else 0)
     assert dispatch_properties(topic, raw) == expected
     assert dispatch_properties(topic, raw) == expected  # again, from the cache
+
+
+@pytest.mark.parametrize("raw", [
+    b"UNIQ_KEY\x017F00000169953E7EAD90000000000001\x02WAIT\x01true\x02TAGS\x01bench",  # Java's order, 32 digits
+    b"UNIQ_KEY\x017F00000169953E7EAD90000000000001",  # alone
+    b"UNIQ_KEY\x01ABC\x02KEYS\x01" + b"k" * 23 + b"\x02TAGS\x01t",  # a \x02 32 bytes on, not the value's end
+    b"UNIQ_KEY\x01" + b"A" * 31 + b"\x02TAGS\x01t",  # one digit short
+    b"UNIQ_KEY\x01" + b"A" * 33 + b"\x02TAGS\x01t",  # one digit more
+    b"TAGS\x01t\x02UNIQ_KEY\x017F00000169953E7EAD90000000000001\x02KEYS\x01k",  # not first
+])
+def test_dispatch_properties_finds_the_end_of_the_uniq_key(raw: bytes) -> None:
+    from rocket.message import decode_properties
+    from rocket.store.record import dispatch_properties
+
+    ref = decode_properties(raw.decode())
+    expected = (tags_hash_code(ref["TAGS"]) if ref.get("TAGS") else 0, ref.get("KEYS", ""), ref["UNIQ_KEY"], 0)
+    assert dispatch_properties("T", raw) == expected
+    assert dispatch_properties("T", raw) == expected  # from the cache

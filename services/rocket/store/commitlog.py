@@ -456,7 +456,7 @@ class CommitLog:
                     if len(buf) < 8:
                         break
                 if pos < dispatch_from:  # only validate: the fast walk
-                    new_rel, n, size = walk_records(view, rel, min(len(buf), dispatch_from - buf_start), pos,
+                    new_rel, n, size = walk_records(buf, rel, min(len(buf), dispatch_from - buf_start), pos,
                                                     check_crc, None)
                     if n:
                         records += n
@@ -465,7 +465,7 @@ class CommitLog:
                         continue
                 elif on_rows is not None:
                     rows: list[RecordRow] = []
-                    new_rel, n, size = walk_records(view, rel, len(buf), pos, check_crc, rows)
+                    new_rel, n, size = walk_records(buf, rel, len(buf), pos, check_crc, rows)
                     if n:
                         on_rows(rows)
                         records += n

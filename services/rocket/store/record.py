@@ -502,7 +502,7 @@ class DispatchRecord:
 
 
 #: Where delayed messages wait (``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``).
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 #: Decoded topics by their UTF-8 bytes (a read-only memoryview of them finds the same entry).
 _topics: dict[bytes | memoryview, str] = {}
 _tag_codes: dict[bytes, int] = {}
@@ -647,6 +647,10 @@ def parse_dispatch(data: bytes | memoryview, pos: int, check_crc: bool) -> Dispa
 #: reconsume times, prepared transaction offset, body length (the body starts at byte 88).
 _HEAD4: Final = struct.Struct(">iiiiiqqiq8xq8xiqi")
 _HEAD4_SIZE: Final = _HEAD4.size
+#: :data:`_HEAD4` with only what the walk reads (body CRC, flag, born time, reconsume times and
+#: prepared transaction offset skipped): totalsize, magic, queueId, queue offset, physical
+#: offset, sysFlag, store time, body length.
+_WALK4: Final = struct.Struct(">ii4xi4xqqi8x8xq8x4x8xi")
 
 #: One record as :func:`walk_records` reports it: (topic, queueId, queue offset, physical offset,
 #: size, sysFlag, store timestamp, tag hash code, KEYS, UNIQ_KEY or None, DELAY level), the
@@ -654,7 +658,7 @@ _HEAD4_SIZE: Final = _HEAD4.size
 RecordRow = tuple[str, int, int, int, int, int, int, int, str, str | None, int]
 
 
-def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: bool,
+def walk_records(data: bytes, pos: int, end: int, phys: int, check_crc: bool,
                  out: list[RecordRow] | None) -> tuple[int, int, int]:
     """Recovery's fast path: walk the run of well-formed records in ``data[pos:end]``, the
     first at CommitLog offset ``phys``.
@@ -668,16 +672,23 @@ def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: boo
     :data:`RecordRow` per record. Returns ``(position after the run, records
     walked, size of the last one or 0)``.
     """
-    unpack = _HEAD4.unpack_from
-    short = _SHORT.unpack_from
+    total: int
+    magic: int
+    queue_id: int
+    queue_offset: int
+    rphys: int
+    sys_flag: int
+    store_ts: int
+    body_len: int
+    props_len: int
+    unpack = _WALK4.unpack_from
+    read_int = _INT.unpack_from
     topics = _topics
-    add = out.append if out is not None else None
     count = 0
     last = 0
     head = _HEAD4_SIZE
     while pos + head <= end:
-        (total, magic, crc, queue_id, _flag, queue_offset, rphys, sys_flag, _born_ts, store_ts, _rc, _pto,
-         body_len) = unpack(data, pos)
+        (total, magic, queue_id, queue_offset, rphys, sys_flag, store_ts, body_len) = unpack(data, pos)
         if magic != MESSAGE_MAGIC_CODE or rphys != phys or sys_flag & _HOST_BITS or total < MIN_RECORD_SIZE:
             break
         rec_end = pos + total
@@ -685,23 +696,24 @@ def walk_records(data: memoryview, pos: int, end: int, phys: int, check_crc: boo
         t = b + body_len
         if rec_end > end or body_len < 0 or t + 3 > rec_end:
             break
-        if check_crc and crc32(data[b:t]) & 0x7FFFFFFF != crc:
+        if check_crc and crc32(data[b:t]) & 0x7FFFFFFF != read_int(data, pos + 8)[0]:
             break
         pp = t + 1 + data[t]
         if pp + 2 > rec_end:
             break
-        (props_len,) = short(data, pp)
-        if props_len < 0 or pp + 2 + props_len != rec_end:
+        props_len = (data[pp] << 8) | data[pp + 1]  # the big-endian short, unsigned: negative when >= 0x8000
+        if props_len >= 0x8000 or pp + 2 + props_len != rec_end:
             break
-        if add is not None:
+        if out is not None:
             try:
-                raw = data[t + 1 : pp]  # a read-only view hashes and compares like the bytes
-                topic = topics.get(raw) or topic_of(raw.tobytes())
+                raw = data[t + 1 : pp]
+                topic = topics.get(raw) or topic_of(raw)
                 tags_code, keys, uniq, delay_level = dispatch_properties(
-                    topic, data[pp + 2 : rec_end].tobytes() if props_len else b"")
+                    topic, data[pp + 2 : rec_end] if props_len else b"")
             except UnicodeDecodeError:
                 break
-            add((topic, queue_id, queue_offset, phys, total, sys_flag, store_ts, tags_code, keys, uniq, delay_level))
+            out.append((topic, queue_id, queue_offset, phys, total, sys_flag, store_ts, tags_code, keys, uniq,
+                        delay_level))
         count += 1
         pos = rec_end
         phys += total
@@ -721,7 +733,10 @@ def topic_of(raw: bytes) -> str:
 
 
 _shapes: dict[bytes, tuple[int, str, int]] = {}
-_UNIQ_NAME = b"UNIQ_KEY\x01"
+_UNIQ_NAME: Final = b"UNIQ_KEY\x01"
+#: Length of the UNIQ_KEY Apache RocketMQ's Java client writes (``MessageClientIDSetter``: 16
+#: bytes as hex, IPv4 producer): checked before searching for the value's end.
+_UNIQ_HEX: Final = 32
 
 
 def dispatch_properties(topic: str, props: bytes) -> tuple[int, str, str | None, int]:
@@ -733,13 +748,21 @@ def dispatch_properties(topic: str, props: bytes) -> tuple[int, str, str | None,
     """
     if not props:
         return 0, "", None, 0
-    i = props.find(_UNIQ_NAME)
+    n = len(_UNIQ_NAME)
+    # (slices and indexes, not bytes.find, where they can answer: a method call costs more here)
+    i = 0 if props[:n] == _UNIQ_NAME else props.find(_UNIQ_NAME)
     if i < 0 or (i and props[i - 1] != 2) or topic == SCHEDULE_TOPIC:
         return _dispatch_properties(topic, props)
-    j = i + len(_UNIQ_NAME)
-    k = props.find(b"\x02", j)
+    j = i + n
+    k = j + _UNIQ_HEX
+    if k >= len(props) or props[k] != 2 or 2 in props[j:k]:
+        k = props.find(b"\x02", j)
+    # ``rest``: the properties but UNIQ_KEY's value, the cache's key (what it maps to is parsed
+    # from the key alone, so any cut that keeps the other properties whole will do).
     if k < 0:
         uniq, rest = props[j:], props[:j]
+    elif i == 0:  # first, as Apache's Java client writes it: one slice
+        uniq, rest = props[j:k], props[k:]
     else:
         uniq, rest = props[j:k], props[:j] + props[k:]
     shape = _shapes.get(rest)

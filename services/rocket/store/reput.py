@@ -326,12 +326,11 @@ class ReputMessageService:
             return 0
         p = 0
         seg = cl.segment_at(pos)
-        view = memoryview(data)
         queues = self.queues
         while p < len(data):
             # The run of ordinary records first, as recovery reads them (no object per record).
             rows: list[RecordRow] = []
-            after, n, _ = walk_records(view, p, len(data), pos + p, False, rows)
+            after, n, _ = walk_records(data, p, len(data), pos + p, False, rows)
             if n:
                 self.dispatch_rows(rows, queues.dirty, notify=True)
                 p = after
