@@ -268,7 +268,7 @@ def _rejoined(c: Cluster, new: str) -> None:
 
 def _converged(c: Cluster, new: str) -> None:
     """With no load, the old master's CommitLog ends where ``new``'s does."""
-    def same_end() -> Any:
+    def same_end() -> bool:
         st, nst = c.status("m"), c.status(new)
         return st is not None and nst is not None and st["maxOffset"] == nst["maxOffset"]
 

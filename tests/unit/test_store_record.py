@@ -189,8 +189,9 @@ def test_walk_records_agrees_with_parse_dispatch(reqs: list[PutMessageRequest], 
         data += enc.encode(r, queue_offset=i, physical_offset=1000 + len(data), store_timestamp=77 + i)
     data = data[: max(len(data) - cut, 0)] if cut < len(data) else data
     rows: list = []
-    view = memoryview(bytes(data))
-    pos, n, last = walk_records(bytes(data), 0, len(view), 1000, check_crc, rows)
+    raw = bytes(data)
+    view = memoryview(raw)
+    pos, n, last = walk_records(raw, 0, len(raw), 1000, check_crc, rows)
     assert len(rows) == n
     expected = []
     p = 0
@@ -204,7 +205,7 @@ def test_walk_records_agrees_with_parse_dispatch(reqs: list[PutMessageRequest], 
         p += rec.size
     assert rows == expected and pos == p and last == (expected[-1][4] if expected else 0)
     # validation only: same run, no rows
-    assert walk_records(bytes(data), 0, len(view), 1000, check_crc, None) == (pos, n, last)
+    assert walk_records(raw, 0, len(raw), 1000, check_crc, None) == (pos, n, last)
 
 
 #: Property values: any text, or hex near the 32 digits of a Java client's UNIQ_KEY (the length

@@ -503,8 +503,8 @@ class DispatchRecord:
 
 #: Where delayed messages wait (``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``).
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
-#: Decoded topics by their UTF-8 bytes (a read-only memoryview of them finds the same entry).
-_topics: dict[bytes | memoryview, str] = {}
+#: Decoded topics by their UTF-8 bytes.
+_topics: dict[bytes, str] = {}
 _tag_codes: dict[bytes, int] = {}
 
 
