@@ -172,7 +172,8 @@ def test_index_key_hash_is_abs_of_java_hash(topic: str, key: str) -> None:
        keys=st.lists(st.text(alphabet="0123456789ABCDEF-_ xyz", max_size=60), min_size=1, max_size=5),
        prefix=st.sampled_from(["", "7F0000010B93158D7B44", "C0A8000100FF0000"]))
 def test_index_key_hash_of_ascii_keys_with_a_shared_prefix(topic: str, keys: list[str], prefix: str) -> None:
-    # Long ASCII keys take the cached-prefix path (UNIQ_KEYs of one producer share 20 digits).
+    # ASCII keys are folded in 4 bytes at a time, then the 0-3 bytes left one by one: every length
+    # from 0 to 80 occurs, and UNIQ_KEY-like prefixes (a producer's 20 fixed digits).
     for key in keys * 2:
         h = java_string_hash(f"{topic}#{prefix}{key}")
         assert index_key_hash(topic, prefix + key) == (0 if h == -(2**31) else abs(h))

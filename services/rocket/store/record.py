@@ -15,8 +15,7 @@ only what a ConsumeQueue or IndexFile entry needs (RocketMQ 4.9.8
 
 :func:`fast_java_hash` equals :func:`rocket.message.java_string_hash` in a few
 C-level operations instead of a Python loop per character;
-:func:`index_key_hash` caches the hashes of key prefixes (UNIQ_KEYs share most
-of their digits).
+:func:`index_key_hash` folds an ASCII key's bytes in 4 at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from mypy_extensions import i64
 
 from rocket.message import (
     BLANK_MAGIC_CODE,
@@ -93,60 +94,39 @@ def fast_java_hash(text: str) -> int:
 _topic_prefix: dict[str, int] = {}
 
 
-_key_prefix: dict[str, dict[str, int]] = {}
-#: Keys longer than this are hashed from the cached hash of all but their last 4 characters.
-_SPLIT_MIN: Final = 20
-
-
 def index_key_hash(topic: str, key: str) -> int:
     """IndexFile key hash: ``abs(hashCode(topic + "#" + key))``, 0 for Integer.MIN_VALUE
-    (``IndexService.buildKey``, ``IndexFile.indexKeyHashMethod``).
+    (RocketMQ's ``IndexService.buildKey`` and ``IndexFile.indexKeyHashMethod``; ``hashCode`` is
+    Java's ``String.hashCode``, :func:`rocket.message.java_string_hash`).
 
-    The hash of ``topic#`` is cached. For ASCII keys of more than 20
-    characters so is that of ``topic#`` plus the key without its last 4
-    characters, itself made from the cached hash of the key without its last 12
-    (UNIQ_KEYs: a producer's first 20 digits never change, the next 8 once
-    per millisecond, the last 4 count messages); 4-character chunks are
-    looked up in a table.
+    The hash of ``topic#`` is cached (:func:`_prefix_hash`). An ASCII key (a UNIQ_KEY is 32 hex
+    digits) is folded in from its bytes, 4 at a time, in 64-bit native integers when compiled;
+    others through their UTF-16 units.
     """
-    if len(key) > _SPLIT_MIN and key.isascii():
-        heads = _key_prefix.get(topic)
-        if heads is None:
-            if len(_key_prefix) > 1024:
-                _key_prefix.clear()
-            heads = _key_prefix[topic] = {}
-        head = key[:-4]
-        ph = heads.get(head)
-        if ph is None:
-            ph = _head_hash(topic, heads, head)
-        c = key[-4:]
-        h = (ph * _POW31_4 + (_chunks.get(c) or _chunk_value(c))) & _U32
+    h: i64 = _prefix_hash(topic)
+    data = key.encode()
+    n: i64 = len(data)
+    if n == len(key):  # ASCII: the UTF-8 bytes are the UTF-16 units
+        i: i64 = 0
+        while i + 4 <= n:
+            h = (h * 923521 + data[i] * 29791 + data[i + 1] * 961 + data[i + 2] * 31 + data[i + 3]) & _U32
+            i += 4
+        while i < n:
+            h = (h * 31 + data[i]) & _U32
+            i += 1
     else:
-        ph = _prefix_hash(topic)
-        key_units = _units(key)
-        n = len(key_units)
-        h = (ph * _POW31[n] + sum(map(operator.mul, key_units, _powers(n)))) & _U32
+        units = _units(key)
+        h = (h * _pow31(len(units)) + sum(map(operator.mul, units, _powers(len(units))))) & _U32
     if h > 0x80000000:
         return 0x100000000 - h
     return 0 if h == 0x80000000 else h
 
 
-def _head_hash(topic: str, heads: dict[str, int], head: str) -> int:
-    """``hashCode(topic + "#" + head) mod 2**32`` for an ASCII ``head`` of 17 or more characters,
-    from the cached hash of ``head[:-8]``; both are cached in ``heads``."""
-    base = head[:-8]
-    bh = heads.get(base)
-    if bh is None:
-        units = base.encode("ascii")
-        bh = (_prefix_hash(topic) * _POW31[len(units)] + sum(map(operator.mul, units, _powers(len(units))))) & _U32
-        heads[base] = bh
-    a, b = head[-8:-4], head[-4:]
-    h = (bh * _POW31_8 + (_chunks.get(a) or _chunk_value(a)) * _POW31_4 + (_chunks.get(b) or _chunk_value(b))) & _U32
-    if len(heads) > 8192:
-        heads.clear()
-        heads[base] = bh
-    heads[head] = h
-    return h
+def _pow31(n: int) -> int:
+    """``31**n`` mod 2**32."""
+    while len(_POW31) <= n:
+        _POW31.append((_POW31[-1] * 31) & _U32)
+    return _POW31[n]
 
 
 def _prefix_hash(topic: str) -> int:
@@ -158,22 +138,6 @@ def _prefix_hash(topic: str) -> int:
             _topic_prefix.clear()
         _topic_prefix[topic] = ph
     return ph
-
-
-_POW31_8: Final = _POW31[8]
-_POW31_4: Final = _POW31[4]
-#: Java hash of 4-character ASCII strings (the tail of a long key is hashed in such chunks).
-_chunks: dict[str, int] = {}
-
-
-def _chunk_value(chunk: str) -> int:
-    """``hashCode`` of a 4-character ASCII string (cached in ``_chunks``)."""
-    a, b, c, d = chunk.encode("ascii")
-    v = ((a * 31 + b) * 31 + c) * 31 + d
-    if len(_chunks) >= 1 << 17:
-        _chunks.clear()
-    _chunks[chunk] = v
-    return v
 
 
 def index_entries(topics: list[str], phys: list[int], store_timestamps: list[int], uniq_keys: list[str | None],
