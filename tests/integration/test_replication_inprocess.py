@@ -221,3 +221,26 @@ async def test_a_slave_told_of_a_newer_master_epoch_never_acknowledges_the_old_m
             late = await rb.send("EP", b"not acked")
             assert late.code in (ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT), late.code
             assert slave.store.max_phy_offset == end  # nothing of the old master's stream was taken
+
+
+async def test_a_slave_drops_a_master_silent_for_the_housekeeping_interval(tmp_path: Path) -> None:
+    """``haHousekeepingInterval`` without a byte from the master (no data, no heartbeat: here the
+    master's heartbeat interval is far longer) ends the slave's session with a TimeoutError, and
+    the slave connects again and goes on replicating."""
+    async with _cluster(tmp_path) as (ns, client), _broker(_config(tmp_path, "m", ns)) as master:
+        master.config.ha_send_heartbeat_interval = 120_000
+        rb = RawBroker(client, master.config.broker_addr)
+        slave_cfg = _config(tmp_path, "s", ns, broker_role=BrokerRole.SLAVE, broker_id=1,
+                            ha_housekeeping_interval=1000)
+        async with _broker(slave_cfg) as slave:
+            ha_client = slave.ha.client
+            await eventually(lambda: ha_client.state == "transferring", 10, interval=0.02)
+            assert (await rb.send("HK", b"before")).code == ResponseCode.SUCCESS
+            started = time.monotonic()
+            await eventually(lambda: "nothing from the master for 1 s" in (ha_client.last_error or ""), 10,
+                             interval=0.02)
+            assert time.monotonic() - started < 4.0  # 1 s, checked every 0.25 s
+            assert "TimeoutError" in ha_client.last_error
+            await eventually(lambda: ha_client.state == "transferring", 15, interval=0.05)
+            assert (await rb.send("HK", b"after")).code == ResponseCode.SUCCESS
+            await eventually(lambda: slave.store.max_phy_offset == master.store.max_phy_offset, 10, interval=0.02)

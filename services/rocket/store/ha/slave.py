@@ -317,6 +317,7 @@ class HAClient(LoopService):
         cfg = host.config
         idle = cfg.ha_housekeeping_interval / 1000.0
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
+        tick = min(heartbeat, idle / 4)
         parser = TransferParser()
         pending = bytearray()
         pending_offset = -1
@@ -324,6 +325,7 @@ class HAClient(LoopService):
         room = asyncio.Event()
         room.set()
         failure: list[BaseException] = []
+        self.last_received = time.monotonic()
 
         async def apply() -> None:
             nonlocal pending, pending_offset
@@ -346,9 +348,16 @@ class HAClient(LoopService):
                 await self._adopt_epochs()
 
         async def beat() -> None:
+            # Also the read deadline (haHousekeepingInterval without a byte from the master), kept
+            # here rather than as a timeout around each read: that one costs a timer per chunk.
             while True:
-                await asyncio.sleep(heartbeat)
-                if time.monotonic() - self._last_report >= heartbeat:
+                await asyncio.sleep(tick)
+                now = time.monotonic()
+                if now - self.last_received >= idle:
+                    failure.append(TimeoutError(f"nothing from the master for {idle:g} s"))
+                    writer.transport.abort()
+                    return
+                if now - self._last_report >= heartbeat:
                     self._report(store.max_phy_offset)
 
         applier = asyncio.get_running_loop().create_task(apply(), name="ha-client-apply")
@@ -364,8 +373,8 @@ class HAClient(LoopService):
             while True:
                 if not room.is_set():
                     await room.wait()
-                async with asyncio.timeout(idle):
-                    chunk = await reader.read(256 * 1024)
+                    self.last_received = time.monotonic()  # the read deadline counts from here
+                chunk = await reader.read(256 * 1024)
                 if not chunk:
                     if failure:
                         raise failure[0]
