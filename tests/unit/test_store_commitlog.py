@@ -237,15 +237,18 @@ async def test_runtime_info_and_positions(tmp_path: Path) -> None:
 async def test_ha_slave_dispatches_like_its_master(tmp_path: Path) -> None:
     # A slave's reput walks runs of ordinary IPv4 records without an object per record and takes
     # everything else (IPv6 hosts, prepared transactions, delayed messages, file ends) one by one;
-    # queues, index and what the dispatch listeners hear come out as on the master.
+    # queues, index and what the dispatch listeners hear come out as on the master. A second slave
+    # has a listener that wants every entry of topic T (as metadata replication does of its topic).
     from rocket.message import SYSFLAG_TRANSACTION_PREPARED
 
     cfg_m = small_config(tmp_path / "master", mapped_file_size_commit_log=4096)
     cfg_s = small_config(tmp_path / "slave", mapped_file_size_commit_log=4096, broker_role=BrokerRole.SLAVE)
-    heard: dict[str, list[tuple[str, int, int, int]]] = {"master": [], "slave": []}
-    async with opened(cfg_m) as master, opened(cfg_s) as slave:
+    cfg_e = small_config(tmp_path / "every", mapped_file_size_commit_log=4096, broker_role=BrokerRole.SLAVE)
+    heard: dict[str, list[tuple[str, int, int, int]]] = {"master": [], "slave": [], "every": []}
+    async with opened(cfg_m) as master, opened(cfg_s) as slave, opened(cfg_e) as every:
         master.add_dispatch_listener(lambda *a: heard["master"].append(a))
         slave.add_dispatch_listener(lambda *a: heard["slave"].append(a))
+        every.add_dispatch_listener(lambda *a: heard["every"].append(a), every_entry_of="T")
         for i in range(50):
             extra: dict[str, object] = {"born_host": "[2001:db8::5]:10911"} if i % 7 == 3 else {}
             if i % 11 == 5:
@@ -264,6 +267,7 @@ async def test_ha_slave_dispatches_like_its_master(tmp_path: Path) -> None:
         while offset < master.max_phy_offset:
             chunk = master.read_commit_log(offset, 700)  # cuts records anywhere
             assert await slave.append_commit_log_data(offset, chunk)
+            assert await every.append_commit_log_data(offset, chunk)
             offset += len(chunk)
         for topic, q in (("T", 0), ("T", 1)):
             assert slave.get_message(topic, q, 0, 64).records == master.get_message(topic, q, 0, 64).records
@@ -278,8 +282,10 @@ async def test_ha_slave_dispatches_like_its_master(tmp_path: Path) -> None:
             out[(topic, queue_id)] = max(offset, out.get((topic, queue_id), -1))
         return out
 
-    # the slave tells the listeners of every entry (a slave's metadata replication applies each
-    # record it hears of); the master of the last of a put's equal tags: the newest offsets agree
-    assert sorted((t, q, o) for t, q, o, _ in heard["slave"]) == sorted(
-        (t, q, o) for (t, q), n in newest(heard["master"]).items() for o in range(n + 1))
+    # the master and a slave tell the listeners of the last of a run of equal tag codes, the other
+    # slave of every entry of T: the newest offsets agree, and T's entries are all heard there
+    entries = {(t, q, o) for (t, q), n in newest(heard["master"]).items() for o in range(n + 1)}
     assert len(newest(heard["slave"])) == 3 and newest(heard["slave"]) == newest(heard["master"])
+    assert newest(heard["every"]) == newest(heard["master"])
+    assert {(t, q, o) for t, q, o, _ in heard["slave"]} < entries  # runs of one tag code: their last
+    assert {(t, q, o) for t, q, o, _ in heard["every"] if t == "T"} == {e for e in entries if e[0] == "T"}

@@ -97,6 +97,8 @@ class ReputMessageService:
         #: Store time (ms) of the newest dispatched record (the checkpoint's logics time).
         self.dispatched_store_ts = 0
         self.listeners: list[DispatchListener] = []
+        #: Topics whose every entry the listeners hear of, even in a run of one tag code.
+        self.every_entry_topics: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._error_logged = False
@@ -105,9 +107,11 @@ class ReputMessageService:
         """Run later turns of a long reput (:data:`REPUT_PARSE_SLICE`) on ``loop``."""
         self._loop = loop
 
-    def add_listener(self, cb: DispatchListener) -> None:
+    def add_listener(self, cb: DispatchListener, every_entry_of: str | None = None) -> None:
         """See ``DefaultMessageStore.add_dispatch_listener``."""
         self.listeners.append(cb)
+        if every_entry_of is not None:
+            self.every_entry_topics.add(every_entry_of)
 
     # -- one record, or a run of them ---------------------------------------------------------
 
@@ -132,8 +136,9 @@ class ReputMessageService:
     def dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue], notify: bool = False) -> None:
         """:meth:`dispatch_record` for a run of records read from the CommitLog (recovery, and
         replicated bytes on a slave), without an object per record; the ConsumeQueues written
-        are added to ``touched``. ``notify``: tell the dispatch listeners about every entry
-        (a slave's metadata replication applies each record it hears of)."""
+        are added to ``touched``. ``notify``: tell the dispatch listeners about the entries, as
+        :meth:`_notify` does (each entry of :attr:`every_entry_topics`: a slave's metadata
+        replication applies each record it hears of)."""
         delay_ms = self.delay_ms
         pack = ENTRY.pack
         last_cq: ConsumeQueue | None = None
@@ -166,7 +171,7 @@ class ReputMessageService:
                         assert last_cq is not None
                         last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
                         if notify:
-                            self._notify_each(last_topic, last_queue, run_first, run_tags)
+                            self._notify_run(last_topic, last_queue, run_first, run_tags)
                     if queue_id != last_queue or topic != last_topic:
                         last_cq = self.queues.find_or_create(topic, queue_id)
                         last_topic, last_queue = topic, queue_id
@@ -186,7 +191,7 @@ class ReputMessageService:
             assert last_cq is not None
             last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
             if notify:
-                self._notify_each(last_topic, last_queue, run_first, run_tags)
+                self._notify_run(last_topic, last_queue, run_first, run_tags)
         if i_phys:
             self.index.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
         self.dispatched_store_ts = ts
@@ -242,6 +247,13 @@ class ReputMessageService:
                     cb(topic, queue_id, first_queue_offset + i, tags[i])
                 except Exception:
                     log.exception("dispatch listener %r failed", cb)
+
+    def _notify_run(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
+        """:meth:`_notify_each` for a topic of :attr:`every_entry_topics`, else :meth:`_notify`."""
+        if topic in self.every_entry_topics:
+            self._notify_each(topic, queue_id, first_queue_offset, tags)
+        else:
+            self._notify(topic, queue_id, first_queue_offset, tags)
 
     def _notify_each(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
         """Tell the listeners about each of the entries ``first_queue_offset``, ... (tag codes ``tags``)."""
