@@ -70,7 +70,7 @@ def encode_transfer_header(offset: int, size: int) -> bytes:
     return TRANSFER_HEADER.pack(offset, size)
 
 
-def decode_transfer_header(data: bytes) -> tuple[int, int]:
+def decode_transfer_header(data: bytes | memoryview) -> tuple[int, int]:
     """``(offset, size)`` of a transfer header. Raises :class:`HAProtocolError` for bad values."""
     offset, size = TRANSFER_HEADER.unpack(data)
     if offset < 0 or size < 0 or size > MAX_TRANSFER_BODY:
@@ -133,25 +133,36 @@ class TransferParser:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """Add ``data``; return the transfers completed by it, in order."""
+        """Add ``data``; return the transfers completed by it, in order.
+
+        Each transfer's data is copied once, out of ``data`` itself when nothing was left over
+        from earlier calls (the usual case: chunks of whole transfers); only a remainder is kept."""
         buf = self._buf
-        buf += data
+        src: bytes | bytearray
+        if buf:
+            buf += data
+            src = buf
+        else:
+            src = data
         out: list[tuple[int, bytes]] = []
         pos = 0
-        n = len(buf)
+        n = len(src)
         hs = TRANSFER_HEADER.size
-        while True:
-            if self._need is None:
-                if n - pos < hs:
+        with memoryview(src) as view:
+            while True:
+                if self._need is None:
+                    if n - pos < hs:
+                        break
+                    self._need = decode_transfer_header(view[pos : pos + hs])
+                    pos += hs
+                offset, size = self._need
+                if n - pos < size:
                     break
-                self._need = decode_transfer_header(bytes(buf[pos : pos + hs]))
-                pos += hs
-            offset, size = self._need
-            if n - pos < size:
-                break
-            out.append((offset, bytes(buf[pos : pos + size])))
-            pos += size
-            self._need = None
-        if pos:
+                out.append((offset, bytes(view[pos : pos + size])))
+                pos += size
+                self._need = None
+            if src is not buf:
+                buf += view[pos:]
+        if src is buf and pos:
             del buf[:pos]
         return out

@@ -319,7 +319,8 @@ class HAClient(LoopService):
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         tick = min(heartbeat, idle / 4)
         parser = TransferParser()
-        pending = bytearray()
+        pending: list[bytes] = []  # transfers received and not yet applied, contiguous
+        pending_size = 0
         pending_offset = -1
         have_data = asyncio.Event()
         room = asyncio.Event()
@@ -328,14 +329,16 @@ class HAClient(LoopService):
         self.last_received = time.monotonic()
 
         async def apply() -> None:
-            nonlocal pending, pending_offset
+            nonlocal pending, pending_size, pending_offset
             while True:
                 await have_data.wait()
                 have_data.clear()
                 if not pending:
                     continue
-                data, offset = bytes(pending), pending_offset
-                pending = bytearray()
+                data = pending[0] if len(pending) == 1 else b"".join(pending)
+                offset = pending_offset
+                pending = []
+                pending_size = 0
                 pending_offset = -1
                 room.set()
                 if not await store.append_commit_log_data(offset, data):
@@ -387,11 +390,12 @@ class HAClient(LoopService):
                         continue  # heartbeat
                     if pending_offset < 0:
                         pending_offset = offset
-                    elif offset != pending_offset + len(pending):
-                        raise HAProtocolError(f"transfer at {offset}, expected {pending_offset + len(pending)}")
-                    pending += data
+                    elif offset != pending_offset + pending_size:
+                        raise HAProtocolError(f"transfer at {offset}, expected {pending_offset + pending_size}")
+                    pending.append(data)
+                    pending_size += len(data)
                     have_data.set()
-                if len(pending) >= _MAX_PENDING:
+                if pending_size >= _MAX_PENDING:
                     room.clear()
         except Exception:
             if failure:
