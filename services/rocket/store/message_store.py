@@ -167,17 +167,17 @@ class DefaultMessageStore:
     def reput_from_offset(self, offset: int) -> None:
         self.reput_service.reput_from_offset = offset
 
-    def add_dispatch_listener(self, cb: DispatchListener, every_entry_of: str | None = None) -> None:
+    def add_dispatch_listener(self, cb: DispatchListener, topic: str | None = None) -> None:
         """Call ``cb(topic, queue_id, queue_offset, tags_code)`` on the loop after ConsumeQueue appends.
 
         ``queue_offset`` is that of the message just dispatched (the queue's
         max offset is now ``queue_offset + 1``). For a run of consecutive
-        messages with the same tag code in one batch or replicated chunk, the
-        listeners are called once, for the last of them; except in topic
-        ``every_entry_of`` (of any listener), whose every entry they hear of.
-        Exceptions are logged and ignored.
+        messages with the same tag code in one batch or replicated chunk, ``cb``
+        is called once, for the last of them. With ``topic``, ``cb`` hears of
+        that topic only, and of its every entry. Exceptions are logged and
+        ignored.
         """
-        self.reput_service.add_listener(cb, every_entry_of)
+        self.reput_service.add_listener(cb, topic)
 
     def add_commit_listener(self, cb: Callable[[int], None]) -> None:
         """Call ``cb(max_phy_offset)`` on the loop each time the CommitLog's confirmed end moved,

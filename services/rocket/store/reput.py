@@ -97,8 +97,10 @@ class ReputMessageService:
         #: Store time (ms) of the newest dispatched record (the checkpoint's logics time).
         self.dispatched_store_ts = 0
         self.listeners: list[DispatchListener] = []
-        #: Topics whose every entry the listeners hear of, even in a run of one tag code.
-        self.every_entry_topics: set[str] = set()
+        #: Listeners of one topic each, told of its every entry.
+        self.topic_listeners: dict[str, list[DispatchListener]] = {}
+        #: Any listener at all.
+        self.notifying = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._error_logged = False
@@ -107,11 +109,13 @@ class ReputMessageService:
         """Run later turns of a long reput (:data:`REPUT_PARSE_SLICE`) on ``loop``."""
         self._loop = loop
 
-    def add_listener(self, cb: DispatchListener, every_entry_of: str | None = None) -> None:
+    def add_listener(self, cb: DispatchListener, topic: str | None = None) -> None:
         """See ``DefaultMessageStore.add_dispatch_listener``."""
-        self.listeners.append(cb)
-        if every_entry_of is not None:
-            self.every_entry_topics.add(every_entry_of)
+        if topic is None:
+            self.listeners.append(cb)
+        else:
+            self.topic_listeners.setdefault(topic, []).append(cb)
+        self.notifying = True
 
     # -- one record, or a run of them ---------------------------------------------------------
 
@@ -136,15 +140,14 @@ class ReputMessageService:
     def dispatch_rows(self, rows: list[RecordRow], touched: set[ConsumeQueue], notify: bool = False) -> None:
         """:meth:`dispatch_record` for a run of records read from the CommitLog (recovery, and
         replicated bytes on a slave), without an object per record; the ConsumeQueues written
-        are added to ``touched``. ``notify``: tell the dispatch listeners about the entries, as
-        :meth:`_notify` does (each entry of :attr:`every_entry_topics`: a slave's metadata
-        replication applies each record it hears of)."""
+        are added to ``touched``. ``notify``: tell the dispatch listeners about the entries
+        (:meth:`_notify`)."""
         delay_ms = self.delay_ms
         pack = ENTRY.pack
         last_cq: ConsumeQueue | None = None
         last_topic = ""
         last_queue = -1
-        notify = notify and bool(self.listeners)
+        notify = notify and self.notifying
         # Consecutive entries of one queue are packed together and appended at once.
         run_first = run_next = run_end = 0
         run_entries: list[bytes] = []
@@ -171,7 +174,7 @@ class ReputMessageService:
                         assert last_cq is not None
                         last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
                         if notify:
-                            self._notify_run(last_topic, last_queue, run_first, run_tags)
+                            self._notify(last_topic, last_queue, run_first, run_tags)
                     if queue_id != last_queue or topic != last_topic:
                         last_cq = self.queues.find_or_create(topic, queue_id)
                         last_topic, last_queue = topic, queue_id
@@ -191,7 +194,7 @@ class ReputMessageService:
             assert last_cq is not None
             last_cq.append(run_first, b"".join(run_entries), len(run_entries), run_end)
             if notify:
-                self._notify_run(last_topic, last_queue, run_first, run_tags)
+                self._notify(last_topic, last_queue, run_first, run_tags)
         if i_phys:
             self.index.build_many(i_topics, i_phys, i_ts, i_uniq, i_keys)
         self.dispatched_store_ts = ts
@@ -213,7 +216,7 @@ class ReputMessageService:
                     self.index.write_headers()
             self.queues.dirty.add(cq)
             self.dispatched_store_ts = b.store_timestamp
-            if self.listeners:
+            if self.notifying:
                 self._notify(b.topic, b.queue_id, b.first_queue_offset, b.tags)
             return
         q = b.first_queue_offset
@@ -221,7 +224,7 @@ class ReputMessageService:
             tran = b.sys_flags[i] & _TRAN_MASK
             if tran in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
                 cq.put(q, b.phys[i], b.sizes[i], b.tags[i])
-                if self.listeners:
+                if self.notifying:
                     self._notify(b.topic, b.queue_id, q, b.tags[i : i + 1])
                 q += 1
             if tran != SYSFLAG_TRANSACTION_ROLLBACK and b.keys is not None and b.uniq is not None:
@@ -233,7 +236,18 @@ class ReputMessageService:
 
     def _notify(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
         """Tell the listeners about the entries ``first_queue_offset``, ... with tag codes ``tags``:
-        of a run of equal tag codes only the last entry (a waiting pull wants the newest offset)."""
+        of a run of equal tag codes only the last entry (a waiting pull wants the newest offset);
+        the listeners of ``topic`` alone about each of them."""
+        each = self.topic_listeners.get(topic) if self.topic_listeners else None
+        if each:
+            for i, tags_code in enumerate(tags):
+                for cb in each:
+                    try:
+                        cb(topic, queue_id, first_queue_offset + i, tags_code)
+                    except Exception:
+                        log.exception("dispatch listener %r failed", cb)
+        if not self.listeners:
+            return
         n = len(tags)
         if n > 1 and tags.count(tags[-1]) == n:  # one tag code for all (a batch's usual case): the last
             tags = tags[-1:]
@@ -245,22 +259,6 @@ class ReputMessageService:
             for cb in self.listeners:
                 try:
                     cb(topic, queue_id, first_queue_offset + i, tags[i])
-                except Exception:
-                    log.exception("dispatch listener %r failed", cb)
-
-    def _notify_run(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
-        """:meth:`_notify_each` for a topic of :attr:`every_entry_topics`, else :meth:`_notify`."""
-        if topic in self.every_entry_topics:
-            self._notify_each(topic, queue_id, first_queue_offset, tags)
-        else:
-            self._notify(topic, queue_id, first_queue_offset, tags)
-
-    def _notify_each(self, topic: str, queue_id: int, first_queue_offset: int, tags: list[int]) -> None:
-        """Tell the listeners about each of the entries ``first_queue_offset``, ... (tag codes ``tags``)."""
-        for cb in self.listeners:
-            for i, tags_code in enumerate(tags):
-                try:
-                    cb(topic, queue_id, first_queue_offset + i, tags_code)
                 except Exception:
                     log.exception("dispatch listener %r failed", cb)
 
@@ -355,7 +353,7 @@ class ReputMessageService:
                 cq = self.dispatch_record(r)
                 if cq is not None:
                     self.queues.dirty.add(cq)
-                    if self.listeners:
+                    if self.notifying:
                         self._notify(r.topic, r.queue_id, r.queue_offset, [r.tags_code])
                 p += r.size
                 continue

@@ -157,7 +157,7 @@ class MetadataReplicator:
         md.topic_configs.on_change = lambda names: self._note("topics", names)
         md.subscription_groups.on_change = lambda names: self._note("groups", names)
         md.consumer_offsets.on_change = lambda keys: self._note("offsets", keys)
-        self.broker.store.add_dispatch_listener(self.on_dispatch, every_entry_of=METADATA_TOPIC)
+        self.broker.store.add_dispatch_listener(self.on_dispatch, topic=METADATA_TOPIC)
 
     @property
     def active(self) -> bool:
