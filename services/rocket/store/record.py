@@ -116,7 +116,8 @@ def index_key_hash(topic: str, key: str) -> int:
             i += 1
     else:
         units = _units(key)
-        h = (h * _pow31(len(units)) + sum(map(operator.mul, units, _powers(len(units))))) & _U32
+        prefix: int = h  # (a Python int: the product below passes 64 bits)
+        h = (prefix * _pow31(len(units)) + sum(map(operator.mul, units, _powers(len(units))))) & _U32
     if h > 0x80000000:
         return 0x100000000 - h
     return 0 if h == 0x80000000 else h
