@@ -200,10 +200,20 @@ class Cluster:
             st = self.status("m")
             assert st is not None
             mid = str(st["controllerMode"]["controllerBrokerId"])
-            done = subprocess.run(_cli(self.net.ns["s"], "cluster", "failover", "-b", GROUP, "--broker-id", mid,
-                                       "-n", self.namesrv), capture_output=True, text=True, timeout=90, env=_env(),
-                                  cwd=ROOT)
-            assert done.returncode == 0, done.stdout + done.stderr
+            # The tool finds the group's brokers through the NameServer. A fenced old master that
+            # has just rejoined registers its new role after the registration round it started
+            # during the partition times out (registerBrokerTimeoutMills, 6 s; Apache's
+            # registerBrokerAll is synchronized too): until then "no answering slave", and again.
+            deadline = time.monotonic() + 30
+            while True:
+                done = subprocess.run(_cli(self.net.ns["s"], "cluster", "failover", "-b", GROUP, "--broker-id",
+                                           mid, "-n", self.namesrv), capture_output=True, text=True, timeout=90,
+                                      env=_env(), cwd=ROOT)
+                out = done.stdout + done.stderr
+                if done.returncode == 0 or "no answering slave" not in out or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert done.returncode == 0, out
             wait_for(lambda: self.master(full_set=3) == "m", 90, interval=0.3,
                      what="the broker in M master with all 3 in sync")
         assert self.ds.call(op="create_topic", addr=self.addr("m"), topic=topic, queues=4)["code"] == 0
