@@ -116,18 +116,12 @@ def index_key_hash(topic: str, key: str) -> int:
             i += 1
     else:
         units = _units(key)
+        powers = _powers(len(units))  # (grows _POW31 to hold 31**len)
         prefix: int = h  # (a Python int: the product below passes 64 bits)
-        h = (prefix * _pow31(len(units)) + sum(map(operator.mul, units, _powers(len(units))))) & _U32
+        h = (prefix * _POW31[len(units)] + sum(map(operator.mul, units, powers))) & _U32
     if h > 0x80000000:
         return 0x100000000 - h
     return 0 if h == 0x80000000 else h
-
-
-def _pow31(n: int) -> int:
-    """``31**n`` mod 2**32."""
-    while len(_POW31) <= n:
-        _POW31.append((_POW31[-1] * 31) & _U32)
-    return _POW31[n]
 
 
 def _prefix_hash(topic: str) -> int:
