@@ -60,6 +60,18 @@ def _records(broker: Any) -> list[tuple[Any, Any, Any]]:
     return out
 
 
+async def _records_when(broker: Any, done: Any, timeout: float = 10.0) -> list[tuple[Any, Any, Any]]:
+    """The broker's records once ``done(records)`` holds, or those there after ``timeout`` seconds
+    (the caller's assertions then fail): records are written on the loop (a refused one a second
+    later) and reach the ConsumeQueue through the reput, whose pace follows the machine's load."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        records = _records(broker)
+        if done(records) or asyncio.get_running_loop().time() > deadline:
+            return records
+        await asyncio.sleep(0.05)
+
+
 def test_record_round_trip_and_malformed_records() -> None:
     body = encode_record({"T": TopicConfig("T", read_queue_nums=2, write_queue_nums=2).to_json(), "Gone": None},
                          {"G": SubscriptionGroupConfig(group_name="G", retry_max_times=5).to_json()},
@@ -95,8 +107,7 @@ async def test_master_records_changes_coalesces_offsets_and_a_slave_applies_them
         assert rep.records_written == 3
         md.subscription_groups.delete("CG")
         md.consumer_offsets.remove_group("CG")
-        await asyncio.sleep(0.2)
-        records = _records(master)
+        records = await _records_when(master, lambda r: len(r) >= 5)
         assert len(records) == 5
         assert records[2][2] == {"Orders@CG": {0: 100, 1: 100, 2: 100, 3: 100}}
         assert records[3][1] == {"CG": None} and records[4][2] == {"Orders@CG": None}
@@ -193,8 +204,7 @@ async def test_a_large_change_is_split_over_records_a_slave_applies_in_full(tmp_
     try:
         master.metadata.topic_configs.put_many(
             [TopicConfig(f"Many{i}", read_queue_nums=2, write_queue_nums=2) for i in range(3000)])
-        await asyncio.sleep(0.2)
-        records = _records(master)
+        records = await _records_when(master, lambda r: sum(len(t) for t, _, _ in r) >= 3000)
         assert len(records) > 1, "3,000 topics (~1.5 MB estimated) make more than one record"
         assert sum(len(t) for t, _, _ in records) == 3000
         data = master.store.read_commit_log(0, 64 << 20)
