@@ -257,7 +257,7 @@ class SendMessageRequestHeader:
         return values
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PullMessageRequestHeader:
     """Header of PULL_MESSAGE (11). Offsets are queue offsets; times in ms."""
 
@@ -272,6 +272,23 @@ class PullMessageRequestHeader:
     subscription: str | None
     sub_version: int
     expression_type: str
+
+    def __init__(self, consumer_group: str, topic: str, queue_id: int, queue_offset: int, max_msg_nums: int,
+                 sys_flag: int, commit_offset: int, suspend_timeout_millis: int, subscription: str | None,
+                 sub_version: int, expression_type: str) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.consumer_group = consumer_group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.max_msg_nums = max_msg_nums
+        self.sys_flag = sys_flag
+        self.commit_offset = commit_offset
+        self.suspend_timeout_millis = suspend_timeout_millis
+        self.subscription = subscription
+        self.sub_version = sub_version
+        self.expression_type = expression_type
 
     @classmethod
     def parse(cls, cmd: RemotingCommand) -> PullMessageRequestHeader:

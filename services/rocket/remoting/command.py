@@ -143,7 +143,7 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemotingCommand:
     """One request or response.
 
@@ -161,6 +161,21 @@ class RemotingCommand:
     language: str = "PYTHON"
     version: int = VERSION_V4_9_8
     serialize_type: int = SerializeType.JSON
+
+    def __init__(self, code: int, opaque: int = 0, flag: int = 0, ext_fields: dict[str, str] | None = None,
+                 body: bytes = b"", remark: str | None = None, language: str = "PYTHON",
+                 version: int = VERSION_V4_9_8, serialize_type: int = SerializeType.JSON) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.code = code
+        self.opaque = opaque
+        self.flag = flag
+        self.ext_fields = {} if ext_fields is None else ext_fields
+        self.body = body
+        self.remark = remark
+        self.language = language
+        self.version = version
+        self.serialize_type = serialize_type
 
     @property
     def is_response(self) -> bool:

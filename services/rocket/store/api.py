@@ -132,7 +132,7 @@ class PutMessageStatus(enum.StrEnum):
     WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PutMessageRequest:
     """One message to append. The store assigns queue offset, physical offset
     and store timestamp; ``tags_code`` goes to the ConsumeQueue; ``keys`` and
@@ -155,6 +155,27 @@ class PutMessageRequest:
     uniq_key: str | None = None
     #: False when the message's WAIT property is "false": no waiting for flush.
     wait_store_msg_ok: bool = True
+
+    def __init__(self, topic: str, queue_id: int, body: bytes, properties: str = "", flag: int = 0,
+                 sys_flag: int = 0, born_timestamp: int = 0, born_host: str = "127.0.0.1:0",
+                 reconsume_times: int = 0, prepared_transaction_offset: int = 0, tags_code: int = 0,
+                 keys: list[str] | None = None, uniq_key: str | None = None, wait_store_msg_ok: bool = True) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.topic = topic
+        self.queue_id = queue_id
+        self.body = body
+        self.properties = properties
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.tags_code = tags_code
+        self.keys = [] if keys is None else keys
+        self.uniq_key = uniq_key
+        self.wait_store_msg_ok = wait_store_msg_ok
 
 
 @dataclass(slots=True)
@@ -255,7 +276,7 @@ class AppendedMessage:
                 f"queue_offset={self.queue_offset}, store_timestamp={self.store_timestamp}, msg_id={self.msg_id!r})")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PutMessageResult:
     """Result of :meth:`put_message` / :meth:`put_messages`.
 
@@ -270,6 +291,15 @@ class PutMessageResult:
     #: The ``msg_id`` of every message, joined by commas (what a batch send answers), when the
     #: store made it at once; "" otherwise (join them from ``messages``).
     msg_ids: str = ""
+
+    def __init__(self, status: PutMessageStatus, messages: list[AppendedMessage] | None = None, remark: str = "",
+                 msg_ids: str = "") -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.status = status
+        self.messages = [] if messages is None else messages
+        self.remark = remark
+        self.msg_ids = msg_ids
 
     @property
     def ok(self) -> bool:
@@ -291,7 +321,7 @@ class GetMessageStatus(enum.StrEnum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class GetMessageResult:
     """Result of :meth:`get_message`.
 
@@ -309,6 +339,19 @@ class GetMessageResult:
     queue_offsets: list[int] = field(default_factory=list)
     #: True when the consumer is far behind (the broker may suggest a slave).
     suggest_pulling_from_slave: bool = False
+
+    def __init__(self, status: GetMessageStatus, next_begin_offset: int, min_offset: int, max_offset: int,
+                 records: list[bytes] | None = None, queue_offsets: list[int] | None = None,
+                 suggest_pulling_from_slave: bool = False) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.records = [] if records is None else records
+        self.queue_offsets = [] if queue_offsets is None else queue_offsets
+        self.suggest_pulling_from_slave = suggest_pulling_from_slave
 
     @property
     def body(self) -> bytes:

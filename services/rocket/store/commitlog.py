@@ -110,7 +110,7 @@ class Segment(files.MappedFile):
         self.created = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DispatchBatch:
     """What one put appended, kept for the reput so that it need not re-parse its own records.
 
@@ -131,6 +131,24 @@ class DispatchBatch:
     uniq: list[str | None] | None
     store_timestamp: int
     sys_flags: list[int] | None = None
+
+    def __init__(self, start: int, end: int, topic: str, queue_id: int, first_queue_offset: int, phys: list[int],
+                 sizes: list[int], tags: list[int], keys: list[list[str]] | None, uniq: list[str | None] | None,
+                 store_timestamp: int, sys_flags: list[int] | None = None) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.start = start
+        self.end = end
+        self.topic = topic
+        self.queue_id = queue_id
+        self.first_queue_offset = first_queue_offset
+        self.phys = phys
+        self.sizes = sizes
+        self.tags = tags
+        self.keys = keys
+        self.uniq = uniq
+        self.store_timestamp = store_timestamp
+        self.sys_flags = sys_flags
 
 
 class PutOp:
@@ -189,13 +207,23 @@ class _Chunk:
         self.end = start
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _JobResult:
     ok_until: int
     error: OSError | None = None
     phase: str = ""
     path: Path | None = None
     write_seconds: float = 0.0
+
+    def __init__(self, ok_until: int, error: OSError | None = None, phase: str = "", path: Path | None = None,
+                 write_seconds: float = 0.0) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.ok_until = ok_until
+        self.error = error
+        self.phase = phase
+        self.path = path
+        self.write_seconds = write_seconds
 
 
 @dataclass(slots=True)

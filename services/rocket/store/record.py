@@ -442,7 +442,7 @@ CORRUPT: Final = -2  # bad magic, sizes or CRC
 _CHECK: Final = struct.Struct(">iiiiiqqi")  # totalsize .. sysflag
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DispatchRecord:
     """What the reput needs from one stored record (``DispatchRequest``)."""
 
@@ -458,6 +458,23 @@ class DispatchRecord:
     uniq_key: str | None
     #: DELAY property of a SCHEDULE_TOPIC_XXXX record (0 otherwise): its tag code is a delivery time.
     delay_level: int = 0
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, physical_offset: int, size: int,
+                 tags_code: int, store_timestamp: int, sys_flag: int, keys: str, uniq_key: str | None,
+                 delay_level: int = 0) -> None:
+        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
+        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.size = size
+        self.tags_code = tags_code
+        self.store_timestamp = store_timestamp
+        self.sys_flag = sys_flag
+        self.keys = keys
+        self.uniq_key = uniq_key
+        self.delay_level = delay_level
 
 
 #: Where delayed messages wait (``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``).
