@@ -25,14 +25,29 @@ from rocket.protocol import SubscriptionGroupConfig, TopicConfig
 from rocket.remoting import RemotingCommand, ResponseCode
 from rocket.remoting.connection import ANSWER_LATER
 from rocket.store import DefaultMessageStore
-from rocket.store.api import BrokerRole, PutMessageResult, PutMessageStatus
+from rocket.store.api import BrokerRole, PutMessageRequest, PutMessageResult, PutMessageStatus
 
 
-async def _broker(root: Path, *, master: bool, replicate: Any = None) -> Any:
+class BusyOnceStore(DefaultMessageStore):
+    """A real store that refuses its first put with OS_PAGECACHE_BUSY (a subclass: the store's
+    methods are not replaceable on an instance in its compiled form); ``refusals`` lists the
+    refused batches' sizes."""
+
+    refusals: list[int]
+
+    def put_messages_nowait(self, reqs: list[PutMessageRequest]) -> Any:
+        if not self.refusals:
+            self.refusals.append(len(reqs))
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, remark="busy")
+        return super().put_messages_nowait(reqs)
+
+
+async def _broker(root: Path, *, master: bool, replicate: Any = None,
+                  store_class: type[DefaultMessageStore] = DefaultMessageStore) -> Any:
     cfg = BrokerConfig(broker_name="g", enable_controller_mode=True, controller_addr="127.0.0.1:1",
                        store_path_root_dir=str(root), broker_role=BrokerRole.SYNC_MASTER if master else
                        BrokerRole.SLAVE, broker_id=0 if master else 1)
-    store = DefaultMessageStore(cfg.store_config())
+    store = store_class(cfg.store_config())
     await store.start()
     metadata = BrokerMetadata(root / "config")
     await metadata.load()
@@ -216,18 +231,9 @@ async def test_a_large_change_is_split_over_records_a_slave_applies_in_full(tmp_
 
 
 async def test_a_record_the_store_refuses_is_written_again_a_second_later(tmp_path: Path) -> None:
-    master = await _broker(tmp_path / "m", master=True)
+    master = await _broker(tmp_path / "m", master=True, store_class=BusyOnceStore)
     rep = master.metadata_replication
-    real = master.store.put_messages_nowait
-    refusals: list[int] = []
-
-    def busy_once(reqs: Any) -> Any:
-        if not refusals:
-            refusals.append(len(reqs))
-            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, remark="busy")
-        return real(reqs)
-
-    master.store.put_messages_nowait = busy_once
+    refusals = master.store.refusals = []
     conn: Any = _Conn()
     try:
         request = RemotingCommand(code=15)

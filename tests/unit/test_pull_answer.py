@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
+from rocket.broker import controller as controller_module
 from rocket.broker.config import BrokerConfig
 from rocket.broker.controller import BrokerController
 from rocket.broker.headers import PULL_FLAG_SUBSCRIPTION
 from rocket.broker.processor.pull import pull_answer
 from rocket.remoting import RemotingCommand, RequestCode, ResponseCode
+from rocket.store import DefaultMessageStore
 from rocket.store.api import BrokerRole, GetMessageResult, GetMessageStatus
 from tests.store_helpers import make_request, opened, small_config
 from tests.support import unconnected_connection
@@ -59,8 +61,21 @@ def _store_next(role: str, status: S, master_next: int) -> int:
     return master_next
 
 
+class ScriptedReadStore(DefaultMessageStore):
+    """A real store whose read answers ``scripted`` once that is set (a subclass: the store's
+    methods are not replaceable on an instance in its compiled form)."""
+
+    scripted: GetMessageResult | None = None
+
+    def get_message(self, *args: Any, **kwargs: Any) -> GetMessageResult:
+        if self.scripted is not None:
+            return self.scripted
+        return super().get_message(*args, **kwargs)
+
+
 @pytest.fixture
-async def brokers(tmp_path: Path) -> AsyncIterator[dict[str, BrokerController]]:
+async def brokers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict[str, BrokerController]]:
+    monkeypatch.setattr(controller_module, "DefaultMessageStore", ScriptedReadStore)
     out: dict[str, BrokerController] = {}
     for role in ROLES:
         slave = role != "master"
@@ -92,10 +107,8 @@ def _pull(offset: int = REQUESTED, queue_id: int = 1) -> RemotingCommand:
 
 
 def _answer(b: BrokerController, result: GetMessageResult, offset: int = REQUESTED) -> RemotingCommand:
-    def fake_get(*_: Any, **__: Any) -> GetMessageResult:
-        return result
-
-    b.store.get_message = fake_get  # type: ignore[method-assign]
+    assert isinstance(b.store, ScriptedReadStore)
+    b.store.scripted = result
     response, parked = b.pull_processor.process(_pull(offset), unconnected_connection(), allow_suspend=False)
     assert parked is None
     return response
