@@ -261,6 +261,11 @@ class SendBroker(BrokerCore, HasReplication, Puts, Protocol):
     in_flight_send_bytes: int
 
     @property
+    def stats(self) -> BrokerStats:
+        """Put and get counters (the send path counts its stored messages there, as ``record_put``)."""
+        ...
+
+    @property
     def schedule(self) -> ScheduleMessageService:
         """Delay levels."""
         ...

@@ -67,10 +67,10 @@ from rocket.protocol import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from rocket.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, PERM_READ, PERM_WRITE, VERSION_V4_9_8, SerializeType
 from rocket.remoting import RemotingCommand, RemotingConnection, ResponseCode
 from rocket.remoting.connection import ANSWER_LATER
-from rocket.store.api import PutMessageBatch, PutMessageResult, PutMessageStatus
+from rocket.store.api import BrokerRole, PutMessageBatch, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from rocket.broker.interfaces import SendBroker
+    from rocket.broker.interfaces import PutDone, SendBroker
     from rocket.protocol import TopicConfig
 
 log = logging.getLogger("rocket.broker.send")
@@ -165,6 +165,9 @@ def _reply_queue_id(prepared: Prepared) -> int:
 
 #: Properties whose presence in a batch item needs a closer look (:func:`_batch_item_refusal`).
 _BATCH_CHECKED_NAMES = frozenset((PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTY_KEYS))
+#: Properties for which ``BrokerController.put_nowait`` rewrites a message (to the delay levels'
+#: or the timer's topic) before it is stored.
+_REWRITTEN_NAMES = frozenset((PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTY_KEYS))
 
 
 def _batch_item_refusal(props: dict[str, str], index: int) -> str | None:
@@ -334,7 +337,7 @@ class SendMessageProcessor:
                 return prepared
             done = partial(self._put_done, conn, request, prepared, size, started)
             put = (broker.put_message_batch_nowait(prepared, done) if isinstance(prepared, PutMessageBatch)
-                   else broker.put_nowait([prepared], done))
+                   else self._put_single(prepared, done))
         except BaseException:
             self._done(size, started)
             raise
@@ -345,6 +348,16 @@ class SendMessageProcessor:
             return self._answer(request, prepared, put)
         put.add_done_callback(done)
         return ANSWER_LATER
+
+    def _put_single(self, inner: MessageInner, done: PutDone,
+                    ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
+        """``BrokerController.put_nowait([inner], done)``, its usual case (no delay level or timer
+        property to rewrite, not a SYNC_MASTER) taken here: the store's put at once, compiled code
+        from the request to the CommitLog (the controller's method is interpreted)."""
+        broker = self.broker
+        if broker.config.broker_role is not BrokerRole.SYNC_MASTER and _REWRITTEN_NAMES.isdisjoint(inner.properties):
+            return broker.store.put_messages_callback([inner.to_request()], done)
+        return broker.put_nowait([inner], done)
 
     async def _send_task(
         self, request: RemotingCommand, conn: RemotingConnection, size: int, started: float,
@@ -427,10 +440,14 @@ class SendMessageProcessor:
     def _record_stored(self, prepared: Prepared, result: PutMessageResult) -> str:
         """Count the stored messages in the broker's put statistics; the answer's msgId
         (the stored messages' ids, comma-separated for a batch). ``result.messages`` is not empty."""
+        broker = self.broker
         if isinstance(prepared, PutMessageBatch):
-            self.broker.record_put(prepared.topic, len(prepared.bodies), sum(map(len, prepared.bodies)))
+            nbytes = sum(map(len, prepared.bodies))
+            broker.metrics.count_in(prepared.topic, len(prepared.bodies), nbytes)
+            broker.stats.on_put(len(prepared.bodies), nbytes, prepared.topic)
             return result.msg_ids or ",".join([m.msg_id for m in result.messages])
-        self.broker.record_put(prepared.topic, 1, len(prepared.body))
+        broker.metrics.count_in(prepared.topic, 1, len(prepared.body))  # (BrokerController.record_put, inline)
+        broker.stats.on_put(1, len(prepared.body), prepared.topic)
         if prepared.topic == HALF_TOPIC:
             self.broker.transaction.on_half_stored(prepared)
         return result.messages[0].msg_id
