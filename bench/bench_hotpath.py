@@ -241,16 +241,20 @@ def main(argv: list[str] | None = None) -> None:
     the batch phase, for instruction counts: ``valgrind --tool=callgrind`` of two runs that build
     the same M batches and feed different N; the difference of their counts divided by the
     difference in messages is the broker's instructions per batched message (the broker does not
-    re-register with the NameServer meanwhile: that periodic work would count by duration)."""
+    re-register with the NameServer meanwhile: that periodic work would count by duration).
+    ``--phase single`` does the same with N single sends (SEND_MESSAGE_V2 of 1 KiB with UNIQ_KEY and
+    WAIT, 64 per read, as in :func:`run`) out of M built: instructions per single send."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench.bench_hotpath")
-    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--batches", type=int, default=100,
+                        help="batches (or single sends, with --phase single) to feed")
     parser.add_argument("--build", type=int, default=0,
                         help="batches to build (at least --batches): the same client-side work in runs that feed "
                              "different numbers, so that their difference is the broker's work alone")
     parser.add_argument("--shape", choices=("ours", "java"), default="ours")
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
+    parser.add_argument("--phase", choices=("batch", "single"), default="batch")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -263,16 +267,26 @@ def main(argv: list[str] | None = None) -> None:
     try:
         loop.run_until_complete(hot.feed([hot.frame(310, _send_header(
             0, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true", False), BODY)], 1))
-        loop.run_until_complete(hot.feed(hot.batch_frames(2, args.shape), 16))  # (caches warm)
-        frames = hot.batch_frames(max(args.batches, args.build), args.shape)[:args.batches]
+        single = args.phase == "single"
+        per_frame, per_read = (1, 64) if single else (32, 16)
+        if single:
+            def singles(n: int) -> list[bytes]:
+                return [hot.frame(310, _send_header(k % QUEUES, f"UNIQ_KEY\x01{new_uniq_id()}\x02WAIT\x01true", False),
+                                  BODY) for k in range(n)]
+            loop.run_until_complete(hot.feed(singles(256), per_read))  # (caches warm)
+            frames = singles(max(args.batches, args.build))[:args.batches]
+        else:
+            loop.run_until_complete(hot.feed(hot.batch_frames(2, args.shape), per_read))  # (caches warm)
+            frames = hot.batch_frames(max(args.batches, args.build), args.shape)[:args.batches]
         cpu = time.process_time()
         before = hot.broker.store.stats.put_messages
-        loop.run_until_complete(hot.feed(frames, 16))
+        loop.run_until_complete(hot.feed(frames, per_read))
         cpu = time.process_time() - cpu
         stored = hot.broker.store.stats.put_messages - before
-        if stored != args.batches * 32:
-            raise SystemExit(f"{stored} messages stored, not {args.batches * 32}: some sends were refused")
-        print(f"[{args.flush}] {args.batches} batches of 32 ({args.shape}): {cpu / args.batches / 32 * 1e6:.2f} us "
+        if stored != args.batches * per_frame:
+            raise SystemExit(f"{stored} messages stored, not {args.batches * per_frame}: some sends were refused")
+        what = "single sends" if single else f"batches of 32 ({args.shape})"
+        print(f"[{args.flush}] {args.batches} {what}: {cpu / args.batches / per_frame * 1e6:.2f} us "
               f"of CPU per message", flush=True)
     finally:
         loop.run_until_complete(hot.stop())
