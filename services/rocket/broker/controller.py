@@ -58,7 +58,7 @@ from rocket.broker.replicas import ReplicationManager, apply_persisted_role
 from rocket.broker.schedule import SCHEDULE_TOPIC, ScheduleMessageService, parse_delay_levels
 from rocket.broker.stats import BrokerStats, ConsumeStatRow
 from rocket.broker.tasks import CoalescingRunner, TaskGroup, write_file_durably
-from rocket.broker.timer import TIMER_PROPERTY_KEYS, TimerCollector, transform_timer_message
+from rocket.broker.timer import REWRITE_TRIGGERS, TIMER_PROPERTY_KEYS, TimerCollector, transform_timer_message
 from rocket.broker.topics import TopicManager, is_readable, is_writeable
 from rocket.broker.transaction import TransactionalMessageService
 from rocket.message import (
@@ -623,8 +623,9 @@ class BrokerController:
     def _store_request(self, inner: MessageInner) -> MessageInner | PutMessageResult:
         """Apply the timer rewrite (:meth:`_timer_hook`), then the delay rewrite: DELAY > 0 goes
         to SCHEDULE_TOPIC_XXXX queue level-1. A refused timer message yields its result.
-        :meth:`put_nowait` calls this only for a message with ``DELAY`` or a timer property (the
-        rewrites' triggers): a rewrite triggered by anything else must be added to its test too."""
+        :meth:`put_nowait` (and the send processor's usual case) call this only for a message with
+        one of ``rocket.broker.timer.REWRITE_TRIGGERS``: a rewrite triggered by anything else must
+        be added there too."""
         hooked = self._timer_hook(inner)
         if not isinstance(hooked, MessageInner):
             return hooked
@@ -677,8 +678,7 @@ class BrokerController:
         for the send path; see :meth:`put_batch_nowait` for ``done`` and what comes back."""
         if len(inners) == 1:
             inner = inners[0]
-            props = inner.properties
-            if PROPERTY_DELAY_TIME_LEVEL in props or not _TIMER_NAMES.isdisjoint(props):
+            if not REWRITE_TRIGGERS.isdisjoint(inner.properties):
                 rewritten = self._store_request(inner)
                 if isinstance(rewritten, PutMessageResult):
                     return rewritten

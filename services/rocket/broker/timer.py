@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 #: ``__STARTDELIVERTIME``).
 TIMER_PROPERTY_KEYS = _TIMER_KEYS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC,
                PROPERTY_START_DELIVER_TIME)
+#: The properties for which the broker rewrites a message before it is stored (a delay level:
+#: SCHEDULE_TOPIC_XXXX; a timer property: rmq_sys_wheel_timer), the triggers of
+#: ``BrokerController._store_request``; a message with none of them is stored as sent.
+REWRITE_TRIGGERS = frozenset((PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTY_KEYS))
 
 
 def batch_timer_refusal(props: dict[str, str], index: int | None = None) -> str | None:

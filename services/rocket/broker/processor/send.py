@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import ItemForm, MessageInner, apply_item_forms, cached_tags_code
-from rocket.broker.timer import TIMER_PROPERTY_KEYS, batch_timer_refusal
+from rocket.broker.timer import REWRITE_TRIGGERS, TIMER_PROPERTY_KEYS, batch_timer_refusal
 from rocket.broker.topics import NOT_ALLOWED_SEND_TOPICS, is_writeable, validate_topic
 from rocket.broker.transaction import HALF_TOPIC, half_message, is_half_message
 from rocket.message import (
@@ -165,9 +165,6 @@ def _reply_queue_id(prepared: Prepared) -> int:
 
 #: Properties whose presence in a batch item needs a closer look (:func:`_batch_item_refusal`).
 _BATCH_CHECKED_NAMES = frozenset((PROPERTY_TRANSACTION_PREPARED, PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTY_KEYS))
-#: Properties for which ``BrokerController.put_nowait`` rewrites a message (to the delay levels'
-#: or the timer's topic) before it is stored.
-_REWRITTEN_NAMES = frozenset((PROPERTY_DELAY_TIME_LEVEL, *TIMER_PROPERTY_KEYS))
 
 
 def _batch_item_refusal(props: dict[str, str], index: int) -> str | None:
@@ -355,7 +352,7 @@ class SendMessageProcessor:
         property to rewrite, not a SYNC_MASTER) taken here: the store's put at once, compiled code
         from the request to the CommitLog (the controller's method is interpreted)."""
         broker = self.broker
-        if broker.config.broker_role is not BrokerRole.SYNC_MASTER and _REWRITTEN_NAMES.isdisjoint(inner.properties):
+        if broker.config.broker_role is not BrokerRole.SYNC_MASTER and REWRITE_TRIGGERS.isdisjoint(inner.properties):
             return broker.store.put_messages_callback([inner.to_request()], done)
         return broker.put_nowait([inner], done)
 
@@ -442,14 +439,16 @@ class SendMessageProcessor:
         (the stored messages' ids, comma-separated for a batch). ``result.messages`` is not empty."""
         broker = self.broker
         if isinstance(prepared, PutMessageBatch):
-            nbytes = sum(map(len, prepared.bodies))
-            broker.metrics.count_in(prepared.topic, len(prepared.bodies), nbytes)
-            broker.stats.on_put(len(prepared.bodies), nbytes, prepared.topic)
+            count, nbytes = len(prepared.bodies), sum(map(len, prepared.bodies))
+        else:
+            count, nbytes = 1, len(prepared.body)
+        # BrokerController.record_put, inline: from compiled code to compiled code.
+        broker.metrics.count_in(prepared.topic, count, nbytes)
+        broker.stats.on_put(count, nbytes, prepared.topic)
+        if isinstance(prepared, PutMessageBatch):
             return result.msg_ids or ",".join([m.msg_id for m in result.messages])
-        broker.metrics.count_in(prepared.topic, 1, len(prepared.body))  # (BrokerController.record_put, inline)
-        broker.stats.on_put(1, len(prepared.body), prepared.topic)
         if prepared.topic == HALF_TOPIC:
-            self.broker.transaction.on_half_stored(prepared)
+            broker.transaction.on_half_stored(prepared)
         return result.messages[0].msg_id
 
     @staticmethod
