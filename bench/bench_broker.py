@@ -255,7 +255,7 @@ def _cpu_line(results: list[LoadResult], broker_cpu: float, wall: float, warmup:
     """
     n = sum(r.messages for r in results) or 1
     client = sum(r.cpu_seconds * r.seconds / (r.seconds + warmup) for r in results)
-    return (f"CPU per message: broker {broker_cpu / n * 1e6:.0f} us, client {client / n * 1e6:.0f} us; "
+    return (f"CPU per message: broker {broker_cpu / n * 1e6:.1f} us, client {client / n * 1e6:.1f} us; "
             f"broker used {broker_cpu / wall * 100:.0f}% of a core")
 
 
