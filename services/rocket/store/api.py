@@ -9,6 +9,7 @@ Apache RocketMQ 4.9.8 ``MessageStoreConfig``, ``PutMessageStatus`` and
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,17 +185,18 @@ class PutMessageBatch:
     them share once, what differs in parallel lists (index i = message i), so that a batch costs
     no object per message before it is stored.
 
-    ``properties[i]`` is message i's encoded properties string in UTF-8, exactly as it will be
-    stored; ``tags_codes``, ``keys`` and ``uniq_keys`` are what the ConsumeQueue and the IndexFile
-    take from them (as in :class:`PutMessageRequest`; ``keys[i]`` may be one list object shared by
-    several messages: it is only read). ``wait_store_msg_ok`` is False when no message's WAIT
-    property is other than "false" (no waiting for a flush, as for a batch of such requests).
-    ``indexed`` is False when no message has KEYS or a UNIQ_KEY (no IndexFile work).
+    ``bodies[i]`` is message i's body, bytes or a view of the request's body (a batch send's,
+    :func:`rocket.message.split_batch`); ``properties[i]`` is its encoded properties string in
+    UTF-8, exactly as it will be stored; ``tags_codes``, ``keys`` and ``uniq_keys`` are what the
+    ConsumeQueue and the IndexFile take from them (as in :class:`PutMessageRequest`; ``keys[i]``
+    may be one list object shared by several messages: it is only read). ``wait_store_msg_ok`` is
+    False when no message's WAIT property is other than "false" (no waiting for a flush, as for a
+    batch of such requests). ``indexed`` is False when no message has KEYS or a UNIQ_KEY (no IndexFile work).
     """
 
     topic: str
     queue_id: int
-    bodies: list[bytes]
+    bodies: Sequence[bytes | memoryview]
     properties: list[bytes]
     flags: list[int]
     tags_codes: list[int]
@@ -214,7 +216,7 @@ class PutMessageBatch:
         """The same messages as one :class:`PutMessageRequest` each (``wait_store_msg_ok`` as
         the batch's)."""
         return [
-            PutMessageRequest(self.topic, self.queue_id, body, props.decode(), flag, self.sys_flag,
+            PutMessageRequest(self.topic, self.queue_id, bytes(body), props.decode(), flag, self.sys_flag,
                               self.born_timestamp, self.born_host, self.reconsume_times, 0, tags, list(keys),
                               uniq, self.wait_store_msg_ok)
             for body, props, flag, tags, keys, uniq in zip(

@@ -327,7 +327,7 @@ class RecordEncoder:
     def encode_message_batch_into(
         self,
         buf: bytearray,
-        bodies: list[bytes],
+        bodies: Sequence[bytes | memoryview],
         props: list[bytes],
         flags: list[int],
         sizes: list[int],
@@ -343,9 +343,13 @@ class RecordEncoder:
     ) -> tuple[list[AppendedMessage], list[int], int, list[int] | None, str]:
         """:meth:`encode_batch_into` for the messages of a batch send (``PutMessageBatch``): they
         share born host (``born``, from :meth:`born_bytes`), sysFlag, born time and reconsume
-        times; ``bodies``, ``props``, ``flags`` and ``sizes`` are per message. Same bytes
-        (prepared transaction offset 0, as a batch's store requests had), same return value
-        plus the messages' offsetMsgIds joined by commas (made by one ``bytes.hex`` call)."""
+        times; ``bodies`` (bytes or views), ``props``, ``flags`` and ``sizes`` are per message. Same
+        bytes (prepared transaction offset 0, as a batch's store requests had), same return value
+        plus the messages' offsetMsgIds joined by commas (made by one ``bytes.hex`` call).
+
+        Each record is its fixed fields (one :attr:`heads` pack), the body, the topic tail with
+        PROPERTIESLENGTH, and the properties, joined once for the whole batch: a body is copied
+        once (from a view of the request), not packed into a record first."""
         bl = len(born)
         sf = (sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0)
         sys_flags: list[int] | None = None
@@ -357,14 +361,13 @@ class RecordEncoder:
             q = queue_offset
             step = 1
         store = self._store
-        record_struct = self.record_struct
-        last_n = last_pl = -1
-        rs = self.heads[8]  # replaced at the first record
-        tl = len(topic_tail)
+        pack_head = self.heads[bl].pack
+        last_pl = -1
+        tail = topic_tail  # replaced at the first record: topic tail + PROPERTIESLENGTH
         phys_list: list[int] = []
         add_phys = phys_list.append
-        records: list[bytes] = []
-        add_record = records.append
+        parts: list[bytes | memoryview] = []
+        add = parts.append
         phys = physical_offset
         # The fields every record shares, as objects once (compiled, an int is boxed at each use).
         magic: object = MESSAGE_MAGIC_CODE
@@ -375,17 +378,19 @@ class RecordEncoder:
         reconsumed: object = reconsume_times
         zero: object = 0
         for body, p, flag, size in zip(bodies, props, flags, sizes, strict=True):
-            n = len(body)
             pl = len(p)
-            if n != last_n or pl != last_pl:  # a batch's lengths rarely change
-                rs = record_struct(bl, n, tl, pl)
-                last_n, last_pl = n, pl
-            add_record(rs.pack(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys, flags_bits, born_ms, born,
-                               store_ms, store, reconsumed, zero, n, body, topic_tail, pl, p))
+            if pl != last_pl:  # a batch's properties lengths rarely change
+                tail = topic_tail + _SHORT.pack(pl)
+                last_pl = pl
+            add(pack_head(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys, flags_bits, born_ms, born,
+                          store_ms, store, reconsumed, zero, len(body)))
+            add(body)
+            add(tail)
+            add(p)
             add_phys(phys)
             phys += size
             q += step
-        buf += b"".join(records)  # (one append: growing the chunk record by record costs more than the join)
+        buf += b"".join(parts)  # (one append: growing the chunk part by part costs more than the join)
         # Every offsetMsgId at once: store host + offset, packed for all, in hex with a comma between ids.
         count = len(phys_list)
         id_len = len(store) + 8
@@ -395,11 +400,11 @@ class RecordEncoder:
         width = 2 * id_len
         new_message = AppendedMessage
         appended: list[AppendedMessage] = []
-        add = appended.append
+        add_message = appended.append
         o = 0
         qo = queue_offset if step else 0
         for ph, size in zip(phys_list, sizes, strict=True):
-            add(new_message(ph, size, qo, store_timestamp, msg_ids[o:o + width]))
+            add_message(new_message(ph, size, qo, store_timestamp, msg_ids[o:o + width]))
             o += width + 1
             qo += step
         return appended, phys_list, q if step else queue_offset, sys_flags, msg_ids
