@@ -85,6 +85,26 @@ def test_transfer_parser_reassembles_any_split(chunks: list[bytes], start: int, 
     assert got == expected and parser.buffered == 0
 
 
+def test_transfer_parser_copies_unless_the_transfers_fill_half_the_chunk() -> None:
+    """Transfers that fill at least half of a chunk read with nothing left over come back as views
+    of it (no copy); a chunk mostly of headers and a remainder, or bytes completing a remainder,
+    give copies, so that a view never holds a chunk more than twice its size alive."""
+    body = bytes(range(256)) * 64
+    whole = encode_transfer_header(0, len(body)) + body + encode_transfer_header(len(body), 0)
+    [(offset, data), (_, beat)] = TransferParser().feed(whole)
+    assert (offset, bytes(data), beat) == (0, body, b"") and isinstance(data, memoryview)
+    assert data.obj is whole  # a view of the chunk itself
+    # one byte of data among a chunk of heartbeats: copied
+    beats = encode_transfer_header(0, 0) * 100 + encode_transfer_header(0, 1) + b"x"
+    out = TransferParser().feed(beats)
+    assert out[-1] == (0, b"x") and all(isinstance(d, bytes) for _, d in out)
+    # a transfer cut in two: the remainder is kept, the completed transfer is a copy
+    parser = TransferParser()
+    assert parser.feed(whole[:100]) == [] and parser.buffered == 100 - 12
+    [(offset, data), (_, beat)] = parser.feed(whole[100:])
+    assert (offset, data, beat) == (0, body, b"") and isinstance(data, bytes) and parser.buffered == 0
+
+
 async def test_sync_waiters_ack_expire_and_fail() -> None:
     loop = asyncio.get_running_loop()
     w = SyncWaiters()

@@ -740,7 +740,7 @@ class CommitLog:
         return self._queue_op(phys, PutMessageResult(PutMessageStatus.PUT_OK, appended, "", msg_ids), sync, deadline,
                               key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
 
-    def append_raw(self, offset: int, data: bytes, deadline: float) -> PutOp | None:
+    def append_raw(self, offset: int, data: bytes | memoryview, deadline: float) -> PutOp | None:
         """Queue raw log bytes at exactly ``offset`` (HA slave); None when ``offset`` is not the end.
 
         An empty log also accepts the start of any file (a new slave starts

@@ -630,7 +630,7 @@ class DefaultMessageStore:
         the confirmed end); empty when there are none. Master side of replication (``HAConnection``)."""
         return self.commit_log.read_raw(offset, max_bytes)
 
-    async def append_commit_log_data(self, offset: int, data: bytes) -> bool:
+    async def append_commit_log_data(self, offset: int, data: bytes | memoryview) -> bool:
         """Append replicated bytes at exactly ``offset`` (slave side, ``HAService``'s client).
 
         False when ``offset`` is not this log's end (an empty log accepts the

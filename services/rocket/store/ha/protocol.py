@@ -132,11 +132,13 @@ class TransferParser:
         """Bytes received but not yet returned."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes) -> list[tuple[int, bytes | memoryview]]:
         """Add ``data``; return the transfers completed by it, in order.
 
-        Each transfer's data is copied once, out of ``data`` itself when nothing was left over
-        from earlier calls (the usual case: chunks of whole transfers); only a remainder is kept."""
+        When nothing was left over from earlier calls (the usual case: chunks of whole transfers)
+        and the transfers found fill at least half of ``data``, their data are views of ``data``
+        (no copy; ``data`` stays alive as long as one of them does, so at most twice their size
+        is held); otherwise each is copied once. Only a remainder is kept."""
         buf = self._buf
         src: bytes | bytearray
         if buf:
@@ -144,9 +146,10 @@ class TransferParser:
             src = buf
         else:
             src = data
-        out: list[tuple[int, bytes]] = []
+        found: list[tuple[int, int, int]] = []  # (offset, position in src, size)
         pos = 0
         n = len(src)
+        share = 0
         hs = TRANSFER_HEADER.size
         with memoryview(src) as view:
             while True:
@@ -158,9 +161,14 @@ class TransferParser:
                 offset, size = self._need
                 if n - pos < size:
                     break
-                out.append((offset, bytes(view[pos : pos + size])))
+                found.append((offset, pos, size))
+                share += size
                 pos += size
                 self._need = None
+            if src is not buf and 2 * share >= n:
+                out: list[tuple[int, bytes | memoryview]] = [(o, view[p : p + k]) for o, p, k in found]
+            else:
+                out = [(o, bytes(view[p : p + k])) for o, p, k in found]
             if src is not buf:
                 buf += view[pos:]
         if src is buf and pos:

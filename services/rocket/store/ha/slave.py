@@ -319,7 +319,7 @@ class HAClient(LoopService):
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         tick = min(heartbeat, idle / 4)
         parser = TransferParser()
-        pending: list[bytes] = []  # transfers received and not yet applied, contiguous
+        pending: list[bytes | memoryview] = []  # transfers received and not yet applied, contiguous
         pending_size = 0
         pending_offset = -1
         have_data = asyncio.Event()
