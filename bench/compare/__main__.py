@@ -30,18 +30,17 @@ Modes (``--mode``, repeatable or comma-separated; default all) of the throughput
 (a master + slave, ASYNC_FLUSH, produce:64 and batch:16). Giving only ``--mode`` runs no
 controller-mode cell and no timer cell; giving only ``--cell failover`` runs only that.
 
-Each mode runs its rounds (``--rounds``, default 3; the systems take turns, the first alternating
-between rounds) one after the other; each round runs every cell of that mode in one driver process
-on topics of its own (first topics, then unmeasured load, then the cells). Apache's NameServer and
-broker(s) of a mode start once and are kept for all its rounds, frozen (SIGSTOP) while ours runs;
-ours start afresh each round (:data:`KEEP_SYSTEMS`; the CPU a kept cluster used meanwhile is
-recorded as ``peer_cpu_s``). Then the quorum cell's clusters the same way, then the timer cell per
-round; the failover cell runs its rounds on one cluster per system (first in the run, so a cut run
-has it). Clusters are killed at once when done (their stores are thrown away). Before each
-system's run of a round (and of a timer cell) the page cache is written back and dropped when this
-process may (root; :func:`settle_page_cache`; ``--keep-page-cache`` to skip), so that each run
-starts with nothing dirty and no clean, unmapped page cache left by the other; the page says
-whether it was.
+Each mode runs on each system alone (:func:`run_targets`): the system's NameServer and broker(s)
+start once, run all the mode's rounds (``--rounds``, default 3) back to back, then stop before the
+other system's start; which system goes first alternates between modes (ours first in a mode with
+the omb cell). Each round runs every cell of that mode in one driver process on topics of its own
+(first topics, then unmeasured load, then the cells). Then the quorum cell's clusters the same
+way, then the timer cell per round; the failover cell runs its rounds on one cluster per system
+(first in the run, so a cut run has it). Clusters are killed at once when done (their stores
+are thrown away). Before each round's run (and each timer cell) the page cache is written back and
+dropped when this process may (root; :func:`settle_page_cache`; ``--keep-page-cache`` to skip), so
+that each run starts with nothing dirty and no clean, unmapped page cache left before it; the page
+says whether it was.
 
 The driver counts every error (exceptions, a send status other than SEND_OK, wrong bodies, missing
 or duplicate messages; the client retries nothing); the page shows them.
@@ -98,11 +97,6 @@ OMB_WINDOW = 1000
 #: ... and on messages acknowledged but not yet received (OMB's RateController ramps the rate down
 #: past ``RECEIVE_BACKLOG_LIMIT``, 1000 by default: its maximum is one the consumer keeps up with).
 OMB_BACKLOG = 1000
-#: The systems whose cluster of a mode is kept (frozen) for all its rounds: Apache's JVMs take 7-30 s
-#: to start and register again at once on SIGCONT. Ours starts in 2-5 s, and once frozen longer than
-#: its NameServer's broker expiry (120 s) it is evicted and registers again only at its next 30-s
-#: registration: it gets a fresh cluster per round, as before.
-KEEP_SYSTEMS = ("apache",)
 #: Default durations (s), chosen so that the default run (3 rounds of everything) takes at most 30
 #: minutes on a 2-core machine: throughput cells (and each omb phase), their warm-up, the unmeasured
 #: load at the start of each round's driver, the longest consume.
@@ -164,8 +158,6 @@ class Target:
     system: str
     config: str
     start: Callable[[Path], servers.Cluster]
-    #: Kept (frozen) between its rounds; else stopped after each round and started afresh.
-    keep: bool = True
     cluster: servers.Cluster | None = None
     root: Path | None = None
 
@@ -202,47 +194,44 @@ def stop_target(t: Target, settings: Settings) -> None:
 
 def run_targets(targets: list[Target], cells: tuple[str, ...], rounds: int, settings: Settings, record: Record,
                 problem: Callable[[str, str, int, str], None], omb: OmbRates | None = None) -> None:
-    """Per round run ``cells`` on each target in turn (the order alternating between rounds, one
-    driver process per target and round, topics of that round). A target with ``keep`` starts its
-    cluster once and keeps it for all rounds, the others get a fresh one per round; all are stopped
-    at the end. While one target runs, the others' kept clusters are frozen
-    (:meth:`servers.Cluster.pause`; controller-mode ones keep running idle). A cluster that did not
-    start, did not come back or died is started afresh for the next round; ``problem`` gets each
-    round it missed."""
-    try:
-        for rnd in range(rounds):
-            for t in (targets if rnd % 2 == 0 else targets[::-1]):
+    """Run ``cells`` on each target alone: its cluster starts once, runs all its rounds back to back
+    (one driver process per round, topics of that round) and is stopped before the next target
+    starts, so that no other cluster is on the machine while one is measured. A cluster that did
+    not start or died is started afresh for the next round; ``problem`` gets each round it missed.
+
+    Why not take turns round by round with the idle cluster frozen (SIGSTOP), as before 2026-11-27:
+    a frozen cluster's memory stayed resident, and on this VM that slowed the system measured beside
+    it. ``--cell batch:16 --mode ASYNC_MASTER --rounds 3``: our master+slave made 130-146k msgs/s in
+    every round when run alone (``--system ours``, twice), 89-126k beside a frozen process holding
+    5 GiB, and in the runs of 11:02, 12:09 and 12:46 UTC on 2026-11-27 112-139k in round 1 (before
+    Apache's cluster existed) but 87-96k in rounds 2 and 3 (beside it, frozen)."""
+    for t in targets:
+        try:
+            for rnd in range(rounds):
                 label = f"[round {rnd + 1} {t.label}]"
                 if t.cluster is None:
                     why = start_target(t, settings, label)
                     if why is not None:
                         problem(t.system, t.config, rnd, why)
                         continue
-                peers = [x.cluster for x in targets if x is not t and x.cluster is not None]
+                assert t.cluster is not None
                 try:
-                    for peer in peers:
-                        peer.pause()
-                    t.cluster.resume()
-                    measure(t, rnd, cells, settings, record, peers, omb)
-                    if not t.keep:
-                        stop_target(t, settings)
+                    measure(t, rnd, cells, settings, record, omb)
                 except servers.ClusterStartError as exc:
                     print(f"{label} stopped early: {exc}", flush=True)
                     problem(t.system, t.config, rnd, f"stopped early: {exc}")
                     stop_target(t, settings)
-    finally:
-        for t in targets:
+        finally:
             stop_target(t, settings)
 
 
 def measure(t: Target, rnd: int, cells: tuple[str, ...], settings: Settings, record: Record,
-            peers: list[servers.Cluster], omb: OmbRates | None = None) -> None:
+            omb: OmbRates | None = None) -> None:
     """Run ``cells`` of round ``rnd`` on ``t``'s running cluster in one driver process, on topics of
     their own (``bench-r<N>``...).
 
-    Each cell's result goes to ``record`` as it arrives, with the broker CPU it used, the CPU the
-    other (idle) clusters of ``peers`` used meanwhile (``peer_cpu_s``) and the 1-minute load average
-    at its start and end. Raises :class:`servers.ClusterStartError` when the cluster died.
+    Each cell's result goes to ``record`` as it arrives, with the broker CPU it used and the
+    1-minute load average at its start and end. Raises :class:`servers.ClusterStartError` when the cluster died.
     """
     cluster = t.cluster
     assert cluster is not None and t.root is not None
@@ -273,15 +262,13 @@ def measure(t: Target, rnd: int, cells: tuple[str, ...], settings: Settings, rec
 
     def on_start(cell: str) -> None:
         current.update(cell=cell, cpu=cluster.broker_cpu_seconds(), ctl=cluster.controller_cpu_seconds(),
-                       peer=sum(p.cpu_seconds() for p in peers), load=os.getloadavg()[0])
+                       load=os.getloadavg()[0])
 
     def on_result(r: dict[str, Any]) -> None:
         cell = str(r.get("cell"))
         r["broker_cpu_s"] = round(cluster.broker_cpu_seconds() - current.get("cpu", 0.0), 3)
         if cluster.controllers():
             r["controller_cpu_s"] = round(cluster.controller_cpu_seconds() - current.get("ctl", 0.0), 3)
-        if peers:
-            r["peer_cpu_s"] = round(sum(p.cpu_seconds() for p in peers) - current.get("peer", 0.0), 3)
         load = (float(current.get("load", 0.0)), os.getloadavg()[0])
         current.clear()
         if cell in ("server-warmup", "fill"):
@@ -324,20 +311,19 @@ def can_drop_caches(knob: Path = DROP_CACHES) -> str | None:
 def settle_page_cache(knob: Path = DROP_CACHES) -> float:
     """Write every dirty page back (``sync(2)``), then drop the clean page cache (``3`` to ``knob``),
     so that a system's run starts with nothing dirty and no clean, unmapped cache left by the other
-    (pages a process still maps, such as a kept Apache broker's CommitLog, stay); returns the
-    seconds it took. Raises OSError when ``knob`` cannot be written.
+    (pages a process still maps stay); returns the seconds it took. Raises OSError when ``knob``
+    cannot be written.
 
-    Why (measured with ``--mode ASYNC_MASTER --cell batch:16``, Apache's round first): while
-    Apache's store of the round before stayed cached (its cluster is kept, frozen), our brokers'
-    CommitLog writes became expensive: ``perf record -a`` put 32 % of all CPU samples in
-    ``copy_folio_from_iter_atomic`` under ``pwrite64`` (0.5 % when ours ran alone, 1 % after a
-    drop), our broker CPU per message rose from 8 to 13 µs and the cell fell from 150-177k (ours
-    alone, or beside an idle frozen Apache cluster) to 113-135k msgs/s (146-165k with the drop).
-    The likely cause is this VM's free page reporting (virtio-balloon
-    ``VIRTIO_BALLOON_F_REPORTING``): a page the guest reported free is handed back to the host, and
-    the first write into it costs a host fault. Dropping the caches before each
-    run, both systems', gives each the same start; it does not remove what builds up within a run
-    (in the whole default run, our master+slave batch cell still fell in the round after Apache's)."""
+    Why (measured with ``--mode ASYNC_MASTER --cell batch:16`` on 2026-11-26, when the systems took
+    turns round by round and Apache's idle cluster stayed up, frozen, beside ours): with Apache's
+    store of the round before still cached, our brokers' CommitLog writes became expensive:
+    ``perf record -a`` put 32 % of all CPU samples in ``copy_folio_from_iter_atomic`` under
+    ``pwrite64`` (0.5 % when ours ran alone, 1 % after a drop), our broker CPU per message rose from
+    8 to 13 µs and the cell fell from 150-177k to 113-135k msgs/s (146-165k with the drop). The
+    likely cause is this VM's free page reporting (virtio-balloon ``VIRTIO_BALLOON_F_REPORTING``): a
+    page the guest reported free is handed back to the host, and the first write into it costs a
+    host fault. Each system now also runs alone (:func:`run_targets`); the drop still gives each run
+    the same start."""
     started = time.monotonic()
     os.sync()
     knob.write_text("3\n")
@@ -499,6 +485,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-load", type=float, default=0.0,
                         help="before each system's run, wait until the 1-minute load average is at most this")
     parser.add_argument("--max-wait", type=float, default=600.0, help="longest such wait, seconds (default 600)")
+    parser.add_argument("--system", choices=SYSTEMS, default=None,
+                        help="run the throughput modes' cells on this system only (a probe of one system's "
+                             "rounds without the other's cluster; default both)")
     parser.add_argument("--keep-page-cache", action="store_true",
                         help="do not write back and drop the page cache before each system's run (it is "
                              "dropped by default when this process may write /proc/sys/vm/drop_caches)")
@@ -516,23 +505,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str, ...]], quorum: bool, failover: bool,
-            rounds: int, began: float, timer_cell: bool = False) -> None:
+            rounds: int, began: float, timer_cell: bool = False, systems: tuple[str, ...] = SYSTEMS) -> None:
     """The failover cell (its rounds on one cluster per system); then per mode of the throughput
-    matrix one cluster per system for all its rounds (:func:`run_targets`: the systems take turns,
-    the first alternating between rounds); then the quorum cell's clusters the same way; then per
-    round the timer cell (a fresh cluster per system)."""
+    matrix one cluster per system of ``systems`` for all its rounds (:func:`run_targets`: each system
+    alone, the first alternating between modes, ours first where the omb cell runs); then the
+    quorum cell's clusters the same way; then per round the timer cell (a fresh cluster per system)."""
     lib, ours_path = settings.lib, settings.ours_path
     if failover:
         for system in SYSTEMS:
             controller.run_failover(system, rounds, lib, settings.classes, ours_path, settings.keep, page.add,
                                     page.problem)
     omb = OmbRates()
-    for mode, cells in matrix.items():
+    for i, (mode, cells) in enumerate(matrix.items()):
         print(f"--- {mode}: {rounds} round(s) --- {(time.monotonic() - began) / 60:.1f} min so far", flush=True)
         flush, role, slave = MODES[mode]
+        order = systems if i % 2 == 0 or OMB in cells else systems[::-1]
         targets = [Target(system, mode, functools.partial(_start_system, system, flush=flush, role=role, slave=slave,
-                                                          lib=lib, ours_path=ours_path), keep=system in KEEP_SYSTEMS)
-                   for system in SYSTEMS]
+                                                          lib=lib, ours_path=ours_path))
+                   for system in order]
         run_targets(targets, cells, rounds, settings, page.add, page.problem, omb)
     if quorum:
         print(f"--- quorum: {rounds} round(s) --- {(time.monotonic() - began) / 60:.1f} min so far", flush=True)
@@ -608,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                  "source": f"commit {commit}" + (" plus uncommitted changes under services/" if dirty else "")},
         "settings": {"seconds": seconds, "warmup": warmup, "server_warmup": server_warmup, "body": BODY,
                      "batch": BATCH, "queues": QUEUES, "e2e_rate": E2E_RATE,
-                     "consume_seconds": settings.consume_seconds, "kept_clusters": True,
+                     "consume_seconds": settings.consume_seconds, "schedule": "alone",
                      "page_cache": "dropped" if settings.drop_caches else f"kept: {no_drop}",
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
                      "failover": controller.failover_settings(),
@@ -617,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "max_seconds": seconds, "fractions": list(OMB_FRACTIONS), "modes": list(OMB_MODES)}}
                         if any(OMB in cs for cs in matrix.values()) else {})},
         "selection": {"modes": list(matrix), "rounds": rounds,
+                      "systems": [args.system] if args.system else list(SYSTEMS),
                       "cells": [*sorted({c for cs in matrix.values() for c in cs}, key=ALL_CELLS.index),
                                 *([QUORUM] if quorum else []), *([FAILOVER] if failover else []),
                                 *([TIMER] if args.timer else [])]},
@@ -628,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {info}\nours: {data['ours']['source']}; modes {list(matrix)}; quorum {quorum}; "
           f"failover {failover}; timer {args.timer}; {rounds} round(s)", flush=True)
     try:
-        run_all(page, settings, matrix, quorum, failover, rounds, began, args.timer)
+        run_all(page, settings, matrix, quorum, failover, rounds, began, args.timer,
+                (args.system,) if args.system else SYSTEMS)
     finally:
         if ours_path is not None:
             shutil.rmtree(ours_path.parent, ignore_errors=True)

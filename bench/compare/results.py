@@ -808,6 +808,19 @@ def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
             f"cell meanwhile (median over {len(cpu)} cells, at most {max(cpu):.2f} s).")
 
 
+def _schedule_text(settings: dict[str, Any]) -> str:
+    """Where the unmeasured load runs and how the systems share the machine (``settings["schedule"]``,
+    or ``kept_clusters`` in runs saved before 2026-11-27 16:00 UTC)."""
+    if settings.get("schedule") == "alone":
+        return ("at the start of each round's driver (each system runs all the rounds of a mode alone, on one "
+                "cluster started for them and stopped before the other system's starts; which system goes first "
+                "alternates between modes); ")
+    if settings.get("kept_clusters"):
+        return ("at the start of each round's driver (Apache's cluster of a mode is kept for all its rounds, frozen "
+                "while ours runs; ours is fresh each round); ")
+    return "on each fresh cluster first; "
+
+
 def _page_cache_text(settings: dict[str, Any]) -> str:
     """What the run did with the page cache between the systems' runs (``settings["page_cache"]``:
     ``dropped`` or ``kept: <why>``); empty for runs saved before it was recorded."""
@@ -849,9 +862,7 @@ def render_page(data: dict[str, Any]) -> str:
         "",
         f"Settings: {s['seconds']} s per throughput cell after {s['warmup']} s of warm-up; "
         f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) "
-        + ("at the start of each round's driver (Apache's cluster of a mode is kept for all its rounds, frozen "
-           "while ours runs; ours is fresh each round); " if s.get("kept_clusters") else
-           "on each fresh cluster first; ") +
+        + _schedule_text(s) +
         _page_cache_text(s) +
         f"consume at most {s['consume_seconds']} s; {s['body']}-byte messages, topics of {s['queues']} queues, "
         f"sync sends, no client retries; Apache's broker {' '.join(s['apache_broker_jvm'][:2])}. Per cell the "

@@ -110,8 +110,6 @@ class Cluster:
     root: Path
     namesrv: str
     procs: list[Proc]
-    #: Frozen by :meth:`pause`.
-    paused: bool = False
 
     def brokers(self) -> list[Proc]:
         return [p for p in self.procs if p.role not in ("nameserver", "controller")]
@@ -164,37 +162,6 @@ class Cluster:
         """CPU seconds used so far by the broker processes (master and slave)."""
         return sum(p.cpu_seconds() for p in self.brokers())
 
-    def pause(self) -> bool:
-        """Freeze every process (SIGSTOP): a cluster kept for a later round takes no CPU while the
-        other system is measured. Not done (False) in controller mode, where the controllers would
-        count the frozen brokers' missing heartbeats; True when frozen."""
-        if self.controllers():
-            return False
-        for p in self.procs:
-            if p.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGSTOP)
-        self.paused = True
-        return True
-
-    def resume(self, timeout: float = 60.0) -> None:
-        """Undo :meth:`pause` (SIGCONT), then wait until the NameServer lists the master (and the
-        slave) again: it may have dropped them as expired while both were frozen, until the brokers'
-        next registration. Raises :class:`ClusterStartError` after ``timeout`` s."""
-        if not self.paused:
-            return
-        self._continue()
-        time.sleep(1.0)  # the NameServer's expiry scan and the brokers' registration catch up
-        want = {"0"} | ({"1"} if any(p.role == "slave" for p in self.procs) else set())
-        _wait_registered(self, want, timeout)
-
-    def _continue(self) -> None:
-        for p in self.procs:
-            if p.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGCONT)
-        self.paused = False
-
     def check_alive(self) -> None:
         for p in self.procs:
             if not p.alive():
@@ -205,8 +172,6 @@ class Cluster:
         """SIGTERM every broker at once, then the NameServer and controllers at once; SIGKILL what
         outlives ``timeout`` s in each step. ``discard``: SIGKILL at once (the caller throws the
         stores away; Apache's broker otherwise spends ~10 s in its shutdown hook)."""
-        if self.paused:
-            self._continue()
         for group in (self.brokers(), [p for p in self.procs if p.role in ("nameserver", "controller")]):
             running = [p.popen for p in group if p.popen is not None and p.popen.poll() is None]
             for proc in running:

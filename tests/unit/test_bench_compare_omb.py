@@ -151,28 +151,104 @@ def test_an_omb_phase_with_errors_counts_them() -> None:
     assert "missing: 3 acknowledged messages not received (x3)" in md
 
 
-def test_the_idle_peer_clusters_cpu_is_summarised_under_the_matrix() -> None:
+def test_the_page_says_how_the_systems_shared_the_machine() -> None:
+    page = results.Page(run_data(), None)
+    r = {"cell": "produce:64", "tps": 1000.0, "sent_ok": 5000, "broker_cpu_s": 1.0, "errors": 0,
+         "latency": {"p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}}
+    page.add("ours", "ASYNC_FLUSH", 0, "produce:64", r, (1.0, 1.0))
+    assert "on each fresh cluster first" in results.render_page(page.data)  # a run saved before either schedule
+    page.data["settings"]["schedule"] = "alone"
+    md = results.render_page(page.data)
+    assert "each system runs all the rounds of a mode alone" in md and "frozen" not in md
+
+
+def test_a_saved_run_of_frozen_kept_clusters_still_renders_their_idle_cpu() -> None:
     page = results.Page(run_data(), None)
     for rnd, cpu in enumerate([0.1, 0.4, 0.2]):
         r = {"cell": "produce:64", "tps": 1000.0, "sent_ok": 5000, "broker_cpu_s": 1.0, "errors": 0,
              "latency": {"p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}, "peer_cpu_s": cpu}
         page.add("ours", "ASYNC_FLUSH", rnd, "produce:64", r, (1.0, 1.0))
+    page.data["settings"]["kept_clusters"] = True
     md = results.render_page(page.data)
     assert "It used 0.20 CPU s per cell meanwhile (median over 3 cells, at most 0.40 s)" in md
-    assert "on each fresh cluster first" in md  # a run without kept clusters
-    page.data["settings"]["kept_clusters"] = True
-    assert "at the start of each round's driver (Apache's cluster of a mode is kept" in results.render_page(page.data)
+    assert "at the start of each round's driver (Apache's cluster of a mode is kept" in md
     assert results.peer_cpu_text([]) == ""
 
 
-# -- clusters kept between rounds ----------------------------------------------------------------------
+# -- each system alone ---------------------------------------------------------------------------------
 
 
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+class _Cluster:
+    """Stands in for :class:`servers.Cluster` in :func:`run_targets`: its ``namesrv`` and ``stop``."""
+
+    namesrv = "127.0.0.1:1"
+
+    def __init__(self, system: str, live: set[str]) -> None:
+        self.system, self.live = system, live
+        live.add(system)
+
+    def stop(self, discard: bool = False) -> None:
+        self.live.discard(self.system)
 
 
-def test_a_kept_cluster_is_frozen_and_a_discarded_one_killed_at_once(tmp_path: Path) -> None:
+def _settings(tmp_path: Path) -> Any:
+    from bench.compare.__main__ import Settings
+
+    return Settings(1.0, 0.0, 1.0, 0.0, tmp_path, tmp_path, None)
+
+
+def test_each_system_runs_all_its_rounds_on_one_cluster_with_no_other_cluster_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.compare import __main__ as compare
+    from bench.compare import servers
+
+    live: set[str] = set()
+    starts: list[str] = []
+    measured: list[tuple[str, int, frozenset[str]]] = []
+    problems: list[tuple[str, int, str]] = []
+
+    def start(system: str, root: Path) -> Any:
+        starts.append(system)
+        return _Cluster(system, live)
+
+    def measure(t: Any, rnd: int, cells: tuple[str, ...], settings: Any, record: Any, omb: Any = None) -> None:
+        measured.append((t.system, rnd, frozenset(live)))
+        if t.system == "apache" and rnd == 0:
+            raise servers.ClusterStartError("broker-master exited (1)")
+
+    monkeypatch.setattr(compare, "measure", measure)
+    targets = [compare.Target(system, "ASYNC_FLUSH", lambda root, s=system: start(s, root))
+               for system in ("ours", "apache")]
+    compare.run_targets(targets, ("produce:64",), 3, _settings(tmp_path), lambda *a: None,
+                        lambda system, config, rnd, why: problems.append((system, rnd, why)))
+    assert [(s, r) for s, r, _ in measured] == [("ours", 0), ("ours", 1), ("ours", 2),
+                                                ("apache", 0), ("apache", 1), ("apache", 2)]
+    assert all(up == {system} for system, _, up in measured)  # alone on the machine, every round
+    # one cluster per system for all its rounds; one that died is started afresh for the next round
+    assert starts == ["ours", "apache", "apache"]
+    assert problems == [("apache", 0, "stopped early: broker-master exited (1)")]
+    assert not live and all(t.cluster is None for t in targets)
+
+
+def test_which_system_goes_first_alternates_between_modes_and_ours_leads_where_omb_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.compare import __main__ as compare
+
+    orders: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(compare, "run_targets",
+                        lambda targets, *a, **k: orders.append((targets[0].config, [t.system for t in targets])))
+    matrix = {"ASYNC_FLUSH": ("produce:1", OMB), "SYNC_FLUSH": ("produce:1",),
+              "ASYNC_MASTER+slave": ("batch:16",), "SYNC_MASTER+slave": (OMB,)}
+    compare.run_all(results.Page(run_data(), None), _settings(tmp_path), matrix, False, False, 3, 0.0)
+    assert orders == [("ASYNC_FLUSH", ["ours", "apache"]), ("SYNC_FLUSH", ["apache", "ours"]),
+                      ("ASYNC_MASTER+slave", ["ours", "apache"]), ("SYNC_MASTER+slave", ["ours", "apache"])]
+    orders.clear()
+    compare.run_all(results.Page(run_data(), None), _settings(tmp_path), {"SYNC_FLUSH": ("produce:1",)}, False,
+                    False, 3, 0.0, systems=("apache",))
+    assert orders == [("SYNC_FLUSH", ["apache"])]
+
+
+def test_a_discarded_cluster_is_killed_at_once(tmp_path: Path) -> None:
     import time
 
     from bench.compare import servers
@@ -183,11 +259,6 @@ def test_a_kept_cluster_is_frozen_and_a_discarded_one_killed_at_once(tmp_path: P
     for p in procs:
         p.start()
     try:
-        assert cluster.pause() and cluster.paused
-        deadline = time.monotonic() + 5
-        while {_state(p.pid) for p in procs} != {"T"} and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert {_state(p.pid) for p in procs} == {"T"}  # stopped: no CPU while the other system runs
         started = time.monotonic()
         cluster.stop(discard=True)
         assert time.monotonic() - started < 5 and not any(p.alive() for p in procs)
@@ -195,13 +266,6 @@ def test_a_kept_cluster_is_frozen_and_a_discarded_one_killed_at_once(tmp_path: P
         for p in procs:
             if p.alive() and p.popen is not None:
                 p.popen.kill()
-
-
-def test_a_controller_mode_cluster_is_not_frozen(tmp_path: Path) -> None:
-    from bench.compare import servers
-
-    ctl = servers.Proc("controller-n0", "controller", ["true"], tmp_path / "c.log", 1)
-    assert servers.Cluster("ours", tmp_path, "127.0.0.1:1", [ctl]).pause() is False
 
 
 def test_broker_busy_errors_differing_only_in_queue_figures_are_one_kind() -> None:
