@@ -30,12 +30,13 @@ Modes (``--mode``, repeatable or comma-separated; default all) of the throughput
 (a master + slave, ASYNC_FLUSH, produce:64 and batch:16). Giving only ``--mode`` runs no
 controller-mode cell and no timer cell; giving only ``--cell failover`` runs only that.
 
-Each mode runs on each system alone (:func:`run_targets`): the system's NameServer and broker(s)
-start once, run all the mode's rounds (``--rounds``, default 3) back to back, then stop before the
-other system's start; which system goes first alternates between modes (ours first in a mode with
-the omb cell). Each round runs every cell of that mode in one driver process on topics of its own
-(first topics, then unmeasured load, then the cells). Then the quorum cell's clusters the same
-way, then the timer cell per round; the failover cell runs its rounds on one cluster per system
+Each mode runs on each system alone (:func:`run_targets`): the system runs all the mode's rounds
+(``--rounds``, default 3) back to back, Apache on one NameServer and broker(s) kept for all of them,
+ours on fresh ones per round (:data:`KEEP_SYSTEMS`), and stops before the other system starts;
+which system goes first alternates between modes (ours first in a mode with the omb cell). Each
+round runs every cell of that mode in one driver process on topics of its own (first topics, then
+unmeasured load, then the cells). Then the quorum cell's clusters the same way (fresh per round,
+as ours always are), then the timer cell per round; the failover cell runs its rounds on one cluster per system
 (first in the run, so a cut run has it). Clusters are killed at once when done (their stores
 are thrown away). Before each round's run (and each timer cell) the page cache is written back and
 dropped when this process may (root; :func:`settle_page_cache`; ``--keep-page-cache`` to skip), so
@@ -97,6 +98,9 @@ OMB_WINDOW = 1000
 #: ... and on messages acknowledged but not yet received (OMB's RateController ramps the rate down
 #: past ``RECEIVE_BACKLOG_LIMIT``, 1000 by default: its maximum is one the consumer keeps up with).
 OMB_BACKLOG = 1000
+#: The systems whose cluster of a mode is kept for all its rounds: Apache's JVMs run faster once warm
+#: (and take 7-30 s to start). Ours gets a fresh cluster per round (:func:`run_targets` says why).
+KEEP_SYSTEMS = ("apache",)
 #: Default durations (s), chosen so that the default run (3 rounds of everything) takes at most 30
 #: minutes on a 2-core machine: throughput cells (and each omb phase), their warm-up, the unmeasured
 #: load at the start of each round's driver, the longest consume.
@@ -158,6 +162,8 @@ class Target:
     system: str
     config: str
     start: Callable[[Path], servers.Cluster]
+    #: One cluster for all its rounds; else a fresh one per round (:data:`KEEP_SYSTEMS`).
+    keep: bool = True
     cluster: servers.Cluster | None = None
     root: Path | None = None
 
@@ -194,17 +200,25 @@ def stop_target(t: Target, settings: Settings) -> None:
 
 def run_targets(targets: list[Target], cells: tuple[str, ...], rounds: int, settings: Settings, record: Record,
                 problem: Callable[[str, str, int, str], None], omb: OmbRates | None = None) -> None:
-    """Run ``cells`` on each target alone: its cluster starts once, runs all its rounds back to back
-    (one driver process per round, topics of that round) and is stopped before the next target
-    starts, so that no other cluster is on the machine while one is measured. A cluster that did
-    not start or died is started afresh for the next round; ``problem`` gets each round it missed.
+    """Run ``cells`` on each target alone: all its rounds back to back (one driver process per
+    round, topics of that round), on one cluster for all of them when ``t.keep``, else on a fresh
+    one per round; its cluster is stopped before the next target starts, so that no other cluster
+    is on the machine while one is measured. A cluster that did not start or died is started afresh
+    for the next round; ``problem`` gets each round it missed.
 
     Why not take turns round by round with the idle cluster frozen (SIGSTOP), as before 2026-11-27:
-    a frozen cluster's memory stayed resident, and on this VM that slowed the system measured beside
-    it. ``--cell batch:16 --mode ASYNC_MASTER --rounds 3``: our master+slave made 130-146k msgs/s in
-    every round when run alone (``--system ours``, twice), 89-126k beside a frozen process holding
-    5 GiB, and in the runs of 11:02, 12:09 and 12:46 UTC on 2026-11-27 112-139k in round 1 (before
-    Apache's cluster existed) but 87-96k in rounds 2 and 3 (beside it, frozen)."""
+    memory that stayed resident from before a run slowed that run on this VM. ``--cell batch:16
+    --mode ASYNC_MASTER --rounds 3``: our master+slave made 127-146k msgs/s in every round on a fresh
+    cluster per round with nothing beside it (``--system ours``, twice), but 89-126k beside a frozen
+    process holding 5 GiB, 87-96k in rounds 2 and 3 of the day's full runs (112-139k in round 1,
+    before Apache's frozen cluster existed), and 75-103k in rounds 2 and 3 on one kept cluster alone
+    (137-139k in round 1). ``perf record -a`` of that last case: ``copy_folio_from_iter_atomic`` (the
+    CommitLog's ``pwrite`` into new page-cache pages) went from 1.7 % of all samples in round 1 to
+    28 % in round 3, the cost of first touching guest memory the host backs anew (this VM reports
+    free pages to the host: ``page_reporting``). Hence ours gets a fresh cluster per round, as it
+    did before, and Apache's JVMs are kept warm for all their rounds (fresh per round, Apache's
+    master+slave made 50-58k against 84-88k in its kept rounds 2 and 3): each system as it runs
+    best, and never beside the other."""
     for t in targets:
         try:
             for rnd in range(rounds):
@@ -217,6 +231,8 @@ def run_targets(targets: list[Target], cells: tuple[str, ...], rounds: int, sett
                 assert t.cluster is not None
                 try:
                     measure(t, rnd, cells, settings, record, omb)
+                    if not t.keep:
+                        stop_target(t, settings)
                 except servers.ClusterStartError as exc:
                     print(f"{label} stopped early: {exc}", flush=True)
                     problem(t.system, t.config, rnd, f"stopped early: {exc}")
@@ -521,7 +537,7 @@ def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str,
         flush, role, slave = MODES[mode]
         order = systems if i % 2 == 0 or OMB in cells else systems[::-1]
         targets = [Target(system, mode, functools.partial(_start_system, system, flush=flush, role=role, slave=slave,
-                                                          lib=lib, ours_path=ours_path))
+                                                          lib=lib, ours_path=ours_path), keep=system in KEEP_SYSTEMS)
                    for system in order]
         run_targets(targets, cells, rounds, settings, page.add, page.problem, omb)
     if quorum:
@@ -529,7 +545,7 @@ def run_all(page: results.Page, settings: Settings, matrix: dict[str, tuple[str,
         # SYNC_MASTER's figures: the SYNC_MASTER+slave mode's of the same round when it ran (the same setup)
         kinds = [("SYNC_MASTER", QUORUM_BASE)] if "SYNC_MASTER+slave" not in matrix else []
         kinds.append(("allAck", QUORUM_ALLACK))
-        targets = [Target("ours", config, functools.partial(_start_quorum, kind, ours_path=ours_path))
+        targets = [Target("ours", config, functools.partial(_start_quorum, kind, ours_path=ours_path), keep=False)
                    for kind, config in kinds]
         run_targets(targets, REPLICATION_CELLS, rounds, settings, page.add, page.problem)
     if timer_cell and settings.timer_classes is not None:
@@ -598,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                  "source": f"commit {commit}" + (" plus uncommitted changes under services/" if dirty else "")},
         "settings": {"seconds": seconds, "warmup": warmup, "server_warmup": server_warmup, "body": BODY,
                      "batch": BATCH, "queues": QUEUES, "e2e_rate": E2E_RATE,
-                     "consume_seconds": settings.consume_seconds, "schedule": "alone",
+                     "consume_seconds": settings.consume_seconds, "schedule": "alone, ours fresh",
                      "page_cache": "dropped" if settings.drop_caches else f"kept: {no_drop}",
                      "apache_broker_jvm": servers.APACHE_BROKER_JVM, "driver_jvm": java.DRIVER_JVM,
                      "failover": controller.failover_settings(),

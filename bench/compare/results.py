@@ -811,7 +811,11 @@ def peer_cpu_text(measurements: list[dict[str, Any]]) -> str:
 def _schedule_text(settings: dict[str, Any]) -> str:
     """Where the unmeasured load runs and how the systems share the machine (``settings["schedule"]``,
     or ``kept_clusters`` in runs saved before 2026-11-27 16:00 UTC)."""
-    if settings.get("schedule") == "alone":
+    if settings.get("schedule") == "alone, ours fresh":
+        return ("at the start of each round's driver (each system runs all the rounds of a mode alone, Apache on "
+                "one cluster kept for them, ours on a fresh one per round, and stops before the other system starts; "
+                "which system goes first alternates between modes); ")
+    if settings.get("schedule") == "alone":  # the run of 2026-11-27 14:04 UTC
         return ("at the start of each round's driver (each system runs all the rounds of a mode alone, on one "
                 "cluster started for them and stopped before the other system's starts; which system goes first "
                 "alternates between modes); ")

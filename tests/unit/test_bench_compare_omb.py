@@ -157,9 +157,11 @@ def test_the_page_says_how_the_systems_shared_the_machine() -> None:
          "latency": {"p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0}}
     page.add("ours", "ASYNC_FLUSH", 0, "produce:64", r, (1.0, 1.0))
     assert "on each fresh cluster first" in results.render_page(page.data)  # a run saved before either schedule
-    page.data["settings"]["schedule"] = "alone"
+    page.data["settings"]["schedule"] = "alone, ours fresh"
     md = results.render_page(page.data)
-    assert "each system runs all the rounds of a mode alone" in md and "frozen" not in md
+    assert "each system runs all the rounds of a mode alone, Apache on one cluster kept" in md and "frozen" not in md
+    page.data["settings"]["schedule"] = "alone"  # the run that kept ours too
+    assert "alone, on one cluster started for them" in results.render_page(page.data)
 
 
 def test_a_saved_run_of_frozen_kept_clusters_still_renders_their_idle_cpu() -> None:
@@ -197,7 +199,7 @@ def _settings(tmp_path: Path) -> Any:
     return Settings(1.0, 0.0, 1.0, 0.0, tmp_path, tmp_path, None)
 
 
-def test_each_system_runs_all_its_rounds_on_one_cluster_with_no_other_cluster_up(
+def test_each_system_runs_all_its_rounds_with_no_other_cluster_up(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.compare import __main__ as compare
     from bench.compare import servers
@@ -217,15 +219,16 @@ def test_each_system_runs_all_its_rounds_on_one_cluster_with_no_other_cluster_up
             raise servers.ClusterStartError("broker-master exited (1)")
 
     monkeypatch.setattr(compare, "measure", measure)
-    targets = [compare.Target(system, "ASYNC_FLUSH", lambda root, s=system: start(s, root))
+    targets = [compare.Target(system, "ASYNC_FLUSH", lambda root, s=system: start(s, root),
+                              keep=system in compare.KEEP_SYSTEMS)
                for system in ("ours", "apache")]
     compare.run_targets(targets, ("produce:64",), 3, _settings(tmp_path), lambda *a: None,
                         lambda system, config, rnd, why: problems.append((system, rnd, why)))
     assert [(s, r) for s, r, _ in measured] == [("ours", 0), ("ours", 1), ("ours", 2),
                                                 ("apache", 0), ("apache", 1), ("apache", 2)]
     assert all(up == {system} for system, _, up in measured)  # alone on the machine, every round
-    # one cluster per system for all its rounds; one that died is started afresh for the next round
-    assert starts == ["ours", "apache", "apache"]
+    # ours fresh per round; Apache's kept for all its rounds, started afresh only after it died
+    assert starts == ["ours", "ours", "ours", "apache", "apache"]
     assert problems == [("apache", 0, "stopped early: broker-master exited (1)")]
     assert not live and all(t.cluster is None for t in targets)
 
