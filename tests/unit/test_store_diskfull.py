@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from tests.store_helpers import make_request, opened, small_config
 
 
 class FailingWrites:
-    """A ``pwrite`` that, while armed, first makes one short write of ``partial`` bytes (as a
+    """A ``pwritev`` that, while armed, first makes one short write of ``partial`` bytes (as a
     filling disk does) and then fails with ``err``. Writes of zeros (the clean-up) go through."""
 
     def __init__(self, err: int = errno.ENOSPC, partial: int = 0) -> None:
@@ -23,14 +24,15 @@ class FailingWrites:
         self.armed = False
         self.failures = 0
 
-    def __call__(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> int:
+    def __call__(self, fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> int:
+        data = b"".join(buffers)
         if self.armed and any(data):
             if self.partial:
                 n, self.partial = self.partial, 0
-                return os.pwrite(fd, bytes(data[:n]), offset)
+                return os.pwrite(fd, data[:n], offset)
             self.failures += 1
             raise OSError(self.err, os.strerror(self.err))
-        return os.pwrite(fd, data, offset)
+        return os.pwritev(fd, buffers, offset)
 
 
 async def test_enospc_rolls_back_and_recovers(tmp_path: Path) -> None:
@@ -39,7 +41,7 @@ async def test_enospc_rolls_back_and_recovers(tmp_path: Path) -> None:
         before = [await store.put_message(make_request("T", 0, b"ok-%d" % i, keys=[f"k{i}"])) for i in range(5)]
         end = store.max_phy_offset
         writes = FailingWrites(errno.ENOSPC, partial=37)
-        store.commit_log.pwrite = writes
+        store.commit_log.pwritev = writes
         writes.armed = True
         failed = await store.put_messages([make_request("T", 0, b"lost-%d" % i, keys=["lost"]) for i in range(3)])
         assert failed.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
@@ -74,7 +76,7 @@ async def test_every_pending_put_after_the_failure_fails(tmp_path: Path) -> None
     async with opened(cfg) as store:
         await store.put_message(make_request("A", 0, b"first"))
         writes = FailingWrites(errno.EIO)
-        store.commit_log.pwrite = writes
+        store.commit_log.pwritev = writes
         writes.armed = True
         results = await asyncio.gather(*(store.put_message(make_request("AB"[i % 2], 0, b"%d" % i))
                                          for i in range(20)))

@@ -11,6 +11,7 @@ after the log was rolled back (nothing acknowledged that is not stored).
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from pathlib import Path
 
 from rocket.store import FlushDiskType, PutMessageStatus
@@ -98,12 +99,12 @@ async def test_a_failed_write_fails_the_gathered_puts_after_the_rollback(tmp_pat
         cl = store.commit_log
         await store.put_message(make_request("T", 0, b"first"))
         end = cl.append_offset
-        real = cl.pwrite
+        real = cl.pwritev
 
-        def enospc(fd: int, data: bytes | bytearray | memoryview, offset: int) -> int:
+        def enospc(fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        cl.pwrite = enospc
+        cl.pwritev = enospc
         seen: list[tuple[PutMessageStatus, int, int]] = []
         cl.gather()
         for i in range(3):
@@ -115,6 +116,6 @@ async def test_a_failed_write_fails_the_gathered_puts_after_the_rollback(tmp_pat
         assert [s for s, _, _ in seen] == [PutMessageStatus.SERVICE_NOT_AVAILABLE] * 3
         assert all(n == 0 and pos == end for _, n, pos in seen)  # rolled back before anyone heard
         assert cl.committed == end
-        cl.pwrite = real
+        cl.pwritev = real
         ok = await store.put_message(make_request("T", 0, b"after"))
         assert ok.status is PutMessageStatus.PUT_OK and ok.messages[0].queue_offset == 1

@@ -101,13 +101,17 @@ def test_batch_encoder_matches_the_encoder_of_store_requests(reqs: list[PutMessa
     tail = bytes((len(first.topic.encode()),)) + first.topic.encode()
     props = [r.properties.encode() for r in same]
     sizes = [enc.fixed[len(born)] + len(tail) + len(r.body) + len(p) for r, p in zip(same, props, strict=True)]
-    ref_buf = bytearray()
-    ref = enc.encode_batch_into(ref_buf, same, [born] * len(same), props, sizes, tail, first.queue_id, qoff, phys, ts)
-    buf = bytearray(b"x")
+    ref_parts: list[bytes | bytearray | memoryview] = []
+    ref = enc.encode_batch_into(ref_parts, same, [born] * len(same), props, sizes, tail, first.queue_id, qoff, phys,
+                                ts)
+    assert len(ref_parts) == len(same)  # one bytes object per record
+    bodies = [memoryview(r.body) for r in same]  # as split_batch hands them over
+    parts: list[bytes | bytearray | memoryview] = [b"x"]
     appended, phys_list, next_qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
-        buf, [r.body for r in same], props, [r.flag for r in same], sizes, born, first.sys_flag | tran,
+        parts, bodies, props, [r.flag for r in same], sizes, born, first.sys_flag | tran,
         first.born_timestamp, first.reconsume_times, tail, first.queue_id, qoff, phys, ts)
-    assert bytes(buf) == b"x" + bytes(ref_buf)
+    assert b"".join(parts) == b"x" + b"".join(ref_parts)
+    assert all(parts[2 + 4 * i] is body for i, body in enumerate(bodies))  # the bodies themselves: not copied
     assert (appended, phys_list, next_qoff, sys_flags) == ref
     assert msg_ids == ",".join(m.msg_id for m in appended)
 

@@ -15,9 +15,10 @@ reshaped for one event loop):
 
 * On the loop, :meth:`CommitLog.put` assigns queue offsets (table per
   ``(topic, queueId)``) and physical offsets, encodes the records into an
-  in-memory chunk and queues a :class:`PutOp` per call.
+  in-memory chunk (the buffers each record is made of, not joined) and queues a
+  :class:`PutOp` per call.
 * One *job* at a time writes every chunk queued since the previous job with
-  ``pwrite`` (never through a mapping). A job into files that exist already
+  ``pwritev`` (never through a mapping). A job into files that exist already
   is only a copy into the page cache: it runs on the loop at the end of the
   loop turn whose puts it gathers (no thread hand-off per job), unless it
   exceeds ``INLINE_WRITE_MAX`` bytes; others run on the writer thread.
@@ -198,12 +199,18 @@ class PutOp:
 
 
 class _Chunk:
-    __slots__ = ("buf", "end", "seg", "start")
+    """Records appended to ``seg`` from ``start`` on and not yet written: the buffers they were
+    made of (``parts``, in order, ``size`` bytes in all), written by one ``pwritev`` without being
+    joined first. ``end`` is the log offset after them: past ``start + size`` when a blank marker
+    closes the file (its remaining bytes stay as the file has them, zeros)."""
+
+    __slots__ = ("end", "parts", "seg", "size", "start")
 
     def __init__(self, seg: Segment, start: int) -> None:
         self.seg = seg
         self.start = start
-        self.buf = bytearray()
+        self.parts: list[files.Buffer] = []
+        self.size = 0
         self.end = start
 
 
@@ -330,8 +337,9 @@ class CommitLog:
         self.stats = CommitLogStats()
         #: Called on the loop after ``committed`` advanced (the reput).
         self.on_committed: Callable[[], None] = lambda: None
-        #: Write function, replaceable in tests to inject ENOSPC/EIO.
-        self.pwrite: Callable[[int, bytes | bytearray | memoryview, int], int] = os.pwrite
+        #: Write function (``os.pwritev``: a chunk's record parts in one call), replaceable in tests to
+        #: inject ENOSPC/EIO.
+        self.pwritev: Callable[[int, Sequence[files.Buffer], int], int] = os.pwritev
         #: File creation, replaceable in tests.
         self.create_file: Callable[[Path, int, bool], int] = files.create_file
         self._ops: deque[PutOp] = deque()
@@ -595,7 +603,8 @@ class CommitLog:
             if size + BLANK_MARKER.size <= space:
                 return seg
             chunk = self._chunk(seg)
-            chunk.buf += BLANK_MARKER.pack(space, BLANK_MAGIC_CODE)
+            chunk.parts.append(BLANK_MARKER.pack(space, BLANK_MAGIC_CODE))
+            chunk.size += BLANK_MARKER.size
             chunk.end = seg.end
             self.append_offset = seg.end
             pos = seg.end
@@ -644,10 +653,11 @@ class CommitLog:
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
         appended, phys_list, qoff, sys_flags = enc.encode_batch_into(
-            chunk.buf, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
+            chunk.parts, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys
+        chunk.size += total
         keys: list[list[str]] | None = None
         uniq: list[str | None] | None = None
         if len(reqs) == 1:
@@ -727,11 +737,12 @@ class CommitLog:
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
         appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
-            chunk.buf, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
+            chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
             batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys
+        chunk.size += total
         self.dispatch_batches.append(DispatchBatch(
             start, phys, topic, queue_id, first_qoff, phys_list, sizes, batch.tags_codes,
             batch.keys if batch.indexed else None, batch.uniq_keys if batch.indexed else None, store_timestamp,
@@ -761,7 +772,8 @@ class CommitLog:
                 self.segments.append(seg)
             n = min(len(view), seg.end - pos)
             chunk = self._chunk(seg)
-            chunk.buf += view[:n]
+            chunk.parts.append(view[:n])  # a view of the master's transfer until written
+            chunk.size += n
             pos += n
             chunk.end = self.append_offset = pos
             view = view[n:]
@@ -798,8 +810,8 @@ class CommitLog:
         self._cur = None
         self._job_running = True
         self._idle.clear()
-        if (chunks[0].seg.created and len(chunks[0].buf) <= INLINE_WRITE_MAX) if len(chunks) == 1 \
-                else all(c.seg.created for c in chunks) and sum(len(c.buf) for c in chunks) <= INLINE_WRITE_MAX:
+        if (chunks[0].seg.created and chunks[0].size <= INLINE_WRITE_MAX) if len(chunks) == 1 \
+                else all(c.seg.created for c in chunks) and sum(c.size for c in chunks) <= INLINE_WRITE_MAX:
             self._finish_job(self._write_job(chunks))
             return
         # The writer thread hands the result back with one call_soon_threadsafe (no asyncio future
@@ -823,7 +835,7 @@ class CommitLog:
                     break
                 seg.created = True
             try:
-                files.pwrite_all(seg.fd, c.buf, c.start - seg.start, self.pwrite)
+                files.pwritev_all(seg.fd, c.parts, c.start - seg.start, c.size, self.pwritev)
             except files.PartialWriteError as exc:
                 self._undo_partial(seg, c.start - seg.start, exc.written)
                 res.error, res.phase, res.path = exc.cause, "write", seg.path
@@ -840,7 +852,7 @@ class CommitLog:
         if written <= 0:
             return
         try:
-            files.pwrite_all(seg.fd, bytes(written), rel, self.pwrite)
+            files.pwritev_all(seg.fd, [bytes(written)], rel, written, self.pwritev)
         except OSError:
             try:
                 os.ftruncate(seg.fd, rel)

@@ -10,7 +10,7 @@ import contextlib
 import errno
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mypy_extensions import mypyc_attr
@@ -157,6 +157,49 @@ def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int,
         raise PartialWriteError(exc, done) from exc
     finally:
         view.release()
+
+
+#: A buffer :func:`pwritev_all` writes: the parts of CommitLog records as they were made.
+Buffer = bytes | bytearray | memoryview
+#: The most buffers one ``pwritev`` takes (``IOV_MAX``; POSIX guarantees at least 16, Linux has 1024).
+IOV_MAX: int = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
+
+
+def pwritev_all(fd: int, buffers: Sequence[Buffer], offset: int, total: int,
+                pwritev: Callable[[int, Sequence[Buffer], int], int] = os.pwritev) -> None:
+    """Write ``buffers`` one after the other from ``offset`` (``total`` bytes, their summed
+    lengths) with as few ``pwritev(2)`` calls as :data:`IOV_MAX` allows, without joining them;
+    after a short write the rest is written from where it stopped. Raises
+    :class:`PartialWriteError` with the bytes written."""
+    done = 0
+    i = 0
+    count = len(buffers)
+    try:
+        while i < count:
+            group = buffers[i:i + IOV_MAX] if i or count > IOV_MAX else buffers
+            want = total - done if len(group) == count - i else sum(map(len, group))
+            if not want:  # only empty buffers (an empty body)
+                i += len(group)
+                continue
+            n = pwritev(fd, group, offset + done)
+            if n <= 0:
+                raise OSError(errno.EIO, "write returned 0")
+            done += n
+            if n == want:
+                i += len(group)
+                continue
+            # a short write: go on from the first byte that did not reach the file
+            rest = [memoryview(b).cast("B") for b in group]
+            k = 0
+            while n >= len(rest[k]):
+                n -= len(rest[k])
+                k += 1
+            rest[k] = rest[k][n:]
+            buffers = [*rest[k:], *buffers[i + len(group):]]
+            count = len(buffers)
+            i = 0
+    except OSError as exc:
+        raise PartialWriteError(exc, done) from exc
 
 
 def write_file_atomically(path: Path, data: bytes, *, keep_bak: bool = True) -> None:
