@@ -4,9 +4,12 @@ against the store requests' path (``put_messages``): same files, same answers, s
 from __future__ import annotations
 
 import random
+import struct
 from pathlib import Path
 
-from rocket.message import MAX_PROPERTIES_SIZE, encode_properties
+import pytest
+
+from rocket.message import MAX_PROPERTIES_SIZE, decode_record, encode_properties
 from rocket.store import DefaultMessageStore
 from rocket.store.api import PutMessageBatch, PutMessageResult, PutMessageStatus
 from tests.store_helpers import opened, small_config
@@ -90,3 +93,20 @@ async def test_a_batch_is_refused_as_its_store_requests_are(tmp_path: Path) -> N
             assert (whole.status, whole.remark) == (each.status, each.remark)
             assert whole.status is not PutMessageStatus.PUT_OK
         assert store.commit_log.append_offset == 0
+
+
+async def test_a_batch_that_fails_to_encode_leaves_nothing_of_itself_in_the_log(tmp_path: Path) -> None:
+    """The CommitLog keeps a batch's record parts unjoined until the write: when a record fails to
+    pack part-way (a flag beyond int32), the parts of the records before it must not be written
+    ahead of the next put."""
+    async with opened(small_config(tmp_path)) as store:
+        bad = PutMessageBatch("T", 0, [b"first", b"second"], [b"", b""], [0, 1 << 40], [0, 0], [[], []], [None, None])
+        with pytest.raises(struct.error):
+            store.put_batch_nowait(bad)
+        assert store.commit_log.append_offset == 0
+        ok = await store.put_messages(bad.to_requests()[:1])
+        assert ok.status is PutMessageStatus.PUT_OK and ok.messages[0].physical_offset == 0
+    async with opened(small_config(tmp_path)) as store:
+        got = store.get_message("T", 0, 0, 32)
+        assert [decode_record(r, check_crc=True).body for r in got.records] == [b"first"]
+        assert store.commit_log.append_offset == ok.messages[0].size
