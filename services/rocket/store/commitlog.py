@@ -652,13 +652,8 @@ class CommitLog:
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
-        mark = len(chunk.parts)
-        try:
-            appended, phys_list, qoff, sys_flags = enc.encode_batch_into(
-                chunk.parts, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
-        except BaseException:
-            del chunk.parts[mark:]  # nothing of a record that failed to encode is written
-            raise
+        appended, phys_list, qoff, sys_flags = enc.encode_batch_into(
+            chunk.parts, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys
@@ -741,14 +736,9 @@ class CommitLog:
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
-        mark = len(chunk.parts)
-        try:
-            appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
-                chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
-                batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
-        except BaseException:
-            del chunk.parts[mark:]  # nothing of a batch that failed to encode is written
-            raise
+        appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
+            chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
+            batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys

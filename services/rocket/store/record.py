@@ -262,7 +262,8 @@ class RecordEncoder:
         store_timestamp: int,
     ) -> tuple[list[AppendedMessage], list[int], int, list[int] | None]:
         """Append the records of ``reqs`` to ``out``, one bytes object each (``sizes`` from
-        :meth:`fixed`), the first at ``physical_offset`` with queue offset ``queue_offset``.
+        :meth:`fixed`), the first at ``physical_offset`` with queue offset ``queue_offset``; all
+        of them or, when one fails to pack (raising ``struct.error``), none.
 
         Prepared and rollback transaction records get queue offset 0 and do not
         advance it (as in ``CommitLog``). Returns ``(appended, physical offsets, next queue
@@ -296,6 +297,7 @@ class RecordEncoder:
         new_message = AppendedMessage
         phys_list: list[int] = []
         add_phys = phys_list.append
+        records: list[bytes | bytearray | memoryview] = []  # to ``out`` once all are packed
         sys_flags: list[int] | None = None
         q = queue_offset
         phys = physical_offset
@@ -316,12 +318,13 @@ class RecordEncoder:
             if n != last_n or pl != last_pl or bl != last_bl:  # a batch's lengths rarely change
                 rs = record_struct(bl, n, tl, pl)
                 last_n, last_pl, last_bl = n, pl, bl
-            out.append(rs.pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag, qo, phys, sf,
-                               r.born_timestamp, born, store_timestamp, store, r.reconsume_times,
-                               r.prepared_transaction_offset, n, body, topic_tail, pl, p))
+            records.append(rs.pack(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, r.flag, qo, phys,
+                                   sf, r.born_timestamp, born, store_timestamp, store, r.reconsume_times,
+                                   r.prepared_transaction_offset, n, body, topic_tail, pl, p))
             add(new_message(phys, size, qo, store_timestamp, id_format % phys))
             add_phys(phys)
             phys += size
+        out += records
         return appended, phys_list, q, sys_flags
 
     def encode_message_batch_into(
@@ -349,8 +352,9 @@ class RecordEncoder:
 
         Each record goes to ``out`` as four buffers: its fixed fields (one :attr:`heads` pack), the
         body (a view of the request, as given), the topic tail with PROPERTIESLENGTH, and the
-        properties. Nothing is joined: the CommitLog writes them with one ``pwritev``, so a body is
-        copied only by the kernel, into the page cache."""
+        properties; all records' buffers, or none when one fails to pack (``struct.error``). Nothing
+        is joined: the CommitLog writes them with one ``pwritev``, so a body is copied only by the
+        kernel, into the page cache."""
         bl = len(born)
         sf = (sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0)
         sys_flags: list[int] | None = None
@@ -367,7 +371,8 @@ class RecordEncoder:
         tail = topic_tail  # replaced at the first record: topic tail + PROPERTIESLENGTH
         phys_list: list[int] = []
         add_phys = phys_list.append
-        add = out.append
+        parts: list[bytes | bytearray | memoryview] = []  # to ``out`` once every record is packed
+        add = parts.append
         phys = physical_offset
         # The fields every record shares, as objects once (compiled, an int is boxed at each use).
         magic: object = MESSAGE_MAGIC_CODE
@@ -390,6 +395,7 @@ class RecordEncoder:
             add_phys(phys)
             phys += size
             q += step
+        out += parts
         # Every offsetMsgId at once: store host + offset, packed for all, in hex with a comma between ids.
         count = len(phys_list)
         id_len = len(store) + 8
