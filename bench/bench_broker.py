@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.calibrate import page_cache_write_cost
 from rocket.local import LocalCluster, find_free_base_port
 from rocket.percentiles import percentile
 
@@ -239,24 +240,39 @@ async def _e2e_send(namesrv: str, topic: str, count: int, rate: float) -> LoadRe
 
 
 def _proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (Linux /proc)."""
+    """User + system CPU seconds of ``pid`` so far (Linux /proc); 0 when the process is gone."""
+    return sum(_proc_cpu_split(pid))
+
+
+def _proc_cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid`` so far (Linux /proc/PID/stat, fields utime and stime);
+    (0, 0) when the process is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return 0.0, 0.0
 
 
-def _cpu_line(results: list[LoadResult], broker_cpu: float, wall: float, warmup: float) -> str:
-    """Where the CPU went: broker and client microseconds per message, broker core use.
+def _cpu_line(results: list[LoadResult], broker_cpu: tuple[float, float], wall: float, warmup: float) -> str:
+    """Where the CPU went: broker (user + system) and client microseconds per message, broker core use.
 
-    ``broker_cpu`` is already scaled to the measured window; the workers' CPU
-    includes their warm-up, so it is scaled by the measured share of their run.
+    ``broker_cpu`` (user, system seconds) is already scaled to the measured window; the workers'
+    CPU includes their warm-up, so it is scaled by the measured share of their run. The system
+    part is mostly the kernel's copy into the page cache (see :mod:`bench.calibrate`).
     """
     n = sum(r.messages for r in results) or 1
     client = sum(r.cpu_seconds * r.seconds / (r.seconds + warmup) for r in results)
-    return (f"CPU per message: broker {broker_cpu / n * 1e6:.1f} us, client {client / n * 1e6:.1f} us; "
-            f"broker used {broker_cpu / wall * 100:.0f}% of a core")
+    user, system = broker_cpu
+    return (f"CPU per message: broker {(user + system) / n * 1e6:.1f} us (user {user / n * 1e6:.1f}, system "
+            f"{system / n * 1e6:.1f}), client {client / n * 1e6:.1f} us; "
+            f"broker used {(user + system) / wall * 100:.0f}% of a core")
+
+
+def _window_cpu(before: tuple[float, float], after: tuple[float, float], scale: float) -> tuple[float, float]:
+    """(user, system) seconds between two :func:`_proc_cpu_split` readings, times ``scale``."""
+    return (after[0] - before[0]) * scale, (after[1] - before[1]) * scale
 
 
 def _merge(results: list[LoadResult]) -> tuple[float, list[float], int]:
@@ -296,31 +312,31 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
 
         # 1. single sends, 64 in flight
         per_proc = SINGLE_CONCURRENCY // LOAD_PROCS
-        b0, w0 = _proc_cpu(broker_pid), time.perf_counter()
+        b0, w0 = _proc_cpu_split(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, per_proc, 1, duration, warmup, 0.0, profile and i == 0)
                    for i in range(LOAD_PROCS)]
         results = [f.result() for f in futures]
-        b1, w1 = _proc_cpu(broker_pid), time.perf_counter()
+        b1, w1 = _proc_cpu_split(broker_pid), time.perf_counter()
         rate, lat, errors = _merge(results)
         figures["single"] = (rate, lat, errors)
         print(f"[{flush}] single sends ({SINGLE_CONCURRENCY} in flight, {LOAD_PROCS} procs): {rate:,.0f} msgs/s, "
               f"latency p50/p99/p99.9 {_pcts(lat)} ms, errors {errors}", flush=True)
-        figures["single_cpu"] = _cpu_line(results, (b1 - b0) * duration / (w1 - w0), duration, warmup)
+        figures["single_cpu"] = _cpu_line(results, _window_cpu(b0, b1, duration / (w1 - w0)), duration, warmup)
         print(f"    {figures['single_cpu']}", flush=True)
         if results[0].profile:
             print(f"--- profile of one load process during single sends ({flush}) ---\n{results[0].profile}")
 
         # 2. batches of 32
-        b0, w0 = _proc_cpu(broker_pid), time.perf_counter()
+        b0, w0 = _proc_cpu_split(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, BATCH_CONCURRENCY_PER_PROC, BATCH_SIZE, duration, warmup,
                                0.0, False) for _ in range(LOAD_PROCS)]
         results_b = [f.result() for f in futures]
-        b1, w1 = _proc_cpu(broker_pid), time.perf_counter()
+        b1, w1 = _proc_cpu_split(broker_pid), time.perf_counter()
         rate_b, lat_b, errors_b = _merge(results_b)
         figures["batch"] = (rate_b, lat_b, errors_b)
         print(f"[{flush}] batched sends ({BATCH_SIZE}/batch, {BATCH_CONCURRENCY_PER_PROC * LOAD_PROCS} in flight): "
               f"{rate_b:,.0f} msgs/s, batch latency p50/p99/p99.9 {_pcts(lat_b)} ms, errors {errors_b}", flush=True)
-        print(f"    {_cpu_line(results_b, (b1 - b0) * duration / (w1 - w0), duration, warmup)}", flush=True)
+        print(f"    {_cpu_line(results_b, _window_cpu(b0, b1, duration / (w1 - w0)), duration, warmup)}", flush=True)
 
         # 3. consume everything stored so far
         futures = [pool.submit(_pull_worker, ns, topic, i, LOAD_PROCS) for i in range(LOAD_PROCS)]
@@ -366,6 +382,8 @@ def run(short: bool) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"1 NameServer + 1 broker on loopback, {BODY_SIZE}-byte messages, {QUEUES} queues, "
           f"{LOAD_PROCS} load process(es), {os.cpu_count()} CPUs, load average {load:.1f} at start", flush=True)
+    print(f"this machine's {page_cache_write_cost().text()} (bench/calibrate.py: the system part of the "
+          "broker's CPU below is mostly this copy)", flush=True)
     all_figures = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=LOAD_PROCS + 1, mp_context=ctx) as pool:
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):

@@ -836,6 +836,18 @@ def _page_cache_text(settings: dict[str, Any]) -> str:
     return f"the page cache not dropped between runs ({str(state).removeprefix('kept: ')}); "
 
 
+def _page_cache_cost_text(m: dict[str, Any]) -> str:
+    """`` Page cache at start: new data 2.36 s of CPU per GiB, cached pages rewritten 0.27 s ...``
+    from ``machine["page_cache_s_per_gib"]`` (:mod:`bench.calibrate`); empty for runs saved
+    before it was measured."""
+    cost = m.get("page_cache_s_per_gib")
+    if not cost:
+        return ""
+    return (f" Page cache at start: new data {cost['new']:.2f} s of CPU per GiB, cached pages rewritten "
+            f"{cost['rewritten']:.2f} s (`bench/calibrate.py`; on this VM the first varies from day to day, "
+            "and both systems pay it for every byte they store).")
+
+
 def _elapsed_text(data: dict[str, Any]) -> str:
     """`` Took 27.5 min in all.`` (`` So far 3.0 min.`` for a partial page); empty for runs saved
     without ``elapsed_s``."""
@@ -862,7 +874,7 @@ def render_page(data: dict[str, Any]) -> str:
         f"Machine: {m['nproc']} cores ({m['cpu_model']}), {m['memory_gib']} GiB RAM, Linux {m['kernel']}; "
         f"Python {m['python']}; {m['java']}. 1-minute load average at start {m['loadavg_at_start']} — the machine "
         "is shared with other work, and the load generator and the system under test run on the same cores, so "
-        "each cell's load average (start → end) is listed with its figures below.",
+        "each cell's load average (start → end) is listed with its figures below." + _page_cache_cost_text(m),
         "",
         f"Settings: {s['seconds']} s per throughput cell after {s['warmup']} s of warm-up; "
         f"{s['server_warmup']} s of unmeasured load (64 producers, then batches) "
