@@ -165,6 +165,8 @@ def test_decoder_reassembles_split_and_joined_frames() -> None:
     for byte in stream:
         got += decoder.feed(bytes([byte]))
     assert [c.opaque for c in got] == [1, 2, 3, 4, 5]
+    assert [c.body for c in got] == [b"x" * i for i in range(1, 6)]
+    assert all(type(c.body) is bytes for c in got)  # copied out of the reassembly buffer, which is reused
     assert decoder.buffered == 0
     assert [c.code for c in FrameDecoder().feed(stream)] == [1, 2, 3, 4, 5]
 

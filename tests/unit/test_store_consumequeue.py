@@ -6,12 +6,13 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocket.message import decode_record, tags_hash_code
 from rocket.store import BrokerRole, GetMessageStatus
-from rocket.store.consumequeue import CQ_UNIT, ConsumeQueue
+from rocket.store.consumequeue import CQ_UNIT, ENTRY, ConsumeQueue, pack_entries
 from tests.store_helpers import make_request, opened, small_config
 
 
@@ -199,3 +200,17 @@ def test_a_queue_starting_past_the_hole_scan_block_keeps_its_offsets(tmp_path: P
     assert (again.min_offset, again.max_offset, again.max_phys_end) == (first, first + 5, 1050)
     assert [again.entry(first + i) for i in range(5)] == [(1000 + 10 * i, 10, i) for i in range(5)]
     again.close()
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(-(2**31), 2**31 - 1),
+                          st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=40))
+def test_entries_packed_at_once_are_the_entries_packed_one_by_one(entries: list[tuple[int, int, int]]) -> None:
+    phys, sizes, tags = (list(column) for column in zip(*entries, strict=True))
+    assert pack_entries(phys, sizes, tags) == b"".join(ENTRY.pack(*e) for e in entries)
+
+
+def test_entries_packed_at_once_refuse_lists_of_other_lengths_and_values_out_of_range() -> None:
+    with pytest.raises(ValueError, match="2 physical offsets, 1 sizes"):
+        pack_entries([0, 20], [20], [0, 0])
+    with pytest.raises(struct.error):
+        pack_entries([0, 20], [20, 2**31], [0, 0])

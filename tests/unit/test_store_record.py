@@ -111,7 +111,7 @@ def test_batch_encoder_matches_the_encoder_of_store_requests(reqs: list[PutMessa
         parts, bodies, props, [r.flag for r in same], sizes, born, first.sys_flag | tran,
         first.born_timestamp, first.reconsume_times, tail, first.queue_id, qoff, phys, ts)
     assert b"".join(parts) == b"x" + b"".join(ref_parts)
-    assert all(parts[2 + 4 * i] is body for i, body in enumerate(bodies))  # the bodies themselves: not copied
+    assert all(parts[3 + 5 * i] is body for i, body in enumerate(bodies))  # the bodies themselves: not copied
     assert (appended, phys_list, next_qoff, sys_flags) == ref
     assert msg_ids == ",".join(m.msg_id for m in appended)
 

@@ -475,7 +475,7 @@ def decode_frame_payload(payload: bytes) -> RemotingCommand:
 
 def _decode_at(buf: bytes | bytearray, start: int, length: int) -> RemotingCommand:
     """Decode the frame payload ``buf[start:start + length]`` (at least 4 bytes), copying
-    header and body out of ``buf`` once each."""
+    header and body out of ``buf`` once each (a frame that spanned reads is in a bytearray)."""
     tag: int
     (tag,) = _TAG.unpack_from(buf, start)
     serialize_type = tag >> 24
@@ -484,8 +484,14 @@ def _decode_at(buf: bytes | bytearray, start: int, length: int) -> RemotingComma
         raise FrameError(f"header length {header_len} exceeds the frame ({length - 4} bytes)")
     h = start + 4
     b = h + header_len
-    header = bytes(buf[h:b])
-    body = bytes(buf[b : start + length])
+    if isinstance(buf, bytes):
+        header = buf[h:b]
+        body = buf[b : start + length]
+    else:  # a bytearray's slice is a bytearray: copy out of a view instead, once
+        view = memoryview(buf)
+        header = bytes(view[h:b])
+        body = bytes(view[b : start + length])
+        view.release()
     if serialize_type == SerializeType.JSON:
         return _decode_json_header(header, body)
     if serialize_type == SerializeType.ROCKETMQ:
@@ -549,9 +555,9 @@ class FrameDecoder:
             self._check_length(length)
             need = 4 + length - len(buffer)
             if end - pos < need:
-                buffer += data[pos:]
+                buffer += memoryview(data)[pos:]
                 return commands
-            buffer += data[pos : pos + need]
+            buffer += memoryview(data)[pos : pos + need]
             pos += need
             commands.append(_decode_at(buffer, 4, length))
             buffer.clear()
@@ -567,7 +573,7 @@ class FrameDecoder:
             commands.append(_decode_at(data, start, length))
             pos = start + length
         if pos < end:
-            buffer += data[pos:]
+            buffer += memoryview(data)[pos:]
         return commands
 
     def _check_length(self, length: int) -> None:

@@ -54,6 +54,8 @@ _LONG: Final = struct.Struct(">q")
 _SIZE_MAGIC: Final = struct.Struct(">ii")
 #: totalsize, magic, crc, queueid, flag, queueoffset, physicaloffset, sysflag, borntimestamp
 _HEAD: Final = struct.Struct(">iiiiiqqiq")
+#: A record's first fields, TOTALSIZE .. PHYSICALOFFSET (the ones that differ between the records of a batch).
+_FRONT: Final = struct.Struct(">iiiiiqq")
 BLANK_MARKER = struct.Struct(">ii")
 
 _U32: Final = 0xFFFFFFFF
@@ -214,6 +216,9 @@ class RecordEncoder:
         s = len(self._store)
         #: Packs TOTALSIZE .. BODYLENGTH, per born host size (8 or 20).
         self.heads = {b: struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20)}
+        #: Packs the rest of a head that a batch's records share, SYSFLAG .. PREPAREDTRANSACTIONOFFSET,
+        #: per born host size (:meth:`encode_message_batch_into`; TOTALSIZE .. PHYSICALOFFSET: :data:`_FRONT`).
+        self.shared = {b: struct.Struct(f">iq{b}sq{s}siq") for b in (8, 20)}
         #: Bytes of a record besides body, topic (with its length byte) and properties, per born host size.
         self.fixed = {b: 48 + b + 8 + s + 12 + 4 + 2 for b in (8, 20)}
         self._id_format = self.msg_id_prefix + "%016X"
@@ -350,11 +355,13 @@ class RecordEncoder:
         bytes (prepared transaction offset 0, as a batch's store requests had), same return value
         plus the messages' offsetMsgIds joined by commas (made by one ``bytes.hex`` call).
 
-        Each record goes to ``out`` as four buffers: its fixed fields (one :attr:`heads` pack), the
+        Each record goes to ``out`` as five buffers: its own fixed fields TOTALSIZE ..
+        PHYSICALOFFSET (one :data:`_FRONT` pack), the fields every record of the batch shares with
+        BODYLENGTH (packed once, again only when a body's length differs from the one before), the
         body (a view of the request, as given), the topic tail with PROPERTIESLENGTH, and the
-        properties; all records' buffers, or none when one fails to pack (``struct.error``). Nothing
-        is joined: the CommitLog writes them with one ``pwritev``, so a body is copied only by the
-        kernel, into the page cache."""
+        properties; all records' buffers, or none when one fails to pack (``struct.error``).
+        Nothing is joined: the CommitLog writes them with one ``pwritev``, so a body is copied only
+        by the kernel, into the page cache."""
         bl = len(born)
         sf = (sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0)
         sys_flags: list[int] | None = None
@@ -366,9 +373,12 @@ class RecordEncoder:
             q = queue_offset
             step = 1
         store = self._store
-        pack_head = self.heads[bl].pack
+        pack_front = _FRONT.pack
+        shared = self.shared[bl].pack(sf, born_timestamp, born, store_timestamp, store, reconsume_times, 0)
         last_pl = -1
         tail = topic_tail  # replaced at the first record: topic tail + PROPERTIESLENGTH
+        last_bl = -1
+        middle = shared  # replaced at the first record: the shared fields + BODYLENGTH
         phys_list: list[int] = []
         add_phys = phys_list.append
         parts: list[bytes | bytearray | memoryview] = []  # to ``out`` once every record is packed
@@ -377,18 +387,17 @@ class RecordEncoder:
         # The fields every record shares, as objects once (compiled, an int is boxed at each use).
         magic: object = MESSAGE_MAGIC_CODE
         queue: object = queue_id
-        flags_bits: object = sf
-        born_ms: object = born_timestamp
-        store_ms: object = store_timestamp
-        reconsumed: object = reconsume_times
-        zero: object = 0
         for body, p, flag, size in zip(bodies, props, flags, sizes, strict=True):
             pl = len(p)
             if pl != last_pl:  # a batch's properties lengths rarely change
                 tail = topic_tail + _SHORT.pack(pl)
                 last_pl = pl
-            add(pack_head(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys, flags_bits, born_ms, born,
-                          store_ms, store, reconsumed, zero, len(body)))
+            body_len = len(body)
+            if body_len != last_bl:  # nor, often, its bodies' lengths
+                middle = shared + _INT.pack(body_len)
+                last_bl = body_len
+            add(pack_front(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys))
+            add(middle)
             add(body)
             add(tail)
             add(p)

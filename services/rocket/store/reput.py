@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from rocket.message import SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_ROLLBACK
 from rocket.store.commitlog import CommitLog, DispatchBatch
-from rocket.store.consumequeue import ENTRY, ConsumeQueue
+from rocket.store.consumequeue import ENTRY, ConsumeQueue, pack_entries
 from rocket.store.index import IndexService
 from rocket.store.queue_store import ConsumeQueueStore
 from rocket.store.record import BLANK, CORRUPT, DispatchRecord, RecordRow, parse_dispatch, walk_records
@@ -205,8 +205,8 @@ class ReputMessageService:
         cq = self.queues.find_or_create(b.topic, b.queue_id)
         n = len(b.phys)
         if b.sys_flags is None:
-            entries = ENTRY.pack(b.phys[0], b.sizes[0], b.tags[0]) if n == 1 else b"".join(
-                map(ENTRY.pack, b.phys, b.sizes, b.tags))
+            entries = ENTRY.pack(b.phys[0], b.sizes[0], b.tags[0]) if n == 1 else pack_entries(
+                b.phys, b.sizes, b.tags)
             cq.append(b.first_queue_offset, entries, n, b.end)
             if b.keys is not None and b.uniq is not None:
                 if run is not None:
