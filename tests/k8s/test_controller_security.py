@@ -144,8 +144,11 @@ def _secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:
 
 
 def test_operator_reads_acl_and_tls_controllers(api: Any, operator: Any, servers: Servers) -> None:
-    info = wait_for(lambda: asyncio.run(_replica_info(servers, signed=True, tls=True)), 60, retry_on=(RemotingError,),
-                    what="the controllers' master of the group")
+    def elected() -> Any:
+        info = asyncio.run(_replica_info(servers, signed=True, tls=True))
+        return info if info.master_broker_id is not None else None  # (no master elected yet: asked again)
+
+    info = wait_for(elected, 60, retry_on=(RemotingError,), what="the controllers' master of the group")
     # the witnesses: the controllers refuse a plaintext connection and an unsigned request
     with pytest.raises((RemotingError, OSError, TimeoutError)):
         asyncio.run(_replica_info(servers, signed=True, tls=False))
