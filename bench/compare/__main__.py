@@ -416,17 +416,16 @@ def _git(*args: str) -> str:
         return ""
 
 
-def machine(probe_page_cache: bool = True) -> dict[str, Any]:
+def machine() -> dict[str, Any]:
     """Cores, CPU model, RAM, kernel, Python, Java, Apache RocketMQ version, load average now, and
-    (``probe_page_cache``) the CPU seconds per GiB of writing new data and of rewriting cached
+    the CPU seconds per GiB of writing new data and of rewriting cached
     pages (:func:`bench.calibrate.page_cache_write_cost`, about 3 s): on the VMs this runs on the
     first differs by an order of magnitude from one day to another, and both systems pay it per
     byte stored."""
     mem_kb = _first("/proc/meminfo", "MemTotal").split()[0]
-    cost = page_cache_write_cost() if probe_page_cache else None
+    cost = page_cache_write_cost()
     return {
-        "page_cache_s_per_gib": None if cost is None else {"new": round(cost.new, 3),
-                                                           "rewritten": round(cost.rewritten, 3)},
+        "page_cache_s_per_gib": {"new": round(cost.new, 3), "rewritten": round(cost.rewritten, 3)},
         "nproc": os.cpu_count(),
         "memory_gib": round(int(mem_kb) / 1024 / 1024, 1) if mem_kb.isdigit() else None,
         "cpu_model": _first("/proc/cpuinfo", "model name"),

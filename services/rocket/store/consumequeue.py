@@ -33,6 +33,10 @@ log = logging.getLogger("rocket.store")
 #: One entry: physical offset, size, tag hash code (``CQ_STORE_UNIT_SIZE`` = 20).
 ENTRY = struct.Struct(">qiq")
 CQ_UNIT = ENTRY.size
+#: Bytes :meth:`ConsumeQueue.load` reads at a time while it looks for a file's first entry.
+_HOLE_SCAN_BLOCK = 64 * 1024
+#: Entries :meth:`ConsumeQueue.truncate_dirty` reads from a file at a time.
+TRUNCATE_BLOCK = 4096
 #: Structs packing n entries at once (:func:`pack_entries`), by n.
 _ENTRIES: dict[int, struct.Struct] = {}
 
@@ -55,10 +59,6 @@ def pack_entries(phys: list[int], sizes: list[int], tags: list[int]) -> bytes:
     fields[1::3] = sizes
     fields[2::3] = tags
     return s.pack(*fields)
-#: Bytes :meth:`ConsumeQueue.load` reads at a time while it looks for a file's first entry.
-_HOLE_SCAN_BLOCK = 64 * 1024
-#: Entries :meth:`ConsumeQueue.truncate_dirty` reads from a file at a time.
-TRUNCATE_BLOCK = 4096
 
 
 def _first_nonzero_byte(fd: int, size: int) -> int | None:
