@@ -92,6 +92,8 @@ def read_pdb(api: Any, namespace: str, name: str) -> Any:
     ({"topics": [{"name": "T", "queues": 0}]}, "spec.topics*.queues"),
     ({"analytics": {"jobs": [{"name": "j"}]}}, "spec.analytics.jobs*.job"),
     ({"analytics": {"jobs": [{"name": "j", "job": "x", "schedule": "every day"}]}}, "schedule"),
+    ({"broker": {"config": {"deleteWhen": "04\nbrokerClusterName=other"}}}, "spec.broker.config.deleteWhen"),
+    ({"broker": {"config": {"msgTraceTopicName": "a\\b"}}}, "spec.broker.config.msgTraceTopicName"),
 ])
 def test_crd_refuses_invalid_specs(api: Any, namespace: str, spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ApiException) as info:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -369,3 +370,21 @@ def test_broker_config_entries_cannot_inject_lines(config: dict[str, str]) -> No
         parse_spec({"broker": {"config": config}})
     assert parse_spec({"broker": {"config": {"deleteWhen": "04", "fileReservedTime": "48"}}}).broker.config == {
         "deleteWhen": "04", "fileReservedTime": "48"}
+
+
+@pytest.mark.parametrize("value", ["04", "a=b:c d", "", "a\\b", "04\nx=1", "04\rx", "a\fb", "\\"])
+def test_crd_refuses_the_broker_config_values_the_operator_refuses(value: str) -> None:
+    """The CRD's value pattern for spec.broker.config (enforced by the API server, a 422 at apply time)
+    and parse_spec (for a cluster still serving an older CRD) refuse the same values. Found when the
+    exploration test drew a backslash the schema let through and the cluster settled Invalid."""
+    schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    pattern = schema["properties"]["spec"]["properties"]["broker"]["properties"]["config"][
+        "additionalProperties"]["pattern"]
+    by_schema = re.fullmatch(pattern, value) is not None
+    try:
+        parse_spec({"broker": {"config": {"deleteWhen": value}}})
+        by_operator = True
+    except SpecError:
+        by_operator = False
+    assert by_schema == by_operator, f"{value!r}: schema accepts {by_schema}, operator accepts {by_operator}"
+    assert by_schema == (value in ("04", "a=b:c d", ""))
