@@ -198,6 +198,14 @@ class PutOp:
                 log.exception("put completion callback %r failed", done)
 
 
+def _out_of_range(exc: struct.error) -> PutMessageResult:
+    """MESSAGE_ILLEGAL for a record field the CommitLog format cannot hold (an int field outside
+    32 bits, a long outside 64: RocketMQ's ``CommitLog`` record layout), from the encoder's
+    ``struct.error``. The broker's header checks refuse such values first; this covers callers
+    of the store API."""
+    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"a record field is out of range: {exc}")
+
+
 class _Chunk:
     """Records appended to ``seg`` from ``start`` on and not yet written: the buffers they were
     made of (``parts``, in order, ``size`` bytes in all), written by one ``pwritev`` without being
@@ -652,8 +660,11 @@ class CommitLog:
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
-        appended, phys_list, qoff, sys_flags = enc.encode_batch_into(
-            chunk.parts, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
+        try:
+            appended, phys_list, qoff, sys_flags = enc.encode_batch_into(
+                chunk.parts, reqs, borns, props, sizes, tail, queue_id, first_qoff, start, store_timestamp)
+        except struct.error as exc:  # the encoder appended nothing (record.RecordEncoder)
+            return _out_of_range(exc)
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys
@@ -736,9 +747,12 @@ class CommitLog:
         start = self.append_offset
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
-        appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
-            chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
-            batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
+        try:
+            appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
+                chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
+                batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
+        except struct.error as exc:  # the encoder appended nothing (record.RecordEncoder)
+            return _out_of_range(exc)
         phys = start + total
         self.topic_queue_table[key] = qoff
         self.append_offset = chunk.end = phys
