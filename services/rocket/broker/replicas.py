@@ -343,10 +343,9 @@ class ReplicationManager:
         return self.controller is not None and not self.controller.lease_valid
 
     def _sync_status(self, result: PutMessageResult) -> PutMessageStatus | asyncio.Future[PutMessageStatus]:
-        last = result.messages[-1]
         if self._fenced():
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
-        status = self.service.sync_status(last.physical_offset + last.size)
+        status = self.service.sync_status(result.end_offset)
         if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
             self.metrics.sync_results.labels("slave_not_available").inc()
         return status
@@ -357,7 +356,7 @@ class ReplicationManager:
         remark = ("no slave is connected or in sync (haSlaveFallbehindMax)"
                   if status is PutMessageStatus.SLAVE_NOT_AVAILABLE
                   else f"no slave acknowledged it within slaveTimeout={self.config.slave_timeout} ms")
-        return PutMessageResult(status, result.messages, f"stored on the master, but {remark}")
+        return result.with_status(status, f"stored on the master, but {remark}")
 
     async def wait_replicated(self, result: PutMessageResult) -> PutMessageResult:
         """SYNC_MASTER: ``result`` (PUT_OK) once a slave has the last record, else
@@ -393,8 +392,7 @@ class ReplicationManager:
         if result.status is not PutMessageStatus.PUT_OK:
             out.set_result(result)
             return
-        last = result.messages[-1]
-        end = last.physical_offset + last.size
+        end = result.end_offset
         status = PutMessageStatus.SLAVE_NOT_AVAILABLE if self._fenced() else self.service.sync_now(end)
         if status is not None:
             if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:

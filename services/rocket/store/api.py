@@ -278,35 +278,116 @@ class AppendedMessage:
                 f"queue_offset={self.queue_offset}, store_timestamp={self.store_timestamp}, msg_id={self.msg_id!r})")
 
 
-@dataclass(slots=True, init=False)
+class StoredBatch:
+    """Where the messages of one batch put landed, kept compact: their physical offsets and
+    sizes (parallel lists), the first one's queue offset (``queue_step`` 1 per message, or 0 when
+    none was taken: all are 0), their store time (ms) and their offsetMsgIds joined by commas
+    (``msg_ids``, each ``id_width`` characters). :meth:`messages` makes the
+    :class:`AppendedMessage` of each; the answer to a batch send needs only the first queue offset,
+    the ids and the end (:class:`PutMessageResult`), so the store makes none on that path."""
+
+    __slots__ = ("id_width", "msg_ids", "physical_offsets", "queue_offset", "queue_step", "sizes",
+                 "store_timestamp")
+
+    def __init__(self, physical_offsets: list[int], sizes: list[int], queue_offset: int, queue_step: int,
+                 store_timestamp: int, msg_ids: str, id_width: int) -> None:
+        self.physical_offsets = physical_offsets
+        self.sizes = sizes
+        self.queue_offset = queue_offset
+        self.queue_step = queue_step
+        self.store_timestamp = store_timestamp
+        self.msg_ids = msg_ids
+        self.id_width = id_width
+
+    def messages(self) -> list[AppendedMessage]:
+        """One :class:`AppendedMessage` per message, in order."""
+        out: list[AppendedMessage] = []
+        width = self.id_width
+        ids = self.msg_ids
+        o = 0
+        qo = self.queue_offset
+        step = self.queue_step
+        ts = self.store_timestamp
+        for ph, size in zip(self.physical_offsets, self.sizes, strict=True):
+            out.append(AppendedMessage(ph, size, qo, ts, ids[o:o + width]))
+            o += width + 1
+            qo += step
+        return out
+
+
 class PutMessageResult:
     """Result of :meth:`put_message` / :meth:`put_messages`.
 
     ``messages`` lists every appended record (one for a single put, all for a
     batch, in order); empty when nothing was appended. ``remark`` explains a
-    failure in words fit for a response remark.
+    failure in words fit for a response remark. A batch put's result holds a
+    :class:`StoredBatch` (``batch``) and makes ``messages`` from it when first read;
+    :attr:`stored`, :attr:`first_queue_offset` and :attr:`end_offset` answer without them.
     """
 
-    status: PutMessageStatus
-    messages: list[AppendedMessage] = field(default_factory=list)
-    remark: str = ""
-    #: The ``msg_id`` of every message, joined by commas (what a batch send answers), when the
-    #: store made it at once; "" otherwise (join them from ``messages``).
-    msg_ids: str = ""
+    __slots__ = ("_messages", "batch", "msg_ids", "remark", "status")
 
     def __init__(self, status: PutMessageStatus, messages: list[AppendedMessage] | None = None, remark: str = "",
-                 msg_ids: str = "") -> None:
-        # Written out (``init=False``): the ``__init__`` that ``dataclass`` generates stays
-        # interpreted in the compiled form of this module (rocket.compiled); this one is native.
+                 msg_ids: str = "", batch: StoredBatch | None = None) -> None:
         self.status = status
-        self.messages = [] if messages is None else messages
+        self._messages = messages
         self.remark = remark
+        #: The ``msg_id`` of every message, joined by commas (what a batch send answers), when the
+        #: store made it at once; "" otherwise (join them from ``messages``).
         self.msg_ids = msg_ids
+        self.batch = batch
+
+    @property
+    def messages(self) -> list[AppendedMessage]:
+        """Every appended record, in order (made from :attr:`batch` on first use)."""
+        m = self._messages
+        if m is None:
+            m = self._messages = self.batch.messages() if self.batch is not None else []
+        return m
+
+    @property
+    def stored(self) -> bool:
+        """True when records were appended (even if the outcome is not PUT_OK)."""
+        if self.batch is not None:
+            return bool(self.batch.sizes)
+        return bool(self._messages)
+
+    @property
+    def first_queue_offset(self) -> int:
+        """The queue offset of the first appended record (call only when :attr:`stored`)."""
+        if self.batch is not None:
+            return self.batch.queue_offset
+        assert self._messages
+        return self._messages[0].queue_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The physical offset just past the last appended record (call only when :attr:`stored`)."""
+        b = self.batch
+        if b is not None:
+            return b.physical_offsets[-1] + b.sizes[-1]
+        assert self._messages
+        last = self._messages[-1]
+        return last.physical_offset + last.size
+
+    def with_status(self, status: PutMessageStatus, remark: str) -> PutMessageResult:
+        """The same appended records (not made here), another outcome."""
+        return PutMessageResult(status, self._messages, remark, self.msg_ids, self.batch)
 
     @property
     def ok(self) -> bool:
         """True for PUT_OK."""
         return self.status is PutMessageStatus.PUT_OK
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PutMessageResult):
+            return NotImplemented
+        return (self.status, self.messages, self.remark, self.msg_ids) == (
+            other.status, other.messages, other.remark, other.msg_ids)
+
+    def __repr__(self) -> str:
+        return (f"PutMessageResult(status={self.status!r}, messages={self.messages!r}, remark={self.remark!r}, "
+                f"msg_ids={self.msg_ids!r})")
 
 
 class GetMessageStatus(enum.StrEnum):

@@ -748,7 +748,7 @@ class CommitLog:
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
         try:
-            appended, phys_list, qoff, sys_flags, msg_ids = enc.encode_message_batch_into(
+            stored, phys_list, qoff, sys_flags = enc.encode_message_batch_into(
                 chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
                 batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
         except struct.error as exc:  # the encoder appended nothing (record.RecordEncoder)
@@ -762,8 +762,9 @@ class CommitLog:
             batch.keys if batch.indexed else None, batch.uniq_keys if batch.indexed else None, store_timestamp,
             sys_flags,
         ))
-        return self._queue_op(phys, PutMessageResult(PutMessageStatus.PUT_OK, appended, "", msg_ids), sync, deadline,
-                              key if qoff != first_qoff else None, first_qoff, store_timestamp, done)
+        result = PutMessageResult(PutMessageStatus.PUT_OK, None, "", stored.msg_ids, stored)
+        return self._queue_op(phys, result, sync, deadline, key if qoff != first_qoff else None, first_qoff,
+                              store_timestamp, done)
 
     def append_raw(self, offset: int, data: bytes | memoryview, deadline: float) -> PutOp | None:
         """Queue raw log bytes at exactly ``offset`` (HA slave); None when ``offset`` is not the end.
@@ -981,9 +982,8 @@ class CommitLog:
                 if sync_error is None or op.end > sync_target:
                     break
                 ops.popleft()
-                op.resolve(PutMessageResult(
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages,
-                    f"stored, but fdatasync failed: {sync_error}",
+                op.resolve(op.result.with_status(
+                    PutMessageStatus.FLUSH_DISK_TIMEOUT, f"stored, but fdatasync failed: {sync_error}",
                 ))
             else:
                 ops.popleft()
@@ -1038,13 +1038,11 @@ class CommitLog:
             if op.deadline > now:
                 break
             if op.sync and not op.resolved and op.end <= self.committed:
-                op.resolve(PutMessageResult(
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages, "stored, fdatasync not done in time",
-                ))
+                op.resolve(op.result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                                                 "stored, fdatasync not done in time"))
             elif op.sync and not op.resolved:
-                op.resolve(PutMessageResult(
-                    PutMessageStatus.FLUSH_DISK_TIMEOUT, op.result.messages, "stored, not yet written in time",
-                ))
+                op.resolve(op.result.with_status(PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                                                 "stored, not yet written in time"))
 
     async def wait_idle(self) -> None:
         """Wait until no write job runs and no put is pending."""

@@ -40,7 +40,7 @@ from rocket.message import (
     crc32,
     encode_host,
 )
-from rocket.store.api import AppendedMessage, PutMessageRequest
+from rocket.store.api import AppendedMessage, PutMessageRequest, StoredBatch
 
 #: Smallest possible record (IPv4 hosts, empty body, 1-byte topic would be 92).
 MIN_RECORD_SIZE: Final = 91
@@ -348,12 +348,13 @@ class RecordEncoder:
         queue_offset: int,
         physical_offset: int,
         store_timestamp: int,
-    ) -> tuple[list[AppendedMessage], list[int], int, list[int] | None, str]:
+    ) -> tuple[StoredBatch, list[int], int, list[int] | None]:
         """:meth:`encode_batch_into` for the messages of a batch send (``PutMessageBatch``): they
         share born host (``born``, from :meth:`born_bytes`), sysFlag, born time and reconsume
         times; ``bodies`` (bytes or views), ``props``, ``flags`` and ``sizes`` are per message. Same
-        bytes (prepared transaction offset 0, as a batch's store requests had), same return value
-        plus the messages' offsetMsgIds joined by commas (made by one ``bytes.hex`` call).
+        bytes (prepared transaction offset 0, as a batch's store requests had) and return value,
+        but where the messages landed comes as one :class:`StoredBatch` (no object per message),
+        their offsetMsgIds joined by commas (made by one ``bytes.hex`` call).
 
         Each record goes to ``out`` as five buffers: its own fixed fields TOTALSIZE ..
         PHYSICALOFFSET (one :data:`_FRONT` pack), the fields every record of the batch shares with
@@ -380,9 +381,7 @@ class RecordEncoder:
         last_bl = -1
         middle = shared  # replaced at the first record: the shared fields + BODYLENGTH
         phys_list: list[int] = []
-        add_phys = phys_list.append
         parts: list[bytes | bytearray | memoryview] = []  # to ``out`` once every record is packed
-        add = parts.append
         phys = physical_offset
         # The fields every record shares, as objects once (compiled, an int is boxed at each use).
         magic: object = MESSAGE_MAGIC_CODE
@@ -396,12 +395,13 @@ class RecordEncoder:
             if body_len != last_bl:  # nor, often, its bodies' lengths
                 middle = shared + _INT.pack(body_len)
                 last_bl = body_len
-            add(pack_front(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys))
-            add(middle)
-            add(body)
-            add(tail)
-            add(p)
-            add_phys(phys)
+            # (``parts.append``, not a bound method in a local: compiled, that is a direct call)
+            parts.append(pack_front(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys))
+            parts.append(middle)
+            parts.append(body)
+            parts.append(tail)
+            parts.append(p)
+            phys_list.append(phys)
             phys += size
             q += step
         out += parts
@@ -411,17 +411,8 @@ class RecordEncoder:
         fields: list[bytes | int] = [store, 0] * count
         fields[1::2] = phys_list
         msg_ids = self.ids_struct(count).pack(*fields).hex(",", id_len).upper()
-        width = 2 * id_len
-        new_message = AppendedMessage
-        appended: list[AppendedMessage] = []
-        add_message = appended.append
-        o = 0
-        qo = queue_offset if step else 0
-        for ph, size in zip(phys_list, sizes, strict=True):
-            add_message(new_message(ph, size, qo, store_timestamp, msg_ids[o:o + width]))
-            o += width + 1
-            qo += step
-        return appended, phys_list, q if step else queue_offset, sys_flags, msg_ids
+        batch = StoredBatch(phys_list, sizes, queue_offset if step else 0, step, store_timestamp, msg_ids, 2 * id_len)
+        return batch, phys_list, q if step else queue_offset, sys_flags
 
     def ids_struct(self, count: int) -> struct.Struct:
         """The ``struct.Struct`` packing ``count`` offsetMsgIds' bytes: (store host, int64 physical

@@ -245,7 +245,7 @@ class MetadataReplicator:
         if fut.cancelled() or fut.exception() is not None:
             return
         result = fut.result()
-        if result.status is not PutMessageStatus.PUT_OK and not result.messages:  # refused, not stored
+        if result.status is not PutMessageStatus.PUT_OK and not result.stored:  # refused, not stored
             self._refused(result, pending)
 
     def _refused(self, result: PutMessageResult, pending: dict[str, set[str]]) -> None:

@@ -402,18 +402,17 @@ class SendMessageProcessor:
             return
         try:
             result = put if isinstance(put, PutMessageResult) else put.result()
-            messages = result.messages
-            if (result.status is PutMessageStatus.PUT_OK and messages and request.serialize_type == SerializeType.JSON
-                    and not request.flag & FLAG_ONEWAY):
+            if (result.status is PutMessageStatus.PUT_OK and result.stored
+                    and request.serialize_type == SerializeType.JSON and not request.flag & FLAG_ONEWAY):
                 # The usual answer, written straight into its frame (no RemotingCommand, no dict).
                 msg_id = self._record_stored(prepared, result)
                 queue_id = _reply_queue_id(prepared)
-                frame = send_ok_frame(request.opaque, msg_id, queue_id, messages[0].queue_offset)
+                frame = send_ok_frame(request.opaque, msg_id, queue_id, result.first_queue_offset)
                 if frame is not None:
                     conn.answer_frame(request, ResponseCode.SUCCESS, frame, started)
                     return
                 response = self._response(request, ResponseCode.SUCCESS, None, msg_id, queue_id,
-                                          messages[0].queue_offset)
+                                          result.first_queue_offset)
             else:
                 response = self._answer(request, prepared, result)
         except Exception as exc:
@@ -427,16 +426,15 @@ class SendMessageProcessor:
         code, remark = put_result_response(request, result)
         if code == ResponseCode.SYSTEM_BUSY:
             broker.metrics.send_rejected.labels("store_busy").inc()
-        messages = result.messages
-        if not messages:
+        if not result.stored:
             what = "the batch" if isinstance(prepared, PutMessageBatch) else "the message"
             return request.response(code, remark or f"{what} was not stored")
         msg_id = self._record_stored(prepared, result)
-        return self._response(request, code, remark, msg_id, _reply_queue_id(prepared), messages[0].queue_offset)
+        return self._response(request, code, remark, msg_id, _reply_queue_id(prepared), result.first_queue_offset)
 
     def _record_stored(self, prepared: Prepared, result: PutMessageResult) -> str:
         """Count the stored messages in the broker's put statistics; the answer's msgId
-        (the stored messages' ids, comma-separated for a batch). ``result.messages`` is not empty."""
+        (the stored messages' ids, comma-separated for a batch). ``result`` is :attr:`~PutMessageResult.stored`."""
         broker = self.broker
         if isinstance(prepared, PutMessageBatch):
             count, nbytes = len(prepared.bodies), sum(map(len, prepared.bodies))
