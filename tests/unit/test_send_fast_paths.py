@@ -34,6 +34,7 @@ def test_send_ok_frame_is_the_encoded_response() -> None:
     for msg_id, queue_id, offset in (("7F00000100002A9F0000000000123456", 3, 12345), ("AB,CD", 0, 0)):
         generic = encode(SendMessageProcessor._response(request, 0, None, msg_id, queue_id, offset))
         assert send_ok_frame(123456, msg_id, queue_id, offset) == generic
+        assert send_ok_frame(123456, msg_id, queue_id, offset, store_ids=True) == generic
 
 
 @pytest.mark.parametrize("msg_id", ['a"b', "a\\b", "a\nb", "é"])
