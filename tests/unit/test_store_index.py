@@ -177,6 +177,29 @@ def test_build_batch_writes_what_build_writes(batches: list[list[tuple[str | Non
         assert images[0] == images[1]
 
 
+def test_a_batch_of_more_entries_than_one_pack_writes_what_build_writes(tmp_path: Path) -> None:
+    # 700 entries in one put: past the 256 entries that put_index_entries packs with one call, and
+    # on 7 slots, so that chains link entries of earlier packs.
+    count = 350
+    uniq = [f"U{i % 50}" for i in range(count)]
+    keys = [["Aa"] if i % 2 else ["BB"] for i in range(count)]
+    offsets = list(range(100, 100 + 10 * count, 10))
+    images = []
+    for batched in (False, True):
+        svc = IndexService(tmp_path / str(batched), 7, 1000, lambda: 1_000_000)
+        svc.load()
+        if batched:
+            svc.build_batch("T", offsets, 5_000_000, list(uniq), keys)
+        else:
+            for p, u, k in zip(offsets, uniq, keys, strict=True):
+                svc.build("T", p, 5_000_000, u, k)
+        svc.write_headers()
+        images.append([f.path.read_bytes() for f in svc.files])
+        assert svc.query("T", "U7", 64, 0, 2**62) == [p for p, u in zip(offsets, uniq, strict=True) if u == "U7"][::-1]
+        svc.close()
+    assert images[0] == images[1]
+
+
 @settings(max_examples=60, deadline=None)
 @given(keys=st.lists(st.sampled_from(["Aa", "BB", "k1", "k2", "x", "AaAa", "BBBB"]), min_size=1, max_size=60),
        cut=st.integers(0, 70))

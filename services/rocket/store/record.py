@@ -164,23 +164,24 @@ def index_entries(topics: list[str], phys: list[int], store_timestamps: list[int
     return hashes, offsets, times, last
 
 
-_INDEX_ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex (IndexFile)
-
-
 def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_timestamp: int, count: int,
                       hashes: list[int], phys: list[int], store_timestamps: list[int]) -> tuple[int, int]:
     """Write IndexFile entries ``count``, ``count + 1``, ... for ``(hashes[i], phys[i],
     store_timestamps[i])`` into ``mm`` (the file's writable mapping: the 40-byte header,
     ``slot_num`` int32 hash slots, then 20-byte entries from ``entries_at``), linking each into its
     hash slot's chain as ``IndexFile.putKey`` does (time in seconds since ``begin_timestamp``).
-    The caller checked that they fit. Returns ``(next entry number, hash slots newly used)``."""
+    The caller checked that they fit. Returns ``(next entry number, hash slots newly used)``.
+
+    The slots are read and written one entry after the other (a later entry of the same slot
+    links to the earlier one); the entries, consecutive in the file, go in with one
+    ``pack_into`` per :data:`_ENTRIES_PER_PACK` of them (:func:`_index_entries_struct`)."""
     unpack_int = _INT.unpack_from
     pack_int = _INT.pack_into
-    pack_entry = _INDEX_ENTRY.pack_into
-    at = entries_at + count * 20
+    first = count  # the first entry not yet written
     new_slots = 0
     last_ts = -1
     diff = 0
+    fields: list[int] = []
     for h, p, ts in zip(hashes, phys, store_timestamps, strict=True):
         if ts != last_ts:
             last_ts = ts
@@ -191,11 +192,34 @@ def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_times
         if slot_value <= 0 or slot_value > count:
             slot_value = 0
             new_slots += 1
-        pack_entry(mm, at, h, p, diff, slot_value)
+        fields.append(h)
+        fields.append(p)
+        fields.append(diff)
+        fields.append(slot_value)
         pack_int(mm, slot_pos, count)
         count += 1
-        at += 20
+        if count - first == _ENTRIES_PER_PACK:
+            _index_entries_struct(_ENTRIES_PER_PACK).pack_into(mm, entries_at + first * 20, *fields)
+            fields = []
+            first = count
+    if count > first:
+        _index_entries_struct(count - first).pack_into(mm, entries_at + first * 20, *fields)
     return count, new_slots
+
+
+#: Most IndexFile entries :func:`put_index_entries` packs with one call (a batch send's 32 fit).
+_ENTRIES_PER_PACK: Final = 256
+_ENTRY_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _index_entries_struct(n: int) -> struct.Struct:
+    """``n`` (at most :data:`_ENTRIES_PER_PACK`) consecutive IndexFile entries as one
+    ``struct.Struct``: keyHash, phyOffset, timeDiff, prevIndex (``>iqii``, 20 bytes) each, as
+    ``IndexFile.putKey`` writes one (cached)."""
+    s = _ENTRY_STRUCTS.get(n)
+    if s is None:
+        s = _ENTRY_STRUCTS[n] = struct.Struct(">" + "iqii" * n)
+    return s
 
 
 class RecordEncoder:
