@@ -129,10 +129,10 @@ def send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int, st
     language JAVA), written with one ``%`` format. ``opaque`` is the request's.
 
     Answers None when ``msg_id`` holds a character JSON would escape (never for the
-    store's hex ids); the caller then takes the general path. ``store_ids``: ``msg_id`` is a batch
-    put's ids as the store joined them (:class:`~rocket.store.api.StoredBatch`: hex digits and
-    commas only), not looked at again (``isprintable`` over a batch's ~1 KiB of ids costs more
-    than the rest of the answer).
+    store's hex ids); the caller then takes the general path. ``store_ids``: ``msg_id`` is the
+    store's own offsetMsgId, or a batch put's ids as the store joined them
+    (:class:`~rocket.store.api.StoredBatch`), hex digits and commas only: not looked at again
+    (``isprintable`` over a batch's ~1 KiB of ids costs more than the rest of the answer).
     """
     if not store_ids and (not msg_id.isascii() or '"' in msg_id or "\\" in msg_id or not msg_id.isprintable()):
         return None
@@ -411,8 +411,8 @@ class SendMessageProcessor:
                 # The usual answer, written straight into its frame (no RemotingCommand, no dict).
                 msg_id = self._record_stored(prepared, result)
                 queue_id = _reply_queue_id(prepared)
-                frame = send_ok_frame(request.opaque, msg_id, queue_id, result.first_queue_offset,
-                                      result.batch is not None and msg_id is result.msg_ids)
+                # (msg_id is the store's: hex offsetMsgIds, comma-joined for a batch)
+                frame = send_ok_frame(request.opaque, msg_id, queue_id, result.first_queue_offset, True)
                 if frame is not None:
                     conn.answer_frame(request, ResponseCode.SUCCESS, frame, started)
                     return
