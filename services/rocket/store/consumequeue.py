@@ -37,23 +37,17 @@ CQ_UNIT = ENTRY.size
 _HOLE_SCAN_BLOCK = 64 * 1024
 #: Entries :meth:`ConsumeQueue.truncate_dirty` reads from a file at a time.
 TRUNCATE_BLOCK = 4096
-#: Structs packing n entries at once (:func:`pack_entries`), by n.
-_ENTRIES: dict[int, struct.Struct] = {}
 
 
 def pack_entries(phys: list[int], sizes: list[int], tags: list[int]) -> bytes:
     """The :data:`ENTRY` bytes of ``len(phys)`` entries, ``(phys[i], sizes[i], tags[i])`` in
-    order, with one ``struct`` call (a struct of n entries, cached by n; a batch dispatches its n
+    order, with one ``struct`` call (:func:`files.repeated_struct`; a batch dispatches its n
     entries at once). Raises ``struct.error`` for a value out of range and ``ValueError`` when the
     lists' lengths differ."""
     n = len(phys)
     if len(sizes) != n or len(tags) != n:
         raise ValueError(f"{n} physical offsets, {len(sizes)} sizes, {len(tags)} tag codes")
-    s = _ENTRIES.get(n)
-    if s is None:
-        if len(_ENTRIES) >= 1024:
-            _ENTRIES.clear()
-        s = _ENTRIES[n] = struct.Struct(">" + "qiq" * n)
+    s = files.repeated_struct("qiq", n)
     fields: list[int] = [0] * (3 * n)
     fields[0::3] = phys
     fields[1::3] = sizes

@@ -41,6 +41,7 @@ from rocket.message import (
     encode_host,
 )
 from rocket.store.api import AppendedMessage, PutMessageRequest, StoredBatch
+from rocket.store.files import repeated_struct
 
 #: Smallest possible record (IPv4 hosts, empty body, 1-byte topic would be 92).
 MIN_RECORD_SIZE: Final = 91
@@ -174,7 +175,7 @@ def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_times
 
     The slots are read and written one entry after the other (a later entry of the same slot
     links to the earlier one); the entries, consecutive in the file, go in with one
-    ``pack_into`` per :data:`_ENTRIES_PER_PACK` of them (:func:`_index_entries_struct`)."""
+    ``pack_into`` per :data:`_ENTRIES_PER_PACK` of them (:func:`~rocket.store.files.repeated_struct`)."""
     unpack_int = _INT.unpack_from
     pack_int = _INT.pack_into
     first = count  # the first entry not yet written
@@ -199,27 +200,18 @@ def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_times
         pack_int(mm, slot_pos, count)
         count += 1
         if count - first == _ENTRIES_PER_PACK:
-            _index_entries_struct(_ENTRIES_PER_PACK).pack_into(mm, entries_at + first * 20, *fields)
+            repeated_struct(_INDEX_ENTRY_UNIT, _ENTRIES_PER_PACK).pack_into(mm, entries_at + first * 20, *fields)
             fields = []
             first = count
     if count > first:
-        _index_entries_struct(count - first).pack_into(mm, entries_at + first * 20, *fields)
+        repeated_struct(_INDEX_ENTRY_UNIT, count - first).pack_into(mm, entries_at + first * 20, *fields)
     return count, new_slots
 
 
 #: Most IndexFile entries :func:`put_index_entries` packs with one call (a batch send's 32 fit).
 _ENTRIES_PER_PACK: Final = 256
-_ENTRY_STRUCTS: dict[int, struct.Struct] = {}
-
-
-def _index_entries_struct(n: int) -> struct.Struct:
-    """``n`` (at most :data:`_ENTRIES_PER_PACK`) consecutive IndexFile entries as one
-    ``struct.Struct``: keyHash, phyOffset, timeDiff, prevIndex (``>iqii``, 20 bytes) each, as
-    ``IndexFile.putKey`` writes one (cached)."""
-    s = _ENTRY_STRUCTS.get(n)
-    if s is None:
-        s = _ENTRY_STRUCTS[n] = struct.Struct(">" + "iqii" * n)
-    return s
+#: keyHash, phyOffset, timeDiff, prevIndex: one IndexFile entry, 20 bytes, as ``IndexFile.putKey`` writes it.
+_INDEX_ENTRY_UNIT: Final = "iqii"
 
 
 class RecordEncoder:
@@ -248,8 +240,8 @@ class RecordEncoder:
         self._id_format = self.msg_id_prefix + "%016X"
         #: Whole-record structs by (born host size, body, topic tail and properties lengths).
         self._records: dict[tuple[int, int, int, int], struct.Struct] = {}
-        #: Structs packing the bytes of n offsetMsgIds, by n.
-        self._ids: dict[int, struct.Struct] = {}
+        #: One offsetMsgId's bytes (store host, int64 physical offset) as a struct format unit.
+        self._id_unit = f"{len(self._store)}sq"
 
     def born_bytes(self, born_host: str) -> bytes:
         """``ip:port`` → address + port bytes (cached). Raises ``ValueError`` when malformed."""
@@ -441,12 +433,7 @@ class RecordEncoder:
     def ids_struct(self, count: int) -> struct.Struct:
         """The ``struct.Struct`` packing ``count`` offsetMsgIds' bytes: (store host, int64 physical
         offset) ``count`` times (cached)."""
-        s = self._ids.get(count)
-        if s is None:
-            if len(self._ids) >= 1024:
-                self._ids.clear()
-            s = self._ids[count] = struct.Struct(">" + f"{len(self._store)}sq" * count)
-        return s
+        return repeated_struct(self._id_unit, count)
 
     def encode(self, req: PutMessageRequest, *, queue_offset: int = 0, physical_offset: int = 0,
                store_timestamp: int = 0) -> bytes:
