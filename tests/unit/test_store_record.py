@@ -107,13 +107,13 @@ def test_batch_encoder_matches_the_encoder_of_store_requests(reqs: list[PutMessa
     assert len(ref_parts) == len(same)  # one bytes object per record
     bodies = [memoryview(r.body) for r in same]  # as split_batch hands them over
     parts: list[bytes | bytearray | memoryview] = [b"x"]
-    stored, phys_list, next_qoff, sys_flags = enc.encode_message_batch_into(
+    stored, next_qoff, sys_flags = enc.encode_message_batch_into(
         parts, bodies, props, [r.flag for r in same], sizes, born, first.sys_flag | tran,
         first.born_timestamp, first.reconsume_times, tail, first.queue_id, qoff, phys, ts)
     assert b"".join(parts) == b"x" + b"".join(ref_parts)
     assert all(parts[3 + 5 * i] is body for i, body in enumerate(bodies))  # the bodies themselves: not copied
     appended = stored.messages()
-    assert (appended, phys_list, next_qoff, sys_flags) == ref
+    assert (appended, stored.physical_offsets, next_qoff, sys_flags) == ref
     assert stored.msg_ids == ",".join(m.msg_id for m in appended)
     # what the answer to the send reads, without making the messages
     result = PutMessageResult(PutMessageStatus.PUT_OK, None, "", stored.msg_ids, stored)

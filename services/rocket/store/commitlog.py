@@ -748,7 +748,7 @@ class CommitLog:
         key = (topic, queue_id)
         first_qoff = self.topic_queue_table.get(key, 0)
         try:
-            stored, phys_list, qoff, sys_flags = enc.encode_message_batch_into(
+            stored, qoff, sys_flags = enc.encode_message_batch_into(
                 chunk.parts, batch.bodies, batch.properties, batch.flags, sizes, born, batch.sys_flag,
                 batch.born_timestamp, batch.reconsume_times, tail, queue_id, first_qoff, start, store_timestamp)
         except struct.error as exc:  # the encoder appended nothing (record.RecordEncoder)
@@ -758,7 +758,7 @@ class CommitLog:
         self.append_offset = chunk.end = phys
         chunk.size += total
         self.dispatch_batches.append(DispatchBatch(
-            start, phys, topic, queue_id, first_qoff, phys_list, sizes, batch.tags_codes,
+            start, phys, topic, queue_id, first_qoff, stored.physical_offsets, sizes, batch.tags_codes,
             batch.keys if batch.indexed else None, batch.uniq_keys if batch.indexed else None, store_timestamp,
             sys_flags,
         ))

@@ -364,13 +364,14 @@ class RecordEncoder:
         queue_offset: int,
         physical_offset: int,
         store_timestamp: int,
-    ) -> tuple[StoredBatch, list[int], int, list[int] | None]:
+    ) -> tuple[StoredBatch, int, list[int] | None]:
         """:meth:`encode_batch_into` for the messages of a batch send (``PutMessageBatch``): they
         share born host (``born``, from :meth:`born_bytes`), sysFlag, born time and reconsume
         times; ``bodies`` (bytes or views), ``props``, ``flags`` and ``sizes`` are per message. Same
-        bytes (prepared transaction offset 0, as a batch's store requests had) and return value,
-        but where the messages landed comes as one :class:`StoredBatch` (no object per message),
-        their offsetMsgIds joined by commas (made by one ``bytes.hex`` call).
+        bytes (prepared transaction offset 0, as a batch's store requests had). Returns ``(where the
+        messages landed as one StoredBatch (no object per message; its physical offsets and their
+        offsetMsgIds, joined by commas by one ``bytes.hex`` call), next queue offset, sysFlags or
+        None)`` (:meth:`encode_batch_into`'s answer, gathered).
 
         Each record goes to ``out`` as five buffers: its own fixed fields TOTALSIZE ..
         PHYSICALOFFSET (one :data:`_FRONT` pack), the fields every record of the batch shares with
@@ -428,7 +429,7 @@ class RecordEncoder:
         fields[1::2] = phys_list
         msg_ids = self.ids_struct(count).pack(*fields).hex(",", id_len).upper()
         batch = StoredBatch(phys_list, sizes, queue_offset if step else 0, step, store_timestamp, msg_ids, 2 * id_len)
-        return batch, phys_list, q if step else queue_offset, sys_flags
+        return batch, q if step else queue_offset, sys_flags
 
     def ids_struct(self, count: int) -> struct.Struct:
         """The ``struct.Struct`` packing ``count`` offsetMsgIds' bytes: (store host, int64 physical
