@@ -5,11 +5,14 @@ Covered: a callback is never called inside the put; gathered puts share one writ
 ``release`` runs at once under ASYNC_FLUSH (resolving them before it returns) and hands to the
 writer thread under SYNC_FLUSH, resolving them only after fdatasync; a callback that puts
 again sees no put resolved twice; a failed write reports the failure through the callbacks
-after the log was rolled back (nothing acknowledged that is not stored).
+after the log was rolled back (nothing acknowledged that is not stored); the reput dispatches
+what a job wrote after its callbacks ran (the answers leave first), before the loop's next poll,
+and at once for a caller whose awaited put was already resolved.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +41,42 @@ async def test_gathered_async_flush_puts_are_one_job_resolved_inside_release(tmp
         for r in got:  # acknowledged = stored and readable
             m = r.messages[0]
             assert store.read_record(m.physical_offset) is not None
+
+
+async def test_callbacks_run_before_the_dispatch_which_ends_the_loop_turn(tmp_path: Path) -> None:
+    async with opened(small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024)) as store:
+        await store.put_message(make_request("T", 0, b"first"))
+        cq = store.find_consume_queue("T", 0)
+        assert cq is not None and cq.max_offset == 1
+        dispatched_at_answer: list[int] = []
+        polled = asyncio.Event()
+
+        def done(result: PutMessageResult) -> None:
+            assert result.status is PutMessageStatus.PUT_OK
+            dispatched_at_answer.append(cq.max_offset)
+            # a callback of the next poll (what a request read after this answer would be):
+            asyncio.get_running_loop().call_soon(polled.set)
+
+        store.commit_log.gather()
+        assert store.put_messages_callback([make_request("T", 0, b"x")], done) is None
+        store.commit_log.release()
+        assert dispatched_at_answer == [1]  # answered before the reput: the ConsumeQueue had not moved
+        assert store.reput_from_offset < store.commit_log.committed
+        await polled.wait()
+        assert cq.max_offset == 2 and store.reput_from_offset == store.commit_log.committed
+
+
+async def test_an_awaited_put_reads_its_records_dispatched(tmp_path: Path) -> None:
+    async with opened(small_config(tmp_path, mapped_file_size_commit_log=1024 * 1024)) as store:
+        for i in range(3):  # the file exists after the first: the jobs run inside the put
+            r = await store.put_message(make_request("T", 0, b"m%d" % i))
+            assert r.status is PutMessageStatus.PUT_OK
+            cq = store.find_consume_queue("T", 0)
+            assert cq is not None and cq.max_offset == i + 1  # no loop turn in between
+        fut = store.put_messages_nowait([make_request("T", 0, b"later")])
+        assert not isinstance(fut, PutMessageResult) and not fut.done()  # its job starts next turn
+        assert (await fut).status is PutMessageStatus.PUT_OK
+        assert cq.max_offset == 4  # the reput was scheduled before the future's waiter woke
 
 
 async def test_callback_never_runs_inside_the_put(tmp_path: Path) -> None:

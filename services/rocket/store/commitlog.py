@@ -22,9 +22,10 @@ reshaped for one event loop):
   is only a copy into the page cache: it runs on the loop at the end of the
   loop turn whose puts it gathers (no thread hand-off per job), unless it
   exceeds ``INLINE_WRITE_MAX`` bytes; others run on the writer thread.
-* When a job completes the loop advances ``committed``, lets the reput
-  dispatch the new records (consumers and slaves may read them from now on),
-  and resolves the covered puts that do not wait for a flush.
+* When a job completes the loop advances ``committed`` (slaves may read the
+  new records from now on), resolves the covered puts that do not wait for a
+  flush, and has the reput dispatch the records at the end of that loop turn,
+  after the answers were written (``on_committed``).
 * Under SYNC_FLUSH one ``fdatasync`` at a time runs on the syncer thread and
   covers everything committed when it started (group commit, RocketMQ's
   ``GroupCommitService``); when it ends ``flushed`` advances, the puts it
@@ -888,8 +889,9 @@ class CommitLog:
             log.warning("CommitLog writer job finished after its event loop closed")
 
     def _finish_job(self, res: _JobResult) -> None:
-        """On the loop: account a finished job, let the reput run, resolve the puts it covers that
-        wait for no flush; under SYNC_FLUSH start a group commit when none runs."""
+        """On the loop: account a finished job, tell ``on_committed`` (the commit listeners; the
+        reput is scheduled there), resolve the puts it covers that wait for no flush; under
+        SYNC_FLUSH start a group commit when none runs."""
         self._job_running = False
         st = self.stats
         st.jobs += 1

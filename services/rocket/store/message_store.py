@@ -184,9 +184,9 @@ class DefaultMessageStore:
 
     def add_commit_listener(self, cb: Callable[[int], None]) -> None:
         """Call ``cb(max_phy_offset)`` on the loop each time the CommitLog's confirmed end moved,
-        before the reput dispatches the new records (HA writes them to its slaves there, and a
-        SYNC_MASTER send waits for the slave, not for the dispatch). Exceptions are logged and
-        ignored."""
+        before the puts it covers are answered and before the reput dispatches the new records
+        (HA writes them to its slaves there, and a SYNC_MASTER send waits for the slave, not for
+        the dispatch). Exceptions are logged and ignored."""
         self._commit_listeners.append(cb)
 
     def _on_committed(self) -> None:
@@ -197,7 +197,11 @@ class DefaultMessageStore:
                     cb(end)
                 except Exception:
                     log.exception("commit listener %r failed", cb)
-        self.reput_service.reput()
+        # The reput runs at the end of this loop turn, after the puts just written were answered
+        # (their answer frames leave first), as RocketMQ's ReputMessageService dispatches behind
+        # the CommitLog's writes. No request read after those answers finds the records
+        # undispatched: the loop runs its ready callbacks before it polls the sockets again.
+        self.reput_service.schedule()
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The ConsumeQueue of ``(topic, queue_id)``, if it exists."""
@@ -336,7 +340,12 @@ class DefaultMessageStore:
         cl = self.commit_log
         if unflushed > self.config.max_pending_flush_bytes // 4 and not cl.sync_flush:
             self.flush_commit_log_service.wake()
-        return op.fut  # (None with ``done``)
+        fut = op.fut  # (None with ``done``)
+        if fut is not None and fut.done():
+            # resolved in this call (a job that ran at once): whoever awaits it does not yield,
+            # so the records it stored are dispatched before it reads them
+            self.reput_service.dispatch_pending()
+        return fut
 
     def _put(self, reqs: list[PutMessageRequest], done: Callable[[PutMessageResult], object] | None = None,
              ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
@@ -398,7 +407,9 @@ class DefaultMessageStore:
         if isinstance(r, PutMessageResult):
             return r
         assert r is not None
-        return await r
+        res = await r
+        self.reput_service.dispatch_pending()
+        return res
 
     async def put_messages(self, reqs: list[PutMessageRequest]) -> PutMessageResult:
         """Append a batch to ONE (topic, queue): consecutive queue offsets, contiguous records,
@@ -407,7 +418,9 @@ class DefaultMessageStore:
         if isinstance(r, PutMessageResult):
             return r
         assert r is not None
-        return await r
+        res = await r
+        self.reput_service.dispatch_pending()
+        return res
 
     def put_messages_nowait(self, reqs: list[PutMessageRequest]
                             ) -> PutMessageResult | asyncio.Future[PutMessageResult]:
@@ -648,6 +661,7 @@ class DefaultMessageStore:
             self.reput_from_offset = offset
         assert op.fut is not None
         res = await op.fut
+        self.reput_service.dispatch_pending()
         return res.status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def rebuild_queue_offset_table(self) -> None:

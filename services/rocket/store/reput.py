@@ -298,7 +298,8 @@ class ReputMessageService:
                 else:
                     limit = end
                 if budget <= 0:
-                    self._schedule()
+                    if self._loop is not None:  # (without one, dispatch_all calls again)
+                        self.schedule()
                     return
                 run.flush(self.index)
                 parsed = self._parse(pos, limit)
@@ -317,15 +318,27 @@ class ReputMessageService:
                 break
         return self.reput_from_offset
 
-    def _schedule(self) -> None:
-        if not self._scheduled and self._loop is not None:
+    def schedule(self) -> None:
+        """Run :meth:`reput` once at the end of this loop turn (``call_soon``; one call however
+        many times this is called before it runs); with no loop attached, at once."""
+        if self._loop is None:
+            self.reput()
+        elif not self._scheduled:
             self._scheduled = True
+            self._loop.call_soon(self._run_scheduled)
 
-            def run() -> None:
-                self._scheduled = False
-                self.reput()
+    def dispatch_pending(self) -> None:
+        """Run a reput :meth:`schedule` asked for now instead of at the end of the loop turn (for
+        a caller that awaited a put whose future was already resolved, so it did not yield: it
+        reads what it stored as dispatched, as one that yielded does)."""
+        if self._scheduled:
+            self._scheduled = False
+            self.reput()
 
-            self._loop.call_soon(run)
+    def _run_scheduled(self) -> None:
+        if self._scheduled:  # (else dispatch_pending ran it)
+            self._scheduled = False
+            self.reput()
 
     def _parse(self, pos: int, limit: int) -> int:
         """Parse records from the CommitLog in ``[pos, limit)`` (data the reput has no batch for:
