@@ -37,7 +37,7 @@ import random
 import struct
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from rocket.broker.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from rocket.broker.inner import ItemForm, MessageInner, apply_item_forms, cached_tags_code
@@ -126,7 +126,8 @@ def send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int, st
     """The whole JSON-header frame of a SUCCESS answer to a send: the bytes
     ``encode(request.response(...))`` gives for the response :meth:`SendMessageProcessor._answer`
     builds (ext fields msgId, queueId, queueOffset, MSG_REGION, TRACE_ON; flag RESPONSE;
-    language JAVA), written with one ``%`` format. ``opaque`` is the request's.
+    language JAVA), written as one string built from the header's fixed parts and the four
+    values (no format string to parse per answer). ``opaque`` is the request's.
 
     Answers None when ``msg_id`` holds a character JSON would escape (never for the
     store's hex ids); the caller then takes the general path. ``store_ids``: ``msg_id`` is the
@@ -136,18 +137,25 @@ def send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int, st
     """
     if not store_ids and (not msg_id.isascii() or '"' in msg_id or "\\" in msg_id or not msg_id.isprintable()):
         return None
-    header = (_SEND_OK_HEADER % (msg_id, queue_id, queue_offset, opaque)).encode()
+    header = (f"{_OK_0}{msg_id}{_OK_1}{queue_id}{_OK_2}{queue_offset}{_OK_3}{opaque}{_OK_4}").encode()
     n = len(header)
     return _FRAME_PREFIX.pack(4 + n, n) + header
 
 
-#: The JSON header of :func:`send_ok_frame`, key for key as ``remoting.command`` writes one.
+#: The JSON header of :func:`send_ok_frame`, key for key as ``remoting.command`` writes one
+#: (its fixed parts, ``_OK_0`` .. ``_OK_4``, go around msgId, queueId, queueOffset and opaque).
 _SEND_OK_HEADER = (
     '{"code":0,"extFields":{"msgId":"%s","queueId":"%d","queueOffset":"%d","MSG_REGION":"DefaultRegion",'
     '"TRACE_ON":"true"},"flag":' + str(FLAG_RESPONSE) + ',"language":"JAVA","opaque":%d,'
     '"serializeTypeCurrentRPC":"JSON","version":' + str(VERSION_V4_9_8) + "}"
 )
-_FRAME_PREFIX = struct.Struct(">iI")
+_OK_PARTS = _SEND_OK_HEADER.replace("%d", "%s").split("%s")
+_OK_0: Final[str] = _OK_PARTS[0]
+_OK_1: Final[str] = _OK_PARTS[1]
+_OK_2: Final[str] = _OK_PARTS[2]
+_OK_3: Final[str] = _OK_PARTS[3]
+_OK_4: Final[str] = _OK_PARTS[4]
+_FRAME_PREFIX: Final = struct.Struct(">iI")
 
 
 #: What a send stores once its checks passed: one message, or a batch's messages (to one queue).
