@@ -340,12 +340,11 @@ class DefaultMessageStore:
         cl = self.commit_log
         if unflushed > self.config.max_pending_flush_bytes // 4 and not cl.sync_flush:
             self.flush_commit_log_service.wake()
-        fut = op.fut  # (None with ``done``)
-        if fut is not None and fut.done():
-            # resolved in this call (a job that ran at once): whoever awaits it does not yield,
-            # so the records it stored are dispatched before it reads them
-            self.reput_service.dispatch_pending()
-        return fut
+        # A put's write job starts on a later loop turn or at ``release()``, never inside this
+        # call, so its future is not done here: its waiter yields and wakes after the reput that
+        # the job's end scheduled (test_store_put_callback: an awaited put reads its records
+        # dispatched). ``append_commit_log_data``, whose job can run at once, dispatches itself.
+        return op.fut  # (None with ``done``)
 
     def _put(self, reqs: list[PutMessageRequest], done: Callable[[PutMessageResult], object] | None = None,
              ) -> PutMessageResult | asyncio.Future[PutMessageResult] | None:
@@ -407,9 +406,7 @@ class DefaultMessageStore:
         if isinstance(r, PutMessageResult):
             return r
         assert r is not None
-        res = await r
-        self.reput_service.dispatch_pending()
-        return res
+        return await r
 
     async def put_messages(self, reqs: list[PutMessageRequest]) -> PutMessageResult:
         """Append a batch to ONE (topic, queue): consecutive queue offsets, contiguous records,
@@ -418,9 +415,7 @@ class DefaultMessageStore:
         if isinstance(r, PutMessageResult):
             return r
         assert r is not None
-        res = await r
-        self.reput_service.dispatch_pending()
-        return res
+        return await r
 
     def put_messages_nowait(self, reqs: list[PutMessageRequest]
                             ) -> PutMessageResult | asyncio.Future[PutMessageResult]:

@@ -328,9 +328,10 @@ class ReputMessageService:
             self._loop.call_soon(self._run_scheduled)
 
     def dispatch_pending(self) -> None:
-        """Run a reput :meth:`schedule` asked for now instead of at the end of the loop turn (for
-        a caller that awaited a put whose future was already resolved, so it did not yield: it
-        reads what it stored as dispatched, as one that yielded does)."""
+        """Run a reput :meth:`schedule` asked for now instead of at the end of the loop turn: for
+        a caller that awaited a write whose job ran inside its own call (``CommitLog.append_raw``:
+        a slave's replicated bytes), so it did not yield; it then reads what it stored as
+        dispatched, as one that yielded does."""
         if self._scheduled:
             self._scheduled = False
             self.reput()
