@@ -228,9 +228,7 @@ async def _run_mode(flush: str, singles: int, batches: int) -> dict[str, float]:
 def run(short: bool) -> None:
     """Both flush modes; prints broker CPU microseconds per message for each phase."""
     from rocket.runtime import run as run_loop
-    from rocket.runtime import tune_allocator
 
-    tune_allocator()  # as ``rocket broker`` does (``rocket.cli``): the figures are a server process's
     singles, batches = (2_000, 100) if short else (20_000, 600)
     print(f"in-process broker, frames fed to a RemotingConnection: {singles:,} single sends, {batches} batches "
           f"of 32, then pulls of 32; 1 KiB bodies, {QUEUES} queues", flush=True)
@@ -258,9 +256,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH")
     parser.add_argument("--phase", choices=("batch", "single"), default="batch")
     args = parser.parse_args(argv)
-    from rocket.runtime import tune_allocator
-
-    tune_allocator()
     try:
         import uvloop
         loop = uvloop.new_event_loop()

@@ -61,26 +61,21 @@ def _bad_config(command: str, exc: Exception) -> typer.Exit:
 
 def _run_server(command: str, main: Coroutine[Any, Any, None], log_level: str,
                 failures: tuple[type[Exception], ...] = (OSError,)) -> None:
-    """Tune the C allocator (:func:`rocket.runtime.tune_allocator`, logged), set up logging at
-    ``log_level`` and run the server coroutine ``main`` until it returns (a signal).
+    """Set up logging at ``log_level`` and run the server coroutine ``main`` until it returns (a signal).
 
     A ``failures`` error (a port taken; for a broker also a store that cannot be recovered) or a TLS
     certificate that does not load is printed
     as ``rocket <command>: <error>`` and raises ``typer.Exit(1)``.
     """
     from rocket.remoting.tls import TlsConfigError
-    from rocket.runtime import run, setup_logging, tune_allocator
+    from rocket.runtime import run, setup_logging
 
-    tuned = tune_allocator()
     setup_logging(log_level)
     import logging
 
     from rocket.compiled import describe_loaded
 
     logging.getLogger("rocket.compiled").info("%s", describe_loaded())
-    if tuned:
-        logging.getLogger("rocket.runtime").info(
-            "allocator: %s", ", ".join(f"{name}={value >> 20} MiB" for name, value in tuned.items()))
     caught: tuple[type[Exception], ...] = (*failures, TlsConfigError)
     try:
         run(main)

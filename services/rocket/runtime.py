@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
-import platform
 import signal
-import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -29,45 +26,6 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         else:  # an ImportError raised by ``main`` itself is main's error, not a missing uvloop
             return uvloop.run(main)
     return asyncio.run(main)
-
-
-#: ``mallopt(3)`` parameters (glibc's ``malloc.h``) and the values a server process sets, as
-#: ``(name, parameter number, bytes)``. A broker frees and allocates message-sized blocks (1 KiB
-#: bodies, 32 KiB batches) at a high rate; with glibc's defaults the top of the heap is given back
-#: (``brk``) once 128 KiB of it is free and taken again moments later, and every page taken again is
-#: a page fault: 0.18 faults per message in ``bench/bench_hotpath.py``'s batch phase (35,000 for
-#: 192,000 messages), 0.02 with these values. ``M_TRIM_THRESHOLD``: give the top of the heap back
-#: only when 64 MiB of it is free, so at most that much freed memory stays with the process;
-#: ``M_TOP_PAD``: grow the heap 16 MiB at a time; ``M_MMAP_THRESHOLD``: blocks of 4 MiB (RocketMQ's
-#: largest message, ``maxMessageSize``) and more get their own mapping, given back when freed. Setting
-#: any of them turns off glibc's sliding mmap threshold (mallopt(3), "M_MMAP_THRESHOLD").
-MALLOC_SETTINGS: tuple[tuple[str, int, int], ...] = (
-    ("M_TRIM_THRESHOLD", -1, 64 << 20),
-    ("M_TOP_PAD", -2, 16 << 20),
-    ("M_MMAP_THRESHOLD", -3, 4 << 20),
-)
-
-
-def tune_allocator() -> dict[str, int]:
-    """Apply :data:`MALLOC_SETTINGS` to this process's C allocator with glibc's ``mallopt``;
-    returns ``{name: bytes}`` of what was set, ``{}`` when nothing was: not Linux with glibc
-    (``platform.libc_ver``), ``ROCKET_MALLOC_DEFAULTS=1`` set, or ``GLIBC_TUNABLES`` already naming a
-    ``glibc.malloc.`` tunable (the operator's own choice wins). Raises nothing; a setting glibc
-    refuses (``mallopt`` returns 0) is left out of the result. Call it once, early, before the
-    process has allocated much (the values apply to allocations from then on)."""
-    if sys.platform != "linux" or os.environ.get("ROCKET_MALLOC_DEFAULTS"):
-        return {}
-    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
-        return {}
-    if platform.libc_ver()[0] != "glibc":
-        return {}
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return {}
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    return {name: value for name, param, value in MALLOC_SETTINGS if mallopt(param, value) == 1}
 
 
 class BadHttpRequestFilter(logging.Filter):
