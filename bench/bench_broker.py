@@ -255,19 +255,29 @@ def _proc_cpu_split(pid: int) -> tuple[float, float]:
         return 0.0, 0.0
 
 
-def _cpu_line(results: list[LoadResult], broker_cpu: tuple[float, float], wall: float, warmup: float) -> str:
-    """Where the CPU went: broker (user + system) and client microseconds per message, broker core use.
+def _proc_minflt(pid: int) -> int:
+    """Minor page faults of ``pid`` so far (Linux /proc/PID/stat, field minflt); 0 when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+    except (OSError, IndexError, ValueError):
+        return 0
 
-    ``broker_cpu`` (user, system seconds) is already scaled to the measured window; the workers'
-    CPU includes their warm-up, so it is scaled by the measured share of their run. The system
-    part is mostly the kernel's copy into the page cache (see :mod:`bench.calibrate`).
+
+def _cpu_line(results: list[LoadResult], broker_cpu: tuple[float, float], wall: float, warmup: float,
+              faults: float = 0.0) -> str:
+    """Where the CPU went: broker (user + system) and client microseconds per message, broker core use,
+    and the broker's minor page faults per message.
+
+    ``broker_cpu`` (user, system seconds) and ``faults`` are already scaled to the measured window;
+    the workers' CPU includes their warm-up, so it is scaled by the measured share of their run. The
+    system part is mostly the kernel's copy into the page cache (see :mod:`bench.calibrate`).
     """
     n = sum(r.messages for r in results) or 1
     client = sum(r.cpu_seconds * r.seconds / (r.seconds + warmup) for r in results)
     user, system = broker_cpu
     return (f"CPU per message: broker {(user + system) / n * 1e6:.1f} us (user {user / n * 1e6:.1f}, system "
             f"{system / n * 1e6:.1f}), client {client / n * 1e6:.1f} us; "
-            f"broker used {(user + system) / wall * 100:.0f}% of a core")
+            f"broker used {(user + system) / wall * 100:.0f}% of a core, {faults / n:.3f} page faults per message")
 
 
 def _window_cpu(before: tuple[float, float], after: tuple[float, float], scale: float) -> tuple[float, float]:
@@ -312,31 +322,34 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
 
         # 1. single sends, 64 in flight
         per_proc = SINGLE_CONCURRENCY // LOAD_PROCS
-        b0, w0 = _proc_cpu_split(broker_pid), time.perf_counter()
+        f0, b0, w0 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, per_proc, 1, duration, warmup, 0.0, profile and i == 0)
                    for i in range(LOAD_PROCS)]
         results = [f.result() for f in futures]
-        b1, w1 = _proc_cpu_split(broker_pid), time.perf_counter()
+        f1, b1, w1 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
         rate, lat, errors = _merge(results)
         figures["single"] = (rate, lat, errors)
         print(f"[{flush}] single sends ({SINGLE_CONCURRENCY} in flight, {LOAD_PROCS} procs): {rate:,.0f} msgs/s, "
               f"latency p50/p99/p99.9 {_pcts(lat)} ms, errors {errors}", flush=True)
-        figures["single_cpu"] = _cpu_line(results, _window_cpu(b0, b1, duration / (w1 - w0)), duration, warmup)
+        figures["single_cpu"] = _cpu_line(results, _window_cpu(b0, b1, duration / (w1 - w0)), duration, warmup,
+                                          (f1 - f0) * duration / (w1 - w0))
         print(f"    {figures['single_cpu']}", flush=True)
         if results[0].profile:
             print(f"--- profile of one load process during single sends ({flush}) ---\n{results[0].profile}")
 
         # 2. batches of 32
-        b0, w0 = _proc_cpu_split(broker_pid), time.perf_counter()
+        f0, b0, w0 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, BATCH_CONCURRENCY_PER_PROC, BATCH_SIZE, duration, warmup,
                                0.0, False) for _ in range(LOAD_PROCS)]
         results_b = [f.result() for f in futures]
-        b1, w1 = _proc_cpu_split(broker_pid), time.perf_counter()
+        f1, b1, w1 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
         rate_b, lat_b, errors_b = _merge(results_b)
         figures["batch"] = (rate_b, lat_b, errors_b)
         print(f"[{flush}] batched sends ({BATCH_SIZE}/batch, {BATCH_CONCURRENCY_PER_PROC * LOAD_PROCS} in flight): "
               f"{rate_b:,.0f} msgs/s, batch latency p50/p99/p99.9 {_pcts(lat_b)} ms, errors {errors_b}", flush=True)
-        print(f"    {_cpu_line(results_b, _window_cpu(b0, b1, duration / (w1 - w0)), duration, warmup)}", flush=True)
+        scale = duration / (w1 - w0)
+        cpu_b = _cpu_line(results_b, _window_cpu(b0, b1, scale), duration, warmup, (f1 - f0) * scale)
+        print(f"    {cpu_b}", flush=True)
 
         # 3. consume everything stored so far
         futures = [pool.submit(_pull_worker, ns, topic, i, LOAD_PROCS) for i in range(LOAD_PROCS)]
