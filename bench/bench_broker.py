@@ -244,23 +244,21 @@ def _proc_cpu(pid: int) -> float:
     return sum(_proc_cpu_split(pid))
 
 
-def _proc_cpu_split(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of ``pid`` so far (Linux /proc/PID/stat, fields utime and stime);
-    (0, 0) when the process is gone."""
+def _proc_stat(pid: int) -> tuple[float, float, int]:
+    """(user CPU seconds, system CPU seconds, minor page faults) of ``pid`` so far, from one read of
+    Linux /proc/PID/stat (fields utime, stime, minflt); zeros when the process is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         tick = os.sysconf("SC_CLK_TCK")
-        return int(fields[11]) / tick, int(fields[12]) / tick
+        return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
     except (OSError, IndexError, ValueError):
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
 
 
-def _proc_minflt(pid: int) -> int:
-    """Minor page faults of ``pid`` so far (Linux /proc/PID/stat, field minflt); 0 when it is gone."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
-    except (OSError, IndexError, ValueError):
-        return 0
+def _proc_cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid`` so far (:func:`_proc_stat`); (0, 0) when it is gone."""
+    user, system, _ = _proc_stat(pid)
+    return user, system
 
 
 def _cpu_line(results: list[LoadResult], broker_cpu: tuple[float, float], wall: float, warmup: float,
@@ -280,8 +278,9 @@ def _cpu_line(results: list[LoadResult], broker_cpu: tuple[float, float], wall: 
             f"broker used {(user + system) / wall * 100:.0f}% of a core, {faults / n:.3f} page faults per message")
 
 
-def _window_cpu(before: tuple[float, float], after: tuple[float, float], scale: float) -> tuple[float, float]:
-    """(user, system) seconds between two :func:`_proc_cpu_split` readings, times ``scale``."""
+def _window_cpu(before: tuple[float, float, int], after: tuple[float, float, int], scale: float
+                ) -> tuple[float, float]:
+    """(user, system) seconds between two :func:`_proc_stat` readings, times ``scale``."""
     return (after[0] - before[0]) * scale, (after[1] - before[1]) * scale
 
 
@@ -322,34 +321,35 @@ def _run_mode(flush: str, short: bool, pool: concurrent.futures.ProcessPoolExecu
 
         # 1. single sends, 64 in flight
         per_proc = SINGLE_CONCURRENCY // LOAD_PROCS
-        f0, b0, w0 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
+        b0, w0 = _proc_stat(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, per_proc, 1, duration, warmup, 0.0, profile and i == 0)
                    for i in range(LOAD_PROCS)]
         results = [f.result() for f in futures]
-        f1, b1, w1 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
+        b1, w1 = _proc_stat(broker_pid), time.perf_counter()
         rate, lat, errors = _merge(results)
         figures["single"] = (rate, lat, errors)
         print(f"[{flush}] single sends ({SINGLE_CONCURRENCY} in flight, {LOAD_PROCS} procs): {rate:,.0f} msgs/s, "
               f"latency p50/p99/p99.9 {_pcts(lat)} ms, errors {errors}", flush=True)
-        figures["single_cpu"] = _cpu_line(results, _window_cpu(b0, b1, duration / (w1 - w0)), duration, warmup,
-                                          (f1 - f0) * duration / (w1 - w0))
+        scale = duration / (w1 - w0)
+        figures["single_cpu"] = _cpu_line(results, _window_cpu(b0, b1, scale), duration, warmup,
+                                          (b1[2] - b0[2]) * scale)
         print(f"    {figures['single_cpu']}", flush=True)
         if results[0].profile:
             print(f"--- profile of one load process during single sends ({flush}) ---\n{results[0].profile}")
 
         # 2. batches of 32
-        f0, b0, w0 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
+        b0, w0 = _proc_stat(broker_pid), time.perf_counter()
         futures = [pool.submit(_send_worker, ns, topic, BATCH_CONCURRENCY_PER_PROC, BATCH_SIZE, duration, warmup,
                                0.0, False) for _ in range(LOAD_PROCS)]
         results_b = [f.result() for f in futures]
-        f1, b1, w1 = _proc_minflt(broker_pid), _proc_cpu_split(broker_pid), time.perf_counter()
+        b1, w1 = _proc_stat(broker_pid), time.perf_counter()
         rate_b, lat_b, errors_b = _merge(results_b)
         figures["batch"] = (rate_b, lat_b, errors_b)
         print(f"[{flush}] batched sends ({BATCH_SIZE}/batch, {BATCH_CONCURRENCY_PER_PROC * LOAD_PROCS} in flight): "
               f"{rate_b:,.0f} msgs/s, batch latency p50/p99/p99.9 {_pcts(lat_b)} ms, errors {errors_b}", flush=True)
         scale = duration / (w1 - w0)
-        cpu_b = _cpu_line(results_b, _window_cpu(b0, b1, scale), duration, warmup, (f1 - f0) * scale)
-        print(f"    {cpu_b}", flush=True)
+        print(f"    {_cpu_line(results_b, _window_cpu(b0, b1, scale), duration, warmup, (b1[2] - b0[2]) * scale)}",
+              flush=True)
 
         # 3. consume everything stored so far
         futures = [pool.submit(_pull_worker, ns, topic, i, LOAD_PROCS) for i in range(LOAD_PROCS)]
