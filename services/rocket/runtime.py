@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -26,6 +27,40 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         else:  # an ImportError raised by ``main`` itself is main's error, not a missing uvloop
             return uvloop.run(main)
     return asyncio.run(main)
+
+
+#: The collector's generation-0 threshold in a server (CPython's default: 700). See :func:`tune_garbage_collector`.
+GC_GEN0_THRESHOLD = 10_000
+
+
+def tune_garbage_collector() -> int:
+    """Set up CPython's cyclic garbage collector for a long-running server that has just started;
+    returns how many start-up objects were frozen, 0 (and nothing changed) when
+    ``ROCKET_NO_GC_TUNING=1`` is set.
+
+    1. ``gc.collect()``, then ``gc.freeze()`` (CPython 3.7+): every object tracked now moves to the
+       permanent generation, which no collection walks. A server's modules, classes, functions,
+       configuration and recovered metadata live as long as the process; in a broker under
+       ~24,000 single sends/s on this project's 2-core test machine, full (generation 2)
+       collections came about once a second and walked them all (~73,000 objects) in ~25 ms each,
+       which showed as a 23-33 ms send-latency p99.9 (``make bench BENCH=broker``); frozen, a
+       full collection took ~0.2 ms and the p99.9 was 5-8 ms (README, "Garbage collection").
+    2. ``gc.set_threshold(GC_GEN0_THRESHOLD)`` (10,000 instead of 700): a generation-0 collection
+       runs when allocations of tracked objects exceed deallocations by the threshold. A broker's
+       requests in flight moved that count past 700 ~300 times a second (0.6 µs of CPU per single
+       send) while freeing nearly everything by reference counting; past 10,000 it never went in
+       the same run. Cyclic garbage still triggers a collection, after at most 10,000 objects of
+       it, so memory stays bounded. Generations 1 and 2 keep their thresholds (10, 10).
+
+    Objects created later are collected as before. The cost: a cycle among start-up objects that
+    becomes garbage later is never freed (bounded by the start-up heap)."""
+    if os.environ.get("ROCKET_NO_GC_TUNING") == "1":
+        return 0
+    gc.collect()
+    gc.freeze()
+    _gen0, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+    return gc.get_freeze_count()
 
 
 class BadHttpRequestFilter(logging.Filter):
@@ -81,14 +116,16 @@ async def stop_signals() -> AsyncIterator[asyncio.Future[str]]:
 async def until_stopped(start: Callable[[], Coroutine[Any, Any, None]],
                         stop: Callable[[], Coroutine[Any, Any, None]],
                         started: Callable[[], None] | None = None) -> str:
-    """Catch SIGTERM and SIGINT (:func:`stop_signals`), await ``start()``, call ``started()`` (e.g.
-    to log "listening"), wait for a signal, then await ``stop()``; returns the signal's name
-    (``"SIGTERM"``). The handlers go in before ``start()``, so a signal that comes while the
-    process starts (its port may already be open) stops it cleanly once ``start()`` returns
-    instead of killing it with the default action (exit 130 on SIGINT). ``stop()`` runs also
-    when the wait itself is cancelled; it does not run when ``start()`` raises."""
+    """Catch SIGTERM and SIGINT (:func:`stop_signals`), await ``start()``, tune the garbage
+    collector (:func:`tune_garbage_collector`), call ``started()`` (e.g. to log "listening"), wait
+    for a signal, then await ``stop()``; returns the signal's name (``"SIGTERM"``). The handlers
+    go in before ``start()``, so a signal that comes while the process starts (its port may
+    already be open) stops it cleanly once ``start()`` returns instead of killing it with the
+    default action (exit 130 on SIGINT). ``stop()`` runs also when the wait itself is cancelled;
+    it does not run when ``start()`` raises."""
     async with stop_signals() as received:
         await start()
+        tune_garbage_collector()
         if started is not None:
             started()
         try:

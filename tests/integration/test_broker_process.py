@@ -95,6 +95,7 @@ async def test_sigterm_unregisters_answers_parked_pulls_and_exits(
         assert await route(client, ns.addr, "TermT") is None  # unregistered, not merely expired
         log = b.log_text()
         assert "unregistered from 1 of 1 NameServers" in log and "Traceback" not in log
+        assert "start-up objects frozen (gc.freeze), generation-0 threshold 10000" in log  # tune_garbage_collector
     # the store was shut down cleanly: a restart finds the message, and delayed delivery resumes
     # where it stopped: the early message is not delivered again, the late one arrives once
     with broker_process(tmp_path, "term", ns.addr, port=b.port, settings=delays) as b2:
