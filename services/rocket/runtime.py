@@ -44,10 +44,10 @@ def tune_garbage_collector() -> int:
        ~24,000 single sends/s on this project's 2-core test machine, full (generation 2)
        collections came about once a second and walked them all (~73,000 objects) in ~25 ms each,
        which showed as a 23-33 ms send-latency p99.9 (``make bench BENCH=broker``); frozen, a
-       full collection took ~0.2 ms and the p99.9 was 5-8 ms (README, "Garbage collection").
+       full collection took ~0.2 ms and the p99.9 was 5-9 ms (README, "Garbage collection").
     2. ``gc.set_threshold(GC_GEN0_THRESHOLD)`` (10,000 instead of 700): a generation-0 collection
        runs when allocations of tracked objects exceed deallocations by the threshold. A broker's
-       requests in flight moved that count past 700 ~300 times a second (0.6 µs of CPU per single
+       requests in flight moved that count past 700 ~270 times a second (~0.5 µs of CPU per single
        send) while freeing nearly everything by reference counting; past 10,000 it never went in
        the same run. Cyclic garbage still triggers a collection, after at most 10,000 objects of
        it, so memory stays bounded. Generations 1 and 2 keep their thresholds (10, 10).
