@@ -240,8 +240,9 @@ async def _e2e_send(namesrv: str, topic: str, count: int, rate: float) -> LoadRe
 
 
 def _proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (Linux /proc); 0 when the process is gone."""
-    return sum(_proc_cpu_split(pid))
+    """User + system CPU seconds of ``pid`` so far (:func:`_proc_stat`); 0 when the process is gone."""
+    user, system, _ = _proc_stat(pid)
+    return user + system
 
 
 def _proc_stat(pid: int) -> tuple[float, float, int]:
@@ -253,12 +254,6 @@ def _proc_stat(pid: int) -> tuple[float, float, int]:
         return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
     except (OSError, IndexError, ValueError):
         return 0.0, 0.0, 0
-
-
-def _proc_cpu_split(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of ``pid`` so far (:func:`_proc_stat`); (0, 0) when it is gone."""
-    user, system, _ = _proc_stat(pid)
-    return user, system
 
 
 def _cpu_line(results: list[LoadResult], broker_cpu: tuple[float, float], wall: float, warmup: float,
