@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+log = logging.getLogger("rocket.runtime")
+
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` on uvloop when it is installed, else on asyncio's loop.
@@ -53,14 +55,18 @@ def tune_garbage_collector() -> int:
        it, so memory stays bounded. Generations 1 and 2 keep their thresholds (10, 10).
 
     Objects created later are collected as before. The cost: a cycle among start-up objects that
-    becomes garbage later is never freed (bounded by the start-up heap)."""
+    becomes garbage later is never freed (bounded by the start-up heap). Logs one INFO line with the
+    count and the threshold."""
     if os.environ.get("ROCKET_NO_GC_TUNING") == "1":
         return 0
     gc.collect()
     gc.freeze()
     _gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
-    return gc.get_freeze_count()
+    frozen = gc.get_freeze_count()
+    log.info("garbage collector: %d start-up objects frozen (gc.freeze), generation-0 threshold %d",
+             frozen, GC_GEN0_THRESHOLD)
+    return frozen
 
 
 class BadHttpRequestFilter(logging.Filter):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rocket.broker.config import BrokerConfig, ConfigError
-from rocket.runtime import GC_GEN0_THRESHOLD, stop_signals, tune_garbage_collector
+from rocket.runtime import stop_signals, tune_garbage_collector
 
 log = logging.getLogger("rocket.broker")
 
@@ -65,10 +65,7 @@ async def serve(config: BrokerConfig) -> None:
     # admin HTTP server, and a SIGTERM in that window must still shut the broker down cleanly
     async with stop_signals() as received:
         await broker.start()
-        frozen = tune_garbage_collector()
-        if frozen:
-            log.info("garbage collector: %d start-up objects frozen (gc.freeze), generation-0 threshold %d",
-                     frozen, GC_GEN0_THRESHOLD)
+        tune_garbage_collector()
         try:
             log.info("%s received: shutting down", await received)
         finally:
