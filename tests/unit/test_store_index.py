@@ -177,9 +177,9 @@ def test_build_batch_writes_what_build_writes(batches: list[list[tuple[str | Non
         assert images[0] == images[1]
 
 
-def test_a_batch_of_more_entries_than_one_pack_writes_what_build_writes(tmp_path: Path) -> None:
-    # 700 entries in one put: past the 256 entries that put_index_entries packs with one call, and
-    # on 7 slots, so that chains link entries of earlier packs.
+def test_a_batch_of_many_entries_writes_what_build_writes(tmp_path: Path) -> None:
+    # 700 entries in one put on 7 slots: chains link many entries of the same put, through the
+    # byte-swapped slot view of put_index_entries.
     count = 350
     uniq = [f"U{i % 50}" for i in range(count)]
     keys = [["Aa"] if i % 2 else ["BB"] for i in range(count)]
@@ -221,3 +221,15 @@ def test_repair_leaves_exactly_the_entries_before_the_cut(keys: list[str], cut: 
         raw = (Path(d) / "20240101000000000").read_bytes()
         assert raw[INDEX_HEADER_SIZE + 5 * 4 + (kept + 1) * 20:].strip(b"\0") == b""
         f.close()
+
+
+def test_close_unmaps_every_file_though_its_slots_are_viewed(tmp_path: Path) -> None:
+    # put_index_entries reads and writes the hash slots through a memoryview of the mapping: an
+    # mmap with a view exported refuses to close (BufferError), so close must release it first.
+    svc = IndexService(tmp_path, 7, 1000, lambda: 1_000_000)
+    svc.load()
+    svc.build_batch("T", [100, 110, 120], 5_000_000, ["U1", "U2", "U1"], [[], ["K"], []])
+    files = list(svc.files)
+    assert files and svc.query("T", "U1", 64, 0, 2**62) == [120, 100]
+    svc.close()
+    assert all(f.mm.closed for f in files)

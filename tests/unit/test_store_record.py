@@ -111,7 +111,8 @@ def test_batch_encoder_matches_the_encoder_of_store_requests(reqs: list[PutMessa
         parts, bodies, props, [r.flag for r in same], sizes, born, first.sys_flag | tran,
         first.born_timestamp, first.reconsume_times, tail, first.queue_id, qoff, phys, ts)
     assert b"".join(parts) == b"x" + b"".join(ref_parts)
-    assert all(parts[3 + 5 * i] is body for i, body in enumerate(bodies))  # the bodies themselves: not copied
+    assert all(parts[2 + 2 * i] is body for i, body in enumerate(bodies))  # the bodies themselves: not copied
+    assert len(parts) == 1 + 2 * len(bodies) + 1  # and one buffer between two bodies, one before, one after
     appended = stored.messages()
     assert (appended, stored.physical_offsets, next_qoff, sys_flags) == ref
     assert stored.msg_ids == ",".join(m.msg_id for m in appended)
@@ -259,3 +260,21 @@ def test_dispatch_properties_finds_the_end_of_the_uniq_key(raw: bytes) -> None:
     expected = (tags_hash_code(ref["TAGS"]) if ref.get("TAGS") else 0, ref.get("KEYS", ""), ref["UNIQ_KEY"], 0)
     assert dispatch_properties("T", raw) == expected
     assert dispatch_properties("T", raw) == expected  # from the cache
+
+
+@pytest.mark.parametrize("flags, props, queue_id", [
+    ([0, 2**31], [b"", b""], 0),  # FLAG is an int32
+    ([0, 0], [b"", b"a" * 0x8000], 0),  # PROPERTIESLENGTH is an int16
+    ([0, 0], [b"", b""], 2**31),  # QUEUEID is an int32
+])
+def test_batch_encoder_refuses_a_field_out_of_range_and_appends_nothing(flags: list[int], props: list[bytes],
+                                                                         queue_id: int) -> None:
+    enc = RecordEncoder("127.0.0.1:10911")
+    born = enc.born_bytes("127.0.0.1:5000")
+    tail = b"\x01T"
+    sizes = [enc.fixed[len(born)] + len(tail) + 1 + len(p) for p in props]
+    parts: list[bytes | bytearray | memoryview] = [b"x"]
+    with pytest.raises(struct.error):
+        enc.encode_message_batch_into(parts, [memoryview(b"b")] * 2, props, flags, sizes, born, 0, 0, 0, tail,
+                                      queue_id, 0, 0, 0)
+    assert parts == [b"x"]

@@ -81,6 +81,9 @@ class IndexFile:
         if self.index_count <= 0:
             self.index_count = 1
         self._entries_at = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
+        #: The hash slots as native-order unsigned 32-bit items (:func:`put_index_entries` swaps the
+        #: bytes); released by :meth:`close`, before the mapping is.
+        self.slots = memoryview(self.mm)[INDEX_HEADER_SIZE:self._entries_at].cast("I")
         # The header is written once per dispatched batch: a crash can leave written entries
         # past indexCount. Entries are written in order, so adopt them up to the first empty one.
         while self.index_count < index_num and any(self.entry(self.index_count)):
@@ -162,7 +165,7 @@ class IndexFile:
             return 1 + self.put_keys(hashes[1:n], phys[1:n], store_timestamps[1:n])
         if n < len(hashes):
             hashes, phys, store_timestamps = hashes[:n], phys[:n], store_timestamps[:n]
-        count, new_slots = put_index_entries(self.mm, self._entries_at, self.slot_num, self.begin_timestamp, count,
+        count, new_slots = put_index_entries(self.mm, self.slots, self._entries_at, self.begin_timestamp, count,
                                              hashes, phys, store_timestamps)
         self.hash_slot_count += new_slots
         self.index_count = count
@@ -245,6 +248,7 @@ class IndexFile:
 
     def close(self) -> None:
         """Unmap and close."""
+        self.slots.release()
         with contextlib.suppress(BufferError, ValueError):
             self.mm.close()
         with contextlib.suppress(OSError):

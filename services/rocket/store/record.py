@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from mypy_extensions import i64
+from librt.strings import BytesWriter, write_i16_be, write_i32_be, write_i64_be
+from mypy_extensions import i32, i64
 
 from rocket.message import (
     BLANK_MAGIC_CODE,
@@ -41,7 +42,6 @@ from rocket.message import (
     encode_host,
 )
 from rocket.store.api import AppendedMessage, PutMessageRequest, StoredBatch
-from rocket.store.files import repeated_struct
 
 #: Smallest possible record (IPv4 hosts, empty body, 1-byte topic would be 92).
 MIN_RECORD_SIZE: Final = 91
@@ -55,8 +55,6 @@ _LONG: Final = struct.Struct(">q")
 _SIZE_MAGIC: Final = struct.Struct(">ii")
 #: totalsize, magic, crc, queueid, flag, queueoffset, physicaloffset, sysflag, borntimestamp
 _HEAD: Final = struct.Struct(">iiiiiqqiq")
-#: A record's first fields, TOTALSIZE .. PHYSICALOFFSET (the ones that differ between the records of a batch).
-_FRONT: Final = struct.Struct(">iiiiiqq")
 BLANK_MARKER = struct.Struct(">ii")
 
 _U32: Final = 0xFFFFFFFF
@@ -102,11 +100,17 @@ def index_key_hash(topic: str, key: str) -> int:
     (RocketMQ's ``IndexService.buildKey`` and ``IndexFile.indexKeyHashMethod``; ``hashCode`` is
     Java's ``String.hashCode``, :func:`rocket.message.java_string_hash`).
 
-    The hash of ``topic#`` is cached (:func:`_prefix_hash`). An ASCII key (a UNIQ_KEY is 32 hex
-    digits) is folded in from its bytes, 4 at a time, in 64-bit native integers when compiled;
-    others through their UTF-16 units.
-    """
-    h: i64 = _prefix_hash(topic)
+    The hash of ``topic#`` is cached (:func:`_prefix_hash`); the key goes in by
+    :func:`_key_hash`."""
+    return _key_hash(_prefix_hash(topic), key)
+
+
+def _key_hash(prefix: i64, key: str) -> int:
+    """:func:`index_key_hash` of ``key`` after a topic whose ``topic#`` hashes to ``prefix``
+    (:func:`_prefix_hash`). An ASCII key (a UNIQ_KEY is 32 hex digits) is folded in from its
+    bytes, 4 at a time, in 64-bit native integers when compiled; others through their UTF-16
+    units."""
+    h: i64 = prefix
     data = key.encode()
     n: i64 = len(data)
     if n == len(key):  # ASCII: the UTF-8 bytes are the UTF-16 units
@@ -120,8 +124,8 @@ def index_key_hash(topic: str, key: str) -> int:
     else:
         units = _units(key)
         powers = _powers(len(units))  # (grows _POW31 to hold 31**len)
-        prefix: int = h  # (a Python int: the product below passes 64 bits)
-        h = (prefix * _POW31[len(units)] + sum(map(operator.mul, units, powers))) & _U32
+        big: int = h  # (a Python int: the product below passes 64 bits)
+        h = (big * _POW31[len(units)] + sum(map(operator.mul, units, powers))) & _U32
     if h > 0x80000000:
         return 0x100000000 - h
     return 0 if h == 0x80000000 else h
@@ -147,71 +151,85 @@ def index_entries(topics: list[str], phys: list[int], store_timestamps: list[int
     hashes: list[int] = []
     offsets: list[int] = []
     times: list[int] = []
+    topic = ""
+    prefix = _prefix_hash(topic)
     for t, p, ts, u, k in zip(topics, phys, store_timestamps, uniq_keys, keys, strict=True):
         if p <= last:
             continue
+        if t != topic:  # (a batch's messages share their topic: its prefix hash is looked up once)
+            topic = t
+            prefix = _prefix_hash(t)
         if u:
             last = p
-            hashes.append(index_key_hash(t, u))
+            hashes.append(_key_hash(prefix, u))
             offsets.append(p)
             times.append(ts)
         if k:
             last = p
             for key in k.split(" ") if isinstance(k, str) else k:
                 if key:
-                    hashes.append(index_key_hash(t, key))
+                    hashes.append(_key_hash(prefix, key))
                     offsets.append(p)
                     times.append(ts)
     return hashes, offsets, times, last
 
 
-def put_index_entries(mm: mmap.mmap, entries_at: int, slot_num: int, begin_timestamp: int, count: int,
+def put_index_entries(mm: mmap.mmap, slots: memoryview, entries_at: int, begin_timestamp: int, count: int,
                       hashes: list[int], phys: list[int], store_timestamps: list[int]) -> tuple[int, int]:
     """Write IndexFile entries ``count``, ``count + 1``, ... for ``(hashes[i], phys[i],
-    store_timestamps[i])`` into ``mm`` (the file's writable mapping: the 40-byte header,
-    ``slot_num`` int32 hash slots, then 20-byte entries from ``entries_at``), linking each into its
-    hash slot's chain as ``IndexFile.putKey`` does (time in seconds since ``begin_timestamp``).
-    The caller checked that they fit. Returns ``(next entry number, hash slots newly used)``.
+    store_timestamps[i])`` into ``mm`` (the file's writable mapping: the 40-byte header, the
+    int32 hash slots, then 20-byte entries from ``entries_at``), linking each into its hash
+    slot's chain as ``IndexFile.putKey`` does (time in seconds since ``begin_timestamp``).
+    ``slots`` is the slot region of ``mm`` cast to native-order unsigned 32-bit items (format
+    ``"I"``): a slot is read and written as one item, its bytes swapped to and from the file's
+    big-endian order on a little-endian machine. The caller checked that the entries fit.
+    Returns ``(next entry number, hash slots newly used)``. Raises ``ValueError`` when the three
+    lists differ in length.
 
     The slots are read and written one entry after the other (a later entry of the same slot
-    links to the earlier one); the entries, consecutive in the file, go in with one
-    ``pack_into`` per :data:`_ENTRIES_PER_PACK` of them (:func:`~rocket.store.files.repeated_struct`)."""
-    unpack_int = _INT.unpack_from
-    pack_int = _INT.pack_into
-    first = count  # the first entry not yet written
+    links to the earlier one). The entries, consecutive in the file, are written field by field
+    into one ``librt.strings.BytesWriter`` (native big-endian stores when compiled) and go in
+    with one slice assignment."""
+    n = len(hashes)
+    if len(phys) != n or len(store_timestamps) != n:
+        raise ValueError(f"{n} key hashes, {len(phys)} offsets and {len(store_timestamps)} times")
+    slot_num = len(slots)
+    first = count
     new_slots = 0
     last_ts = -1
     diff = 0
-    fields: list[int] = []
-    for h, p, ts in zip(hashes, phys, store_timestamps, strict=True):
+    entries = BytesWriter()
+    for i in range(n):
+        h = hashes[i]
+        ts = store_timestamps[i]
         if ts != last_ts:
             last_ts = ts
             diff = 0 if begin_timestamp <= 0 or ts < begin_timestamp else min((ts - begin_timestamp) // 1000,
                                                                                   0x7FFFFFFF)
-        slot_pos = 40 + (h % slot_num) * 4
-        slot_value: int = unpack_int(mm, slot_pos)[0]
-        if slot_value <= 0 or slot_value > count:
+        slot = h % slot_num
+        slot_value: i64 = slots[slot]
+        if _SWAP:
+            slot_value = _swap32(slot_value)
+        if slot_value <= 0 or slot_value > count:  # (a negative int32 reads as more than any count)
             slot_value = 0
             new_slots += 1
-        fields.append(h)
-        fields.append(p)
-        fields.append(diff)
-        fields.append(slot_value)
-        pack_int(mm, slot_pos, count)
+        write_i32_be(entries, h)  # keyHash, phyOffset, timeDiff, prevIndex: IndexFile.putKey's 20 bytes
+        write_i64_be(entries, phys[i])
+        write_i32_be(entries, diff)
+        write_i32_be(entries, i32(slot_value))
+        slots[slot] = _swap32(count) if _SWAP else count
         count += 1
-        if count - first == _ENTRIES_PER_PACK:
-            repeated_struct(_INDEX_ENTRY_UNIT, _ENTRIES_PER_PACK).pack_into(mm, entries_at + first * 20, *fields)
-            fields = []
-            first = count
-    if count > first:
-        repeated_struct(_INDEX_ENTRY_UNIT, count - first).pack_into(mm, entries_at + first * 20, *fields)
+    mm[entries_at + first * 20:entries_at + count * 20] = entries.getvalue()
     return count, new_slots
 
 
-#: Most IndexFile entries :func:`put_index_entries` packs with one call (a batch send's 32 fit).
-_ENTRIES_PER_PACK: Final = 256
-#: keyHash, phyOffset, timeDiff, prevIndex: one IndexFile entry, 20 bytes, as ``IndexFile.putKey`` writes it.
-_INDEX_ENTRY_UNIT: Final = "iqii"
+#: Hash slots read through a native-order view need their bytes swapped (the file is big-endian).
+_SWAP: Final = sys.byteorder == "little"
+
+
+def _swap32(v: i64) -> i64:
+    """The unsigned 32-bit ``v`` with its 4 bytes in the opposite order."""
+    return ((v & 0xFF) << 24) | ((v & 0xFF00) << 8) | ((v >> 8) & 0xFF00) | ((v >> 24) & 0xFF)
 
 
 class RecordEncoder:
@@ -233,15 +251,13 @@ class RecordEncoder:
         #: Packs TOTALSIZE .. BODYLENGTH, per born host size (8 or 20).
         self.heads = {b: struct.Struct(f">iiiiiqqiq{b}sq{s}siqi") for b in (8, 20)}
         #: Packs the rest of a head that a batch's records share, SYSFLAG .. PREPAREDTRANSACTIONOFFSET,
-        #: per born host size (:meth:`encode_message_batch_into`; TOTALSIZE .. PHYSICALOFFSET: :data:`_FRONT`).
+        #: per born host size (:meth:`encode_message_batch_into`).
         self.shared = {b: struct.Struct(f">iq{b}sq{s}siq") for b in (8, 20)}
         #: Bytes of a record besides body, topic (with its length byte) and properties, per born host size.
         self.fixed = {b: 48 + b + 8 + s + 12 + 4 + 2 for b in (8, 20)}
         self._id_format = self.msg_id_prefix + "%016X"
         #: Whole-record structs by (born host size, body, topic tail and properties lengths).
         self._records: dict[tuple[int, int, int, int], struct.Struct] = {}
-        #: One offsetMsgId's bytes (store host, int64 physical offset) as a struct format unit.
-        self._id_unit = f"{len(self._store)}sq"
 
     def born_bytes(self, born_host: str) -> bytes:
         """``ip:port`` → address + port bytes (cached). Raises ``ValueError`` when malformed."""
@@ -373,13 +389,15 @@ class RecordEncoder:
         offsetMsgIds, joined by commas by one ``bytes.hex`` call), next queue offset, sysFlags or
         None)`` (:meth:`encode_batch_into`'s answer, gathered).
 
-        Each record goes to ``out`` as five buffers: its own fixed fields TOTALSIZE ..
-        PHYSICALOFFSET (one :data:`_FRONT` pack), the fields every record of the batch shares with
-        BODYLENGTH (packed once, again only when a body's length differs from the one before), the
-        body (a view of the request, as given), the topic tail with PROPERTIESLENGTH, and the
-        properties; all records' buffers, or none when one fails to pack (``struct.error``).
-        Nothing is joined: the CommitLog writes them with one ``pwritev``, so a body is copied only
-        by the kernel, into the page cache."""
+        The bodies go to ``out`` as given (views of the request: the kernel copies each once, into
+        the page cache, when the CommitLog writes ``out`` with one ``pwritev``). Everything between
+        two bodies is one bytes object, written field by field with mypyc's ``librt.strings``
+        (``BytesWriter`` and its big-endian ``write_i32_be`` / ``write_i64_be``, native stores when
+        compiled): the topic tail, PROPERTIESLENGTH and properties of one record, then TOTALSIZE ..
+        PHYSICALOFFSET of the next, the fields every record of the batch shares (SYSFLAG ..
+        PREPAREDTRANSACTIONOFFSET, packed once) and its BODYLENGTH. So ``out`` gets ``2n + 1``
+        buffers for ``n`` records: all of them, or none when a field is out of its range
+        (``struct.error``, as the whole-record ``struct`` of :meth:`encode_batch_into` raises)."""
         bl = len(born)
         sf = (sys_flag & ~_HOST_BITS) | self._store_bits | (SYSFLAG_BORNHOST_V6 if bl == 20 else 0)
         sys_flags: list[int] | None = None
@@ -391,50 +409,51 @@ class RecordEncoder:
             q = queue_offset
             step = 1
         store = self._store
-        pack_front = _FRONT.pack
         shared = self.shared[bl].pack(sf, born_timestamp, born, store_timestamp, store, reconsume_times, 0)
-        last_pl = -1
-        tail = topic_tail  # replaced at the first record: topic tail + PROPERTIESLENGTH
-        last_bl = -1
-        middle = shared  # replaced at the first record: the shared fields + BODYLENGTH
+        _INT.pack(queue_id)  # (struct.error when out of range, before anything is written)
         phys_list: list[int] = []
-        parts: list[bytes | bytearray | memoryview] = []  # to ``out`` once every record is packed
+        parts: list[bytes | bytearray | memoryview] = []  # to ``out`` once every record is written
         phys = physical_offset
-        # The fields every record shares, as objects once (compiled, an int is boxed at each use).
-        magic: object = MESSAGE_MAGIC_CODE
-        queue: object = queue_id
-        for body, p, flag, size in zip(bodies, props, flags, sizes, strict=True):
-            pl = len(p)
-            if pl != last_pl:  # a batch's properties lengths rarely change
-                tail = topic_tail + _SHORT.pack(pl)
-                last_pl = pl
-            body_len = len(body)
-            if body_len != last_bl:  # nor, often, its bodies' lengths
-                middle = shared + _INT.pack(body_len)
-                last_bl = body_len
-            # (``parts.append``, not a bound method in a local: compiled, that is a direct call)
-            parts.append(pack_front(size, magic, crc32(body) & 0x7FFFFFFF, queue, flag, q, phys))
-            parts.append(middle)
-            parts.append(body)
-            parts.append(tail)
-            parts.append(p)
-            phys_list.append(phys)
-            phys += size
-            q += step
+        n = len(bodies)
+        if len(props) != n or len(flags) != n or len(sizes) != n:
+            raise ValueError(f"{n} bodies, {len(props)} properties, {len(flags)} flags, {len(sizes)} sizes")
+        crc = crc32  # (compiled, a module global is a dict lookup at each use)
+        w = BytesWriter()
+        ids = BytesWriter()
+        try:
+            for i in range(n):
+                body = bodies[i]
+                p = props[i]
+                size = sizes[i]
+                write_i32_be(w, size)
+                write_i32_be(w, MESSAGE_MAGIC_CODE)
+                write_i32_be(w, crc(body) & 0x7FFFFFFF)
+                write_i32_be(w, queue_id)
+                write_i32_be(w, flags[i])
+                write_i64_be(w, q)
+                write_i64_be(w, phys)
+                w.write(shared)
+                write_i32_be(w, len(body))
+                parts.append(w.getvalue())
+                w.truncate(0)
+                parts.append(body)
+                w.write(topic_tail)
+                write_i16_be(w, len(p))
+                w.write(p)
+                ids.write(store)
+                write_i64_be(ids, phys)
+                phys_list.append(phys)
+                phys += size
+                q += step
+        except (OverflowError, ValueError) as exc:  # an int field outside its width
+            raise struct.error(f"a record field is out of range: {exc}") from None
+        parts.append(w.getvalue())
         out += parts
-        # Every offsetMsgId at once: store host + offset, packed for all, in hex with a comma between ids.
-        count = len(phys_list)
+        # Every offsetMsgId at once: store host + offset, in hex with a comma between ids.
         id_len = len(store) + 8
-        fields: list[bytes | int] = [store, 0] * count
-        fields[1::2] = phys_list
-        msg_ids = self.ids_struct(count).pack(*fields).hex(",", id_len).upper()
+        msg_ids = ids.getvalue().hex(",", id_len).upper()
         batch = StoredBatch(phys_list, sizes, queue_offset if step else 0, step, store_timestamp, msg_ids, 2 * id_len)
         return batch, q if step else queue_offset, sys_flags
-
-    def ids_struct(self, count: int) -> struct.Struct:
-        """The ``struct.Struct`` packing ``count`` offsetMsgIds' bytes: (store host, int64 physical
-        offset) ``count`` times (cached)."""
-        return repeated_struct(self._id_unit, count)
 
     def encode(self, req: PutMessageRequest, *, queue_offset: int = 0, physical_offset: int = 0,
                store_timestamp: int = 0) -> bytes:
