@@ -25,6 +25,8 @@ import struct
 import threading
 from pathlib import Path
 
+from librt.strings import BytesWriter, write_i32_be, write_i64_be
+
 from rocket.store import files
 from rocket.store.api import StoreError
 
@@ -41,18 +43,22 @@ TRUNCATE_BLOCK = 4096
 
 def pack_entries(phys: list[int], sizes: list[int], tags: list[int]) -> bytes:
     """The :data:`ENTRY` bytes of ``len(phys)`` entries, ``(phys[i], sizes[i], tags[i])`` in
-    order, with one ``struct`` call (:func:`files.repeated_struct`; a batch dispatches its n
-    entries at once). Raises ``struct.error`` for a value out of range and ``ValueError`` when the
-    lists' lengths differ."""
+    order (a batch dispatches its n entries at once), written field by field into one
+    ``librt.strings.BytesWriter`` (native big-endian stores when compiled). Raises ``struct.error``
+    for a value out of range, as ``ENTRY.pack`` does, and ``ValueError`` when the lists' lengths
+    differ."""
     n = len(phys)
     if len(sizes) != n or len(tags) != n:
         raise ValueError(f"{n} physical offsets, {len(sizes)} sizes, {len(tags)} tag codes")
-    s = files.repeated_struct("qiq", n)
-    fields: list[int] = [0] * (3 * n)
-    fields[0::3] = phys
-    fields[1::3] = sizes
-    fields[2::3] = tags
-    return s.pack(*fields)
+    out = BytesWriter()
+    try:
+        for i in range(n):
+            write_i64_be(out, phys[i])
+            write_i32_be(out, sizes[i])
+            write_i64_be(out, tags[i])
+    except (OverflowError, ValueError) as exc:
+        raise struct.error(f"a ConsumeQueue entry field is out of range: {exc}") from None
+    return out.getvalue()
 
 
 def _first_nonzero_byte(fd: int, size: int) -> int | None:
