@@ -122,10 +122,11 @@ def test_producer_properties_string(props: dict[str, str]) -> None:
     assert msg.properties == props
 
 
-def _batch_reference(batch_text: str, item_text: str) -> tuple[str, list[str], int, str | None, bool]:
+def _batch_reference(batch_text: str, item_text: str,
+                     cluster: str = "DefaultCluster") -> tuple[str, list[str], int, str | None, bool]:
     """What a batch item is stored with, the plain way: merged dict (item wins) plus CLUSTER, encoded."""
     props = {**decode_properties(batch_text), **decode_properties(item_text)}
-    props["CLUSTER"] = "DefaultCluster"
+    props["CLUSTER"] = cluster
     keys = props.get("KEYS")
     wait = props.get("WAIT")
     return (encode_properties(props), [k for k in keys.split(" ") if k] if keys else [],
@@ -151,7 +152,8 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
     topic_config = TopicConfig("T", read_queue_nums=4, write_queue_nums=4)
     checked = 0
     for _ in range(3000):
-        batch_text = rng.choice(["", "WAIT\x01true", "WAIT\x01true\x02UNIQ_KEY\x01B", text()])
+        batch_text = rng.choice(["", "WAIT\x01true", f"WAIT\x01true\x02UNIQ_KEY\x01B{rng.randrange(3)}", text(),
+                                 f"UNIQ_KEY\x01H{rng.randrange(3)}\x02WAIT\x01true", f"UNIQ_KEY\x01{rng.randrange(3)}"])
         if decode_properties(batch_text).get("DELAY", "0") not in ("", "0"):
             continue
         item_texts = [rng.choice(["UNIQ_KEY\x01I1", "", text(), f"UNIQ_KEY\x01U{rng.randrange(99)}",
@@ -179,14 +181,28 @@ def test_batch_items_are_stored_with_the_merged_properties() -> None:
     assert checked > 2000
 
 
+def _prepare_batch(processor: SendMessageProcessor, batch_text: str,
+                   item_texts: list[str]) -> RemotingCommand | PutMessageBatch:
+    """What ``processor`` makes of a SEND_BATCH_MESSAGE to queue 1 of topic T (4 queues) whose header
+    properties are ``batch_text`` and whose items (1-byte bodies) have ``item_texts``, laid out as
+    ``MessageDecoder.encodeMessages`` does."""
+    raw = [t.encode() for t in item_texts]
+    body = b"".join(struct.pack(">iiiii", 23 + len(r), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(r)) + r
+                    for r in raw)
+    ext = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "1", "h": "0",
+           "i": batch_text, "j": "0", "m": "true"}
+    request = RemotingCommand(code=320, ext_fields=ext, body=body)
+    return processor._prepare_batch(request, unconnected_connection(),  # type: ignore[arg-type]
+                                    SendMessageRequestHeader.parse(request),
+                                    TopicConfig("T", read_queue_nums=4, write_queue_nums=4))
+
+
 def test_java_client_batches_are_stored_with_the_merged_properties() -> None:
     """Batches as Apache's Java client sends them (``DefaultMQProducer.batch``: UNIQ_KEY and WAIT on the
     batch, UNIQ_KEY, WAIT and TAGS on each item, in ``HashMap`` order), with items of other forms mixed in:
     a second UNIQ_KEY, another tag, KEYS, a UNIQ_KEY last or empty, a DELAY (refused with its index)."""
     broker = SimpleNamespace(config=SimpleNamespace(broker_cluster_name="DefaultCluster", max_message_size=1 << 22))
     processor = SendMessageProcessor(broker)  # type: ignore[arg-type]
-    conn = unconnected_connection()
-    topic_config = TopicConfig("T", read_queue_nums=4, write_queue_nums=4)
     batch_text = "UNIQ_KEY\x017F0000010B5C1B6C0000BATCH0000\x02WAIT\x01true"
     usual = [f"UNIQ_KEY\x017F0000010B5C1B6C0000{i:012X}\x02WAIT\x01true\x02TAGS\x01bench" for i in range(32)]
     odd = {3: "UNIQ_KEY\x01A\x02WAIT\x01true\x02TAGS\x01bench\x02UNIQ_KEY\x01B",
@@ -200,14 +216,7 @@ def test_java_client_batches_are_stored_with_the_merged_properties() -> None:
         texts = [odd.get(i, t) for i, t in enumerate(usual)]
         if delayed:
             texts[25] = "UNIQ_KEY\x01G\x02WAIT\x01true\x02DELAY\x013"
-        raw = [t.encode() for t in texts]
-        body = b"".join(struct.pack(">iiiii", 23 + len(r), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(r)) + r
-                        for r in raw)
-        ext = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "1", "h": "0",
-               "i": batch_text, "j": "0", "m": "true"}
-        request = RemotingCommand(code=320, ext_fields=ext, body=body)
-        got = processor._prepare_batch(request, conn, SendMessageRequestHeader.parse(request),  # type: ignore[arg-type]
-                                       topic_config)
+        got = _prepare_batch(processor, batch_text, texts)
         if delayed:
             assert isinstance(got, RemotingCommand)
             assert got.remark == "batch message 25 cannot be delayed (DELAY is set)"
@@ -217,3 +226,32 @@ def test_java_client_batches_are_stored_with_the_merged_properties() -> None:
         assert [(p.decode(), k, t, u) for p, k, t, u in zip(got.properties, got.keys, got.tags_codes, got.uniq_keys,
                                                              strict=True)] == [r[:4] for r in refs]
         assert (got.uniq_keys[3], got.uniq_keys[14], got.uniq_keys[20]) == ("B", None, "7F0000010B5C1B6C0000BATCH0000")
+
+
+def test_item_forms_kept_between_batches_follow_the_cluster_name_and_the_form_limit() -> None:
+    """The send processor keeps the item forms it worked out for the next batches with the same header
+    properties: a renamed cluster (CLUSTER is in every stored form) starts them afresh, and a batch with
+    more forms than one batch may work out stores the same as a batch with few."""
+    broker = SimpleNamespace(config=SimpleNamespace(broker_cluster_name="A", max_message_size=1 << 22))
+    processor = SendMessageProcessor(broker)  # type: ignore[arg-type]
+
+    def stored(texts: list[str], header: str = "WAIT\x01true") -> list[str]:
+        got = _prepare_batch(processor, header, texts)
+        assert isinstance(got, PutMessageBatch)
+        assert got.uniq_keys == [_batch_reference(header, t)[3] for t in texts]
+        return [p.decode() for p in got.properties]
+
+    usual = [f"UNIQ_KEY\x01U{i}\x02TAGS\x01t" for i in range(4)]
+    assert all(decode_properties(p)["CLUSTER"] == "A" for p in stored(usual))
+    broker.config.broker_cluster_name = "B"
+    assert all(decode_properties(p)["CLUSTER"] == "B" for p in stored(usual))
+    # Headers as the Java client's (a UNIQ_KEY of its own per batch): an item without a UNIQ_KEY is
+    # stored with its batch's, never with the one of the batch that worked its form out first.
+    for n in range(3):
+        header = f"UNIQ_KEY\x01H{n}\x02WAIT\x01true"
+        texts = ["UNIQ_KEY\x01U1\x02TAGS\x01t", "TAGS\x01t", "UNIQ_KEY\x01U2\x02TAGS\x01t", "TAGS\x01t"]
+        assert stored(texts, header) == [_batch_reference(header, t, "B")[0] for t in texts]
+    many = [f"UNIQ_KEY\x01U{i}\x02TAGS\x01t{i}" for i in range(20)]  # 20 forms: past the 8 worked out per batch
+    first = stored(many)
+    assert stored(many) == first == [_batch_reference("WAIT\x01true", t, "B")[0] for t in many]
+    assert all(decode_properties(p)["CLUSTER"] == "B" for p in stored(usual))

@@ -242,6 +242,10 @@ def _general_item(batch_props: dict[str, str], raw: bytes, cluster: str,
 _SENTINEL = "\x00uniq-value\x00"
 #: Distinct item forms worked out per batch; past them, items take the general way.
 _MAX_FORMS = 8
+#: Batch header properties strings whose item forms a send processor keeps, and forms per string.
+_MAX_CACHED_HEADERS = 64
+_MAX_CACHED_FORMS = 32
+_UNIQ_KEY_PIECE = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
 
 
 def _item_form(batch_text: str, batch_props: dict[str, str], rest: bytes, cut: int,
@@ -302,6 +306,10 @@ class SendMessageProcessor:
 
     def __init__(self, broker: SendBroker) -> None:
         self.broker = broker
+        #: Batch item forms already worked out (:func:`_item_form`), by batch header properties
+        #: string, then by item properties without their UNIQ_KEY value; for ``_forms_cluster``.
+        self._forms: dict[str, dict[bytes, ItemForm | None]] = {}
+        self._forms_cluster = ""
 
     # -- entry points ------------------------------------------------------------------
 
@@ -663,7 +671,8 @@ class SendMessageProcessor:
         Each item is stored with the batch header's properties merged with its own (the item's
         value wins for a name both have), plus CLUSTER: what :func:`_merged_item` gives. Items
         differ mostly in their UNIQ_KEY, so the stored form of an item's other properties is
-        worked out once per batch and form (:func:`_item_form`) and each item's string is that
+        worked out once per form (:func:`_item_form`, at most :data:`_MAX_FORMS` per batch, kept
+        for the next batches with the same header properties) and each item's string is that
         form with its UNIQ_KEY value put in (bytes, no dict per item)."""
         broker = self.broker
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -687,40 +696,78 @@ class SendMessageProcessor:
         tags_codes: list[int] = []
         keys: list[list[str]] = []
         uniq_keys: list[str | None] = []
-        forms: dict[bytes, ItemForm | None] = {}
+        batch_key, forms, volatile = self._kept_forms(batch_text, cluster)
         worked_out = 0
 
         def form_of(rest: bytes, cut: int) -> ItemForm | None:
             nonlocal worked_out
             worked_out += 1
-            return _item_form(batch_text, batch_props, rest, cut, cluster) if worked_out <= _MAX_FORMS else None
+            if worked_out > _MAX_FORMS:
+                return None
+            if cut < 0 and volatile is not None:
+                volatile.append(rest)
+            return _item_form(batch_text, batch_props, rest, cut, cluster)
 
         wait = indexed = False
         index = 0
         count = len(raw_props)
-        while True:
-            index, some_wait, some_indexed = apply_item_forms(raw_props, index, forms, form_of, props, tags_codes,
-                                                              keys, uniq_keys)
-            wait = wait or some_wait
-            indexed = indexed or some_indexed
-            if index >= count:
-                break
-            # The general way (odd strings, a refusal, or too long): merge the dicts for this item.
-            general = _general_item(batch_props, raw_props[index], cluster, index)
-            if isinstance(general, str):
-                return request.response(ResponseCode.MESSAGE_ILLEGAL, general)
-            encoded, tags_code, item_keys, uniq, item_wait = general
-            props.append(encoded)
-            tags_codes.append(tags_code)
-            keys.append(item_keys)
-            uniq_keys.append(uniq)
-            wait = wait or item_wait
-            indexed = indexed or uniq is not None or bool(item_keys)
-            index += 1
+        try:
+            while True:
+                index, some_wait, some_indexed = apply_item_forms(raw_props, index, forms, form_of, props,
+                                                                  tags_codes, keys, uniq_keys)
+                wait = wait or some_wait
+                indexed = indexed or some_indexed
+                if index >= count:
+                    break
+                # The general way (odd strings, a refusal, or too long): merge the dicts for this item.
+                general = _general_item(batch_props, raw_props[index], cluster, index)
+                if isinstance(general, str):
+                    return request.response(ResponseCode.MESSAGE_ILLEGAL, general)
+                encoded, tags_code, item_keys, uniq, item_wait = general
+                props.append(encoded)
+                tags_codes.append(tags_code)
+                keys.append(item_keys)
+                uniq_keys.append(uniq)
+                wait = wait or item_wait
+                indexed = indexed or uniq is not None or bool(item_keys)
+                index += 1
+        finally:
+            if worked_out > _MAX_FORMS:  # (None stands for "too many forms" too: not for the next batch)
+                self._forms.pop(batch_key, None)
+            elif volatile:
+                for rest in volatile:
+                    forms.pop(rest, None)
         return PutMessageBatch(
             header.topic, self._pick_queue(header, topic_config), bodies, props, flags, tags_codes, keys, uniq_keys,
             header.sys_flag, header.born_timestamp, conn.peer, header.reconsume_times, wait, indexed,
         )
+
+    def _kept_forms(
+        self, batch_text: str, cluster: str,
+    ) -> tuple[str, dict[bytes, ItemForm | None], list[bytes] | None]:
+        """The item forms kept for batches whose header properties are ``batch_text``, stored for
+        ``cluster``: ``(key they are kept under, forms, list to gather the forms to drop after the
+        batch, or None)``.
+
+        A producer's batches look alike but for the header's own UNIQ_KEY (the Java client gives
+        each batch one). An item with a UNIQ_KEY of its own overrides it, so its form is kept under
+        the header without that value; the forms of items without one carry the header's value, so
+        they go in the list and are dropped after the batch. A new cluster name starts afresh."""
+        if cluster != self._forms_cluster or len(self._forms) >= _MAX_CACHED_HEADERS:
+            self._forms.clear()
+            self._forms_cluster = cluster
+        batch_key = batch_text
+        volatile: list[bytes] | None = None
+        i = batch_text.find(_UNIQ_KEY_PIECE)
+        if i >= 0 and (i == 0 or batch_text[i - 1] == PROPERTY_SEPARATOR):
+            j = i + len(_UNIQ_KEY_PIECE)
+            k = batch_text.find(PROPERTY_SEPARATOR, j)
+            batch_key = batch_text[:j] + batch_text[k:] if k >= 0 else batch_text[:j]
+            volatile = []
+        forms = self._forms.get(batch_key)
+        if forms is None or len(forms) >= _MAX_CACHED_FORMS:
+            forms = self._forms[batch_key] = {}
+        return batch_key, forms, volatile
 
     # -- send back -----------------------------------------------------------------------------
 
