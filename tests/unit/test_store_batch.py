@@ -81,6 +81,7 @@ async def test_a_batch_is_stored_as_its_store_requests_are(tmp_path: Path) -> No
 async def test_a_batch_is_refused_as_its_store_requests_are(tmp_path: Path) -> None:
     async with opened(small_config(tmp_path, max_message_size=100)) as store:
         batch = PutMessageBatch("T", 0, [b"x", b"y" * 101], [b"", b""], [0, 0], [0, 0], [[], []], [None, None])
+        assert batch.lengths() == (101, 0, 102)  # longest body, longest properties, all bodies' bytes
         for b in (batch, PutMessageBatch("T", 0, [b"x"], [b"p" * (MAX_PROPERTIES_SIZE + 1)], [0], [0], [[]], [None]),
                   PutMessageBatch("T", -1, [b"x"], [b""], [0], [0], [[]], [None]),
                   PutMessageBatch("", 0, [b"x"], [b""], [0], [0], [[]], [None])):

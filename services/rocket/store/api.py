@@ -212,6 +212,22 @@ class PutMessageBatch:
     def __len__(self) -> int:
         return len(self.bodies)
 
+    def lengths(self) -> tuple[int, int, int]:
+        """``(longest body, longest properties, bytes of all bodies)``, in bytes, in one pass over
+        each list (no ``map`` object or call per message when compiled)."""
+        longest_body = 0
+        body_bytes = 0
+        for body in self.bodies:
+            n = len(body)
+            body_bytes += n
+            if n > longest_body:
+                longest_body = n
+        longest_props = 0
+        for props in self.properties:
+            if len(props) > longest_props:
+                longest_props = len(props)
+        return longest_body, longest_props, body_bytes
+
     def to_requests(self) -> list[PutMessageRequest]:
         """The same messages as one :class:`PutMessageRequest` each (``wait_store_msg_ok`` as
         the batch's)."""

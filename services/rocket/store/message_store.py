@@ -386,14 +386,13 @@ class DefaultMessageStore:
             return unflushed
         cfg = self.config
         max_body = cfg.max_message_size
-        longest = max(map(len, batch.bodies))
+        longest, longest_props, _ = batch.lengths()
         if longest > max_body:
             return self._reject(PutMessageStatus.MESSAGE_ILLEGAL,
                                 f"message body of {longest} bytes exceeds max_message_size={max_body}")
-        longest = max(map(len, batch.properties))
-        if longest > MAX_PROPERTIES_SIZE:
+        if longest_props > MAX_PROPERTIES_SIZE:
             return self._reject(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                                f"properties of {longest} bytes exceed {MAX_PROPERTIES_SIZE}")
+                                f"properties of {longest_props} bytes exceed {MAX_PROPERTIES_SIZE}")
         cl = self.commit_log
         op = cl.put_batch(batch, int(self.clock() * 1000), batch.wait_store_msg_ok and cl.sync_flush,
                           time.monotonic() + cfg.sync_flush_timeout, done)

@@ -458,7 +458,7 @@ class SendMessageProcessor:
         (the stored messages' ids, comma-separated for a batch). ``result`` is :attr:`~PutMessageResult.stored`."""
         broker = self.broker
         if isinstance(prepared, PutMessageBatch):
-            count, nbytes = len(prepared.bodies), sum(map(len, prepared.bodies))
+            count, nbytes = len(prepared.bodies), prepared.lengths()[2]
         else:
             count, nbytes = 1, len(prepared.body)
         # BrokerController.record_put, inline: from compiled code to compiled code.
