@@ -223,6 +223,8 @@ def put_index_entries(mm: mmap.mmap, slots: memoryview, entries_at: int, begin_t
     return count, new_slots
 
 
+#: The digits of an offsetMsgId (``UtilAll.bytes2string``: upper-case hex).
+_HEX_DIGITS: Final = b"0123456789ABCDEF"
 #: Hash slots read through a native-order view need their bytes swapped (the file is big-endian).
 _SWAP: Final = sys.byteorder == "little"
 
@@ -256,6 +258,7 @@ class RecordEncoder:
         #: Bytes of a record besides body, topic (with its length byte) and properties, per born host size.
         self.fixed = {b: 48 + b + 8 + s + 12 + 4 + 2 for b in (8, 20)}
         self._id_format = self.msg_id_prefix + "%016X"
+        self._id_prefix = self.msg_id_prefix.encode("ascii")
         #: Whole-record structs by (born host size, body, topic tail and properties lengths).
         self._records: dict[tuple[int, int, int, int], struct.Struct] = {}
 
@@ -386,7 +389,7 @@ class RecordEncoder:
         times; ``bodies`` (bytes or views), ``props``, ``flags`` and ``sizes`` are per message. Same
         bytes (prepared transaction offset 0, as a batch's store requests had). Returns ``(where the
         messages landed as one StoredBatch (no object per message; its physical offsets and their
-        offsetMsgIds, joined by commas by one ``bytes.hex`` call), next queue offset, sysFlags or
+        offsetMsgIds, comma-separated, their hex digits written natively), next queue offset, sysFlags or
         None)`` (:meth:`encode_batch_into`'s answer, gathered).
 
         The bodies go to ``out`` as given (views of the request: the kernel copies each once, into
@@ -419,7 +422,8 @@ class RecordEncoder:
             raise ValueError(f"{n} bodies, {len(props)} properties, {len(flags)} flags, {len(sizes)} sizes")
         crc = crc32  # (compiled, a module global is a dict lookup at each use)
         w = BytesWriter()
-        ids = BytesWriter()
+        ids = BytesWriter()  # the offsetMsgIds, comma-separated
+        id_prefix = self._id_prefix
         try:
             for i in range(n):
                 body = bodies[i]
@@ -440,8 +444,14 @@ class RecordEncoder:
                 w.write(topic_tail)
                 write_i16_be(w, len(p))
                 w.write(p)
-                ids.write(store)
-                write_i64_be(ids, phys)
+                if i:
+                    ids.append(44)  # ","
+                ids.write(id_prefix)
+                digits: i64 = phys
+                shift: i64 = 60
+                while shift >= 0:  # the offset in 16 upper-case hex digits, as MessageDecoder.createMessageId
+                    ids.append(_HEX_DIGITS[(digits >> shift) & 15])
+                    shift -= 4
                 phys_list.append(phys)
                 phys += size
                 q += step
@@ -450,9 +460,9 @@ class RecordEncoder:
         parts.append(w.getvalue())
         out += parts
         # Every offsetMsgId at once: store host + offset, in hex with a comma between ids.
-        id_len = len(store) + 8
-        msg_ids = ids.getvalue().hex(",", id_len).upper()
-        batch = StoredBatch(phys_list, sizes, queue_offset if step else 0, step, store_timestamp, msg_ids, 2 * id_len)
+        msg_ids = ids.getvalue().decode("ascii")
+        batch = StoredBatch(phys_list, sizes, queue_offset if step else 0, step, store_timestamp, msg_ids,
+                            len(id_prefix) + 16)
         return batch, q if step else queue_offset, sys_flags
 
     def encode(self, req: PutMessageRequest, *, queue_offset: int = 0, physical_offset: int = 0,
