@@ -704,9 +704,10 @@ class SendMessageProcessor:
             worked_out += 1
             if worked_out > _MAX_FORMS:
                 return None
-            if cut < 0 and volatile is not None:
+            form = _item_form(batch_text, batch_props, rest, cut, cluster)
+            if volatile is not None and (cut < 0 or form is None):  # (None: the header's value may be why)
                 volatile.append(rest)
-            return _item_form(batch_text, batch_props, rest, cut, cluster)
+            return form
 
         wait = indexed = False
         index = 0
