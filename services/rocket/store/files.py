@@ -10,7 +10,6 @@ import contextlib
 import errno
 import mmap
 import os
-import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -221,18 +220,3 @@ def write_file_atomically(path: Path, data: bytes, *, keep_bak: bool = True) -> 
         os.replace(bak_tmp, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-_REPEATED: dict[tuple[str, int], struct.Struct] = {}
-
-
-def repeated_struct(unit: str, n: int) -> struct.Struct:
-    """The big-endian ``struct.Struct`` of ``unit`` (a format without byte order, e.g. ``"qiq"``
-    for a ConsumeQueue entry) ``n`` times over: n store entries packed or unpacked by one call.
-    Cached by ``(unit, n)``; the cache is emptied when it holds 1,024 of them."""
-    s = _REPEATED.get((unit, n))
-    if s is None:
-        if len(_REPEATED) >= 1024:
-            _REPEATED.clear()
-        s = _REPEATED[(unit, n)] = struct.Struct(">" + unit * n)
-    return s
