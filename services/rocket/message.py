@@ -137,20 +137,23 @@ def tags_hash_code(tags: str | None) -> int:
 
 #: ``crc32(data) -> int``: CRC-32 (unsigned) of a bytes-like ``data`` with zlib's polynomial
 #: (``java.util.zip.CRC32``, which RocketMQ's ``UtilAll.crc32`` masks with 0x7FFFFFFF for BODYCRC).
-#: ISA-L's (the ``isal`` package: carry-less multiplication, about 5 times zlib's speed on a 1 KiB
-#: body on x86-64) when it is installed, else :func:`zlib.crc32`; both give the same value. The
-#: broker computes one per stored message: on the send path it was a large share of the CPU.
+#: zlib-ng's (the ``zlib-ng`` package: folding with carry-less multiplication, about 5 times
+#: zlib's speed on a 1 KiB body on x86-64, and compiled code that clears the upper vector state
+#: with ``vzeroupper`` before it returns) when it is installed, else :func:`zlib.crc32`; both give
+#: the same value. The broker computes one per stored message. ISA-L's (``isal``), faster alone,
+#: returns with the AVX-512 upper state dirty: in the broker the SSE code after it then stalls,
+#: and ``perf`` put most of its cost on its first instruction (README, Performance).
 crc32: Callable[[bytes | bytearray | memoryview], int]
-#: Which implementation :data:`crc32` is: ``"isal"`` or ``"zlib"``.
+#: Which implementation :data:`crc32` is: ``"zlib-ng"`` or ``"zlib"``.
 CRC32_IMPLEMENTATION: str
 try:
-    from isal import isal_zlib
-except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback without a wheel
+    from zlib_ng import zlib_ng
+except ImportError:  # pragma: no cover - zlib-ng is a dependency; zlib is the fallback without a wheel
     crc32 = zlib.crc32
     CRC32_IMPLEMENTATION = "zlib"
 else:
-    crc32 = isal_zlib.crc32
-    CRC32_IMPLEMENTATION = "isal"
+    crc32 = zlib_ng.crc32
+    CRC32_IMPLEMENTATION = "zlib-ng"
 
 
 def body_crc(body: bytes) -> int:

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from rocket.message import (
     BLANK_MAGIC_CODE,
+    CRC32_IMPLEMENTATION,
+    crc32,
     decode_record,
     encode_properties,
     encode_record,
@@ -164,6 +166,20 @@ def test_parse_dispatch_outcomes() -> None:
     struct.pack_into(">i", bad_size, 0, 50)
     assert parse_dispatch(bytes(bad_size), 0, True) == CORRUPT
     assert zlib.crc32(b"payload") & 0x7FFFFFFF == decode_record(rec).body_crc
+
+
+def test_body_crc_is_zlib_ngs_when_installed() -> None:
+    # zlib-ng is a dependency (pyproject.toml): without it the broker would run on zlib's slower CRC
+    assert CRC32_IMPLEMENTATION == "zlib-ng"
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=5000), start=st.integers(0, 64), kind=st.sampled_from([bytes, bytearray, memoryview]))
+def test_body_crc_equals_zlibs_for_every_buffer_kind(data: bytes, start: int, kind: type) -> None:
+    # java.util.zip.CRC32 is zlib's polynomial: the stored BODYCRC must be what Java clients check
+    piece = data[start:]
+    assert crc32(kind(piece)) == zlib.crc32(piece)
+    assert crc32(memoryview(data)[start:]) == zlib.crc32(piece)  # a slice of a view, as reads hand it
 
 
 @settings(max_examples=300, deadline=None)
