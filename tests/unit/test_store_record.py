@@ -168,7 +168,7 @@ def test_parse_dispatch_outcomes() -> None:
     assert zlib.crc32(b"payload") & 0x7FFFFFFF == decode_record(rec).body_crc
 
 
-def test_body_crc_is_zlib_ngs_when_installed() -> None:
+def test_body_crc_is_zlib_ngs_the_dependency() -> None:
     # zlib-ng is a dependency (pyproject.toml): without it the broker would run on zlib's slower CRC
     assert CRC32_IMPLEMENTATION == "zlib-ng"
 
